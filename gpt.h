@@ -1,0 +1,110 @@
+/* gpt.h: what tests need from gpt.c: the model, its training step, the
+ * sampler and the safetensors checkpoint format. */
+#ifndef GPT_H
+#define GPT_H
+#include <stddef.h>
+#include <stdint.h>
+#include "graph.h"
+
+#define VOCAB 128
+#define MAX_LAYERS 64
+#define MAX_PARAMS (4 + 9 * MAX_LAYERS + 4)
+
+typedef struct Config {
+    int vocab, context, embed, mlp, heads, layers;
+} Config;
+
+typedef struct Param {
+    char name[96];
+    int ndim, rows, cols; /* ndim 1: a vector of cols */
+    size_t off;           /* into Model.w, .m, .v */
+    float fan_in;         /* init bound is 1/sqrt(fan_in); 0 = LayerNorm */
+    int is_ln_weight;
+} Param;
+
+typedef struct Model {
+    Config cfg;
+    int np;
+    Param p[MAX_PARAMS];
+    size_t nw;          /* total parameter count */
+    float *w, *m, *v;   /* [nw] weights and Adam moments, one block each */
+    int32_t t;          /* Adam step count */
+} Model;
+
+/* 64-bit xoshiro256** state; streams are split by seeding. */
+typedef struct Rng {
+    uint64_t s[4];
+} Rng;
+void rng_seed(Rng *r, uint64_t seed, uint64_t stream);
+uint64_t rng_next(Rng *r);
+float rng_float(Rng *r); /* [0,1) */
+
+/* Builds the parameter table and draws PyTorch-style initial weights. */
+int model_init(Model *m, const Config *c, uint64_t seed);
+void model_free(Model *m);
+float *model_param(Model *m, const char *name); /* NULL if no such */
+
+/* Token windows, their positions and next-byte targets. */
+typedef struct Batch {
+    int B, T;
+    int32_t *tok, *pos, *tgt; /* [B*T] each */
+} Batch;
+void batch_alloc(Batch *b, int B, int T);
+void batch_free(Batch *b);
+/* Fills pos and tgt from tok (targets of the last position are ignored). */
+void batch_finish(Batch *b);
+
+/* One forward pass to the mean loss, recorded on g. leaf[i] receives the
+ * graph leaf of parameter i; *logits the [B*T, V] logits. */
+Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
+                   Tensor **logits, int with_grad);
+/* Forward, backward and Adam update; returns the batch loss before it. */
+float model_train_step(Model *m, Graph *g, const Batch *b, float lr);
+
+/* Sampling with a KV cache; each new byte is handed to emit (may be NULL).
+ * text must hold total bytes; it starts with the prompt of n bytes.
+ * temperature 0 is greedy; top_k 0 keeps all. */
+typedef struct SampleOpts {
+    float temperature;
+    int top_k;
+    void (*emit)(int byte, void *ctx);
+    void *ctx;
+} SampleOpts;
+void model_generate(Model *m, Graph *g, char *text, int n, int total,
+                    const SampleOpts *o, Rng *r);
+/* The reference's way: every byte re-reads the whole (growing) text, so on
+ * the xla device every new length is a new graph shape. */
+void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
+                          const SampleOpts *o, Rng *r);
+
+/* ---- safetensors ---- */
+enum st_dtype { ST_F32, ST_I32, ST_BF16, ST_F16, ST_F64, ST_I64, ST_I16, ST_I8, ST_U8, ST_BOOL };
+typedef struct StEntry {
+    char *name;
+    int dtype, ndim;
+    int64_t shape[8];
+    size_t begin, end; /* in the data section */
+} StEntry;
+typedef struct StFile {
+    unsigned char *buf; /* whole file */
+    size_t size, data_off;
+    int n, nmeta;
+    StEntry *e;
+    char **mkey, **mval;
+} StFile;
+/* Parses a whole file held in buf (ownership passes to f, even on error).
+ * Returns 0, or -1 with a one-line reason in err. */
+int st_parse(StFile *f, unsigned char *buf, size_t size, char *err, size_t elen);
+int st_load(StFile *f, const char *path, char *err, size_t elen);
+void st_free(StFile *f);
+const StEntry *st_find(const StFile *f, const char *name);
+const char *st_meta(const StFile *f, const char *key);
+const void *st_data(const StFile *f, const StEntry *e);
+
+/* Checkpoints: the reference's state_dict names plus _gpt.* training state. */
+int ckpt_save(const Model *m, const char *path, const char *const *mkey,
+              const char *const *mval, int nmeta, char *err, size_t elen);
+/* Loads weights (and, when with_state, Adam state) for m's config. */
+int ckpt_load_weights(Model *m, const StFile *f, int with_state, char *err, size_t elen);
+
+#endif

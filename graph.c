@@ -1,0 +1,1379 @@
+/* graph.c: records tensor ops, runs them eagerly, and differentiates the
+ * record. Memory for one step (tensor headers and data) comes from bump
+ * arenas that g_reset rewinds, so a training step calls malloc only while
+ * the arenas are still growing in the first step. */
+#include "graph.h"
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- bump arena ---- */
+
+struct chunk {
+    struct chunk *next;
+    size_t cap, used;
+    _Alignas(64) unsigned char mem[];
+};
+
+struct arena {
+    struct chunk *head, *cur;
+};
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "gpt: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static void *arena_alloc(struct arena *a, size_t n)
+{
+    n = (n + 63) & ~(size_t)63; /* keep every buffer cache-line aligned */
+    for (; a->cur; a->cur = a->cur->next) {
+        if (a->cur->cap - a->cur->used >= n) {
+            void *p = a->cur->mem + a->cur->used;
+            a->cur->used += n;
+            return p;
+        }
+    }
+    size_t cap = n > ((size_t)8 << 20) ? n : ((size_t)8 << 20);
+    struct chunk *c = xmalloc(sizeof *c + cap);
+    c->cap = cap;
+    c->used = n;
+    c->next = NULL;
+    struct chunk **tail = &a->head;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = c;
+    a->cur = c;
+    return c->mem;
+}
+
+static void arena_rewind(struct arena *a)
+{
+    for (struct chunk *c = a->head; c; c = c->next)
+        c->used = 0;
+    a->cur = a->head;
+}
+
+static void arena_free(struct arena *a)
+{
+    while (a->head) {
+        struct chunk *n = a->head->next;
+        free(a->head);
+        a->head = n;
+    }
+    a->cur = NULL;
+}
+
+/* ---- graph ---- */
+
+struct Graph;
+static void cut(struct Graph *g, Tensor *const *roots, int nroots, const char *why);
+static void cache_free(struct Graph *g);
+
+struct cache_entry;
+
+struct Graph {
+    int lazy;
+    Node *nodes; /* [cap_nodes] */
+    int n_nodes, cap_nodes;
+    int n_tensors;
+    Tensor **grads; /* [cap_grads] by tensor id */
+    int cap_grads;
+    struct arena meta, data;
+    struct cache_entry *cache; /* compiled programs, by structure */
+    int ncache, capcache;
+    struct compile_stats last;
+    struct plan_buf *plan; /* [nplan] of the last new program */
+    int nplan;
+    int kernels[KOP_COUNT];
+};
+
+Graph *g_new(void)
+{
+    Graph *g = xmalloc(sizeof *g);
+    memset(g, 0, sizeof *g);
+    return g;
+}
+
+void g_free(Graph *g)
+{
+    if (!g)
+        return;
+    cache_free(g);
+    arena_free(&g->meta);
+    arena_free(&g->data);
+    free(g->nodes);
+    free(g->grads);
+    free(g);
+}
+
+void g_reset(Graph *g)
+{
+    g->n_nodes = 0;
+    g->n_tensors = 0;
+    if (g->grads)
+        memset(g->grads, 0, sizeof *g->grads * g->cap_grads);
+    arena_rewind(&g->meta);
+    arena_rewind(&g->data);
+}
+
+int g_num_nodes(const Graph *g) { return g->n_nodes; }
+const Node *g_node(const Graph *g, int i) { return &g->nodes[i]; }
+
+static Tensor *new_tensor(Graph *g, int kind, int dtype, int rows, int cols)
+{
+    Tensor *t = arena_alloc(&g->meta, sizeof *t);
+    memset(t, 0, sizeof *t);
+    t->id = g->n_tensors++;
+    t->kind = kind;
+    t->dtype = dtype;
+    t->rows = rows;
+    t->cols = cols;
+    t->numel = (long)rows * cols;
+    t->node = -1;
+    return t;
+}
+
+Tensor *g_leaf(Graph *g, int kind, int dtype, void *data, int rows, int cols)
+{
+    Tensor *t = new_tensor(g, kind, dtype, rows, cols);
+    t->data = data;
+    t->requires_grad = kind == TK_PARAM;
+    return t;
+}
+
+Tensor *g_param(Graph *g, float *data, int rows, int cols)
+{
+    return g_leaf(g, TK_PARAM, DT_F32, data, rows, cols);
+}
+
+/* Eager execution: the node runs the moment it is recorded. Lazy mode
+ * only records it. */
+static void run_node(Graph *g, Node *n)
+{
+    if (g->lazy)
+        return;
+    struct kinstr k = {.op = n->op};
+    for (int i = 0; i < n->nin; i++)
+        k.in[i] = n->in[i] ? n->in[i]->data : NULL;
+    for (int i = 0; i < n->nout; i++)
+        k.out[i] = n->out[i]->data;
+    memcpy(k.a, n->a, sizeof k.a);
+    memcpy(k.f, n->f, sizeof k.f);
+    xs_exec(&k);
+}
+
+static Node *new_node(Graph *g, int op, int nin, Tensor *const *in)
+{
+    if (g->n_nodes == g->cap_nodes) {
+        g->cap_nodes = g->cap_nodes ? 2 * g->cap_nodes : 256;
+        Node *nn = realloc(g->nodes, sizeof *nn * g->cap_nodes);
+        if (!nn) {
+            fprintf(stderr, "gpt: out of memory (graph nodes)\n");
+            exit(1);
+        }
+        g->nodes = nn;
+    }
+    Node *n = &g->nodes[g->n_nodes++];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->nin = nin;
+    for (int i = 0; i < nin; i++)
+        n->in[i] = in[i];
+    return n;
+}
+
+/* Adds an output; it takes a gradient when any input does and diff says
+ * the output is differentiable (aux outputs such as saved statistics are
+ * not). */
+static Tensor *add_out(Graph *g, Node *n, int dtype, int rows, int cols, int diff)
+{
+    Tensor *t = new_tensor(g, TK_TEMP, dtype, rows, cols);
+    t->node = (int)(n - g->nodes);
+    t->data = g->lazy ? NULL : arena_alloc(&g->data, (size_t)t->numel * 4);
+    for (int i = 0; diff && i < n->nin; i++)
+        if (n->in[i] && n->in[i]->requires_grad)
+            t->requires_grad = 1;
+    n->out[n->nout++] = t;
+    return t;
+}
+
+static void shape_fail(const char *op, const Tensor *a, const Tensor *b)
+{
+    fprintf(stderr, "gpt: internal error: %s got shapes [%d,%d] and [%d,%d]\n",
+            op, a->rows, a->cols, b->rows, b->cols);
+    abort();
+}
+
+#define IN(...) ((Tensor *const[]){__VA_ARGS__})
+
+Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
+{
+    Node *n = new_node(g, KOP_EMBED, 2, IN(idx, table));
+    n->a[0] = idx->numel;
+    n->a[1] = table->rows;
+    n->a[2] = table->cols;
+    Tensor *y = add_out(g, n, DT_F32, (int)idx->numel, table->rows, 1);
+    run_node(g, n);
+    return y;
+}
+
+static Tensor *embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
+{
+    Node *n = new_node(g, KOP_EMBED_BWD, 2, IN(idx, dy));
+    memcpy(n->a, (long[]){idx->numel, table->rows, table->cols}, 3 * sizeof(long));
+    Tensor *d = add_out(g, n, DT_F32, table->rows, table->cols, 0);
+    run_node(g, n);
+    return d;
+}
+
+Tensor *g_add(Graph *g, Tensor *a, Tensor *b)
+{
+    if (a->numel != b->numel)
+        shape_fail("add", a, b);
+    Node *n = new_node(g, KOP_ADD, 2, IN(a, b));
+    n->a[0] = a->numel;
+    Tensor *y = add_out(g, n, DT_F32, a->rows, a->cols, 1);
+    run_node(g, n);
+    return y;
+}
+
+Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias)
+{
+    if (a->cols != b->rows || (bias && bias->numel != b->cols))
+        shape_fail("matmul", a, b);
+    Node *n = new_node(g, KOP_MATMUL, 3, IN(a, b, bias));
+    memcpy(n->a, (long[]){a->rows, a->cols, b->cols}, 3 * sizeof(long));
+    Tensor *y = add_out(g, n, DT_F32, a->rows, b->cols, 1);
+    run_node(g, n);
+    return y;
+}
+
+/* a^T @ b: a [p,n], b [p,q] -> [n,q]. Only backward passes record it. */
+static Tensor *matmul_tn(Graph *g, Tensor *a, Tensor *b)
+{
+    if (a->rows != b->rows)
+        shape_fail("matmul_tn", a, b);
+    Node *n = new_node(g, KOP_MATMUL_TN, 2, IN(a, b));
+    memcpy(n->a, (long[]){a->cols, a->rows, b->cols}, 3 * sizeof(long));
+    Tensor *y = add_out(g, n, DT_F32, a->cols, b->cols, 1);
+    run_node(g, n);
+    return y;
+}
+
+Tensor *g_transpose(Graph *g, Tensor *x)
+{
+    /* (x^T)^T is x: backward passes through a linear layer ask for it. */
+    if (x->node >= 0 && g->nodes[x->node].op == KOP_TRANSPOSE)
+        return g->nodes[x->node].in[0];
+    Node *n = new_node(g, KOP_TRANSPOSE, 1, IN(x));
+    n->a[0] = x->rows;
+    n->a[1] = x->cols;
+    Tensor *y = add_out(g, n, DT_F32, x->cols, x->rows, 1);
+    run_node(g, n);
+    return y;
+}
+
+Tensor *g_linear(Graph *g, Tensor *x, Tensor *w, Tensor *b)
+{
+    return g_matmul(g, x, g_transpose(g, w), b);
+}
+
+static Tensor *sum_rows(Graph *g, Tensor *x)
+{
+    Node *n = new_node(g, KOP_SUM_ROWS, 1, IN(x));
+    n->a[0] = x->rows;
+    n->a[1] = x->cols;
+    Tensor *y = add_out(g, n, DT_F32, 1, x->cols, 1);
+    run_node(g, n);
+    return y;
+}
+
+Tensor *g_relu(Graph *g, Tensor *x)
+{
+    Node *n = new_node(g, KOP_RELU, 1, IN(x));
+    n->a[0] = x->numel;
+    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
+    run_node(g, n);
+    return y;
+}
+
+static Tensor *relu_bwd(Graph *g, Tensor *dy, Tensor *y)
+{
+    Node *n = new_node(g, KOP_RELU_BWD, 2, IN(dy, y));
+    n->a[0] = y->numel;
+    Tensor *d = add_out(g, n, DT_F32, y->rows, y->cols, 1);
+    run_node(g, n);
+    return d;
+}
+
+Tensor *g_layernorm(Graph *g, Tensor *x, Tensor *w, Tensor *b)
+{
+    if (w->numel != x->cols || b->numel != x->cols)
+        shape_fail("layernorm", x, w);
+    Node *n = new_node(g, KOP_LAYERNORM, 3, IN(x, w, b));
+    n->a[0] = x->rows;
+    n->a[1] = x->cols;
+    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
+    add_out(g, n, DT_F32, x->rows, 1, 0); /* mean */
+    add_out(g, n, DT_F32, x->rows, 1, 0); /* rstd */
+    run_node(g, n);
+    return y;
+}
+
+/* Fills ln's gradient slots: d[0] for x, d[1] for w, d[2] for b. */
+static void layernorm_bwd(Graph *g, const Node *ln, Tensor *dy, Tensor **d)
+{
+    Tensor *x = ln->in[0], *w = ln->in[1];
+    Node *n = new_node(g, KOP_LAYERNORM_BWD, 5,
+                       IN(dy, x, w, ln->out[1], ln->out[2]));
+    n->a[0] = x->rows;
+    n->a[1] = x->cols;
+    d[0] = add_out(g, n, DT_F32, x->rows, x->cols, 1);
+    d[1] = add_out(g, n, DT_F32, 1, x->cols, 1);
+    d[2] = add_out(g, n, DT_F32, 1, x->cols, 1);
+    run_node(g, n);
+}
+
+Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
+{
+    int C = qkv->cols / 3;
+    if (qkv->rows != B * T || qkv->cols % 3 || C % H)
+        shape_fail("attention", qkv, qkv);
+    Node *n = new_node(g, KOP_ATTENTION, 1, IN(qkv));
+    memcpy(n->a, (long[]){B, T, C, H}, 4 * sizeof(long));
+    Tensor *y = add_out(g, n, DT_F32, B * T, C, 1);
+    add_out(g, n, DT_F32, B * H, T, 0); /* lse */
+    run_node(g, n);
+    return y;
+}
+
+static Tensor *attention_bwd(Graph *g, const Node *att, Tensor *dy)
+{
+    Node *n = new_node(g, KOP_ATTENTION_BWD, 4,
+                       IN(dy, att->in[0], att->out[0], att->out[1]));
+    memcpy(n->a, att->a, sizeof n->a);
+    Tensor *d = add_out(g, n, DT_F32, att->in[0]->rows, att->in[0]->cols, 1);
+    run_node(g, n);
+    return d;
+}
+
+Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
+                         Tensor *pos, int H)
+{
+    int C = qkv->cols / 3, nb = qkv->rows;
+    if (kc->cols != C || kc->rows % nb || vc->numel != kc->numel)
+        shape_fail("attention_step", qkv, kc);
+    Node *n = new_node(g, KOP_ATTENTION_STEP, 4, IN(qkv, kc, vc, pos));
+    memcpy(n->a, (long[]){nb, kc->rows / nb, C, H}, 4 * sizeof(long));
+    Tensor *y = add_out(g, n, DT_F32, nb, C, 0);
+    run_node(g, n);
+    return y;
+}
+
+Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
+{
+    if (targets->numel != logits->rows)
+        shape_fail("xent", logits, targets);
+    Node *n = new_node(g, KOP_XENT, 2, IN(logits, targets));
+    n->a[0] = logits->rows;
+    n->a[1] = logits->cols;
+    Tensor *y = add_out(g, n, DT_F32, 1, 1, 1);
+    run_node(g, n);
+    return y;
+}
+
+static Tensor *xent_bwd(Graph *g, const Node *xe, Tensor *dy)
+{
+    Node *n = new_node(g, KOP_XENT_BWD, 3, IN(xe->in[0], xe->in[1], dy));
+    memcpy(n->a, xe->a, sizeof n->a);
+    Tensor *d = add_out(g, n, DT_F32, xe->in[0]->rows, xe->in[0]->cols, 1);
+    run_node(g, n);
+    return d;
+}
+
+Tensor *g_fill(Graph *g, float value, int rows, int cols)
+{
+    Node *n = new_node(g, KOP_FILL, 0, NULL);
+    n->a[0] = (long)rows * cols;
+    n->f[0] = value;
+    Tensor *y = add_out(g, n, DT_F32, rows, cols, 0);
+    run_node(g, n);
+    return y;
+}
+
+void g_adam(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v,
+            Tensor *t, float lr, float b1, float b2, float eps)
+{
+    if (grad->numel != p->numel || m->numel != p->numel || v->numel != p->numel)
+        shape_fail("adam", p, grad);
+    Node *n = new_node(g, KOP_ADAM, 5, IN(p, grad, m, v, t));
+    n->a[0] = p->numel;
+    memcpy(n->f, (float[]){lr, b1, b2, eps}, sizeof n->f);
+    run_node(g, n);
+}
+
+const void *g_read(Graph *g, Tensor *t)
+{
+    if (!t->data) {
+        xs_counter_add(C_HOST_READ, 1);
+        cut(g, &t, 1, "host read");
+    }
+    return t->data;
+}
+
+void g_mark_step(Graph *g, Tensor *const *keep, int n)
+{
+    if (!g->lazy)
+        return;
+    xs_counter_add(C_MARK_STEP, 1);
+    cut(g, keep, n, "mark_step");
+}
+
+void g_set_lazy(Graph *g, int lazy) { g->lazy = lazy; }
+int g_is_lazy(const Graph *g) { return g->lazy; }
+
+/* ---- reverse-mode autodiff ---- */
+
+static Tensor **grad_slot(Graph *g, const Tensor *t)
+{
+    if (t->id >= g->cap_grads) {
+        int cap = g->cap_grads ? g->cap_grads : 1024;
+        while (cap <= t->id)
+            cap *= 2;
+        Tensor **ng = realloc(g->grads, sizeof *ng * cap);
+        if (!ng) {
+            fprintf(stderr, "gpt: out of memory (gradients)\n");
+            exit(1);
+        }
+        memset(ng + g->cap_grads, 0, sizeof *ng * (cap - g->cap_grads));
+        g->grads = ng;
+        g->cap_grads = cap;
+    }
+    return &g->grads[t->id];
+}
+
+/* A tensor used by several nodes gets the sum of their gradients. */
+static void accumulate(Graph *g, Tensor *t, Tensor *d)
+{
+    if (!t || !t->requires_grad)
+        return;
+    Tensor **s = grad_slot(g, t);
+    *s = *s ? g_add(g, *s, d) : d;
+}
+
+static int wants(const Tensor *t) { return t && t->requires_grad; }
+
+static void backward_matmul(Graph *g, const Node *n, Tensor *dy)
+{
+    Tensor *a = n->in[0], *b = n->in[1], *bias = n->in[2];
+    if (wants(a))
+        accumulate(g, a, g_matmul(g, dy, g_transpose(g, b), NULL));
+    if (wants(b))
+        accumulate(g, b, matmul_tn(g, a, dy));
+    if (wants(bias))
+        accumulate(g, bias, sum_rows(g, dy));
+}
+
+/* The one place that knows each op's derivative. n is copied because the
+ * rules record nodes, which may move the node array. */
+static void backward_node(Graph *g, Node n, Tensor *dy)
+{
+    Tensor *d[3];
+    switch (n.op) {
+    case KOP_EMBED: accumulate(g, n.in[1], embed_bwd(g, n.in[0], dy, n.in[1])); break;
+    case KOP_ADD:
+        accumulate(g, n.in[0], dy);
+        accumulate(g, n.in[1], dy);
+        break;
+    case KOP_MATMUL: backward_matmul(g, &n, dy); break;
+    case KOP_TRANSPOSE: accumulate(g, n.in[0], g_transpose(g, dy)); break;
+    case KOP_RELU: accumulate(g, n.in[0], relu_bwd(g, dy, n.out[0])); break;
+    case KOP_LAYERNORM:
+        layernorm_bwd(g, &n, dy, d);
+        for (int i = 0; i < 3; i++)
+            accumulate(g, n.in[i], d[i]);
+        break;
+    case KOP_ATTENTION: accumulate(g, n.in[0], attention_bwd(g, &n, dy)); break;
+    case KOP_XENT: accumulate(g, n.in[0], xent_bwd(g, &n, dy)); break;
+    default:
+        fprintf(stderr, "gpt: internal error: no gradient rule for %s\n",
+                kop_name(n.op));
+        abort();
+    }
+}
+
+void g_backward(Graph *g, Tensor *y, Tensor *dy)
+{
+    if (!dy) {
+        assert(y->numel == 1);
+        dy = g_fill(g, 1.0f, 1, 1);
+    }
+    *grad_slot(g, y) = dy;
+    for (int i = y->node; i >= 0; i--) {
+        Tensor *out = g->nodes[i].out[0];
+        if (!g->nodes[i].nout || !out->requires_grad)
+            continue;
+        Tensor *d = *grad_slot(g, out);
+        if (d)
+            backward_node(g, g->nodes[i], d);
+    }
+}
+
+Tensor *g_grad(Graph *g, Tensor *t)
+{
+    return t->id < g->cap_grads ? g->grads[t->id] : NULL;
+}
+
+/* ==== the lazy device: trace, compile, cache, replay ====
+ *
+ * A cut (mark_step or a host read) gathers the pending nodes the wanted
+ * values depend on, plus every pending node with a side effect (Adam, KV
+ * cache writes): that is the trace. Its structure (ops, shapes, constants,
+ * which operand comes from where) is serialised into a key. The key's hash
+ * finds a cached program; the full key confirms it. A miss compiles: CSE,
+ * dead-code elimination, fusion, a static memory plan. The program then
+ * runs on the device with the external buffers bound to its slots. */
+
+uint64_t g_hash_mask = ~(uint64_t)0;
+
+/* An operand: none, slot s, or output k of traced node i. */
+#define REF_NONE ((int64_t)-1)
+#define SLOT_BIT ((int64_t)1 << 40)
+#define REF_SLOT(s) (SLOT_BIT | (s))
+#define REF_OUT(i, k) ((int64_t)(i) * KMAX_OUT + (k))
+#define IS_SLOT(r) ((r) >= SLOT_BIT)
+#define REF_NODE(r) ((int)((r) / KMAX_OUT))
+#define REF_IDX(r) ((int)((r) % KMAX_OUT))
+
+struct tnode {
+    int op, nin, nout, dead;
+    int64_t in[KMAX_IN];
+    int rows[KMAX_OUT], cols[KMAX_OUT];
+    long a[4];
+    float f[4];
+};
+
+struct trace {
+    int n, nslots, nroots;
+    struct tnode *nodes; /* [n] in recording order, a topological order */
+    Tensor **slot;       /* [nslots] external buffers */
+    int64_t *roots;      /* [nroots] refs of the values the host keeps */
+    Tensor **root_t;     /* [nroots] */
+};
+
+struct cache_entry {
+    uint64_t hash;
+    int64_t *key;
+    long keylen;
+    Program *prog;
+};
+
+static int side_effect(int op) { return op == KOP_ADAM || op == KOP_ATTENTION_STEP; }
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "gpt: out of memory (compiler)\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* ---- gathering the trace ---- */
+
+static void mark_live(const Graph *g, char *live, int i)
+{
+    if (live[i])
+        return;
+    live[i] = 1;
+    const Node *n = &g->nodes[i];
+    for (int k = 0; k < n->nin; k++)
+        if (n->in[k] && !n->in[k]->data && n->in[k]->node >= 0)
+            mark_live(g, live, n->in[k]->node);
+}
+
+static int64_t slot_of(struct trace *tr, Tensor *t, int *slot_by_id)
+{
+    if (slot_by_id[t->id] < 0) {
+        slot_by_id[t->id] = tr->nslots;
+        tr->slot[tr->nslots++] = t;
+    }
+    return REF_SLOT(slot_by_id[t->id]);
+}
+
+static int64_t ref_of(struct trace *tr, Tensor *t, const int *local, int *slot_by_id,
+                      const Graph *g)
+{
+    if (!t)
+        return REF_NONE;
+    if (t->data)
+        return slot_of(tr, t, slot_by_id);
+    const Node *p = &g->nodes[t->node];
+    int k = 0;
+    while (p->out[k] != t)
+        k++;
+    return REF_OUT(local[t->node], k);
+}
+
+static void trace_node(struct trace *tr, const Node *n, const int *local, int *slot_by_id,
+                       const Graph *g)
+{
+    struct tnode *tn = &tr->nodes[tr->n++];
+    memset(tn, 0, sizeof *tn);
+    tn->op = n->op;
+    tn->nin = n->nin;
+    tn->nout = n->nout;
+    memcpy(tn->a, n->a, sizeof tn->a);
+    memcpy(tn->f, n->f, sizeof tn->f);
+    for (int k = 0; k < KMAX_IN; k++)
+        tn->in[k] = k < n->nin ? ref_of(tr, n->in[k], local, slot_by_id, g) : REF_NONE;
+    for (int k = 0; k < n->nout; k++) {
+        tn->rows[k] = n->out[k]->rows;
+        tn->cols[k] = n->out[k]->cols;
+    }
+}
+
+/* The pending work the roots need, plus pending side effects. */
+static void trace_build(Graph *g, Tensor *const *roots, int nroots, struct trace *tr)
+{
+    char *live = xcalloc((size_t)g->n_nodes, 1);
+    int *local = xcalloc((size_t)g->n_nodes, sizeof(int));
+    int *slot_by_id = xcalloc((size_t)g->n_tensors, sizeof(int));
+    memset(slot_by_id, -1, sizeof(int) * (size_t)g->n_tensors);
+    for (int r = 0; r < nroots; r++)
+        if (!roots[r]->data)
+            mark_live(g, live, roots[r]->node);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].done && side_effect(g->nodes[i].op))
+            mark_live(g, live, i);
+    memset(tr, 0, sizeof *tr);
+    tr->nodes = xcalloc((size_t)g->n_nodes, sizeof *tr->nodes);
+    tr->slot = xcalloc((size_t)g->n_tensors, sizeof *tr->slot);
+    tr->roots = xcalloc((size_t)nroots, sizeof *tr->roots);
+    tr->root_t = xcalloc((size_t)nroots, sizeof *tr->root_t);
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (!live[i])
+            continue;
+        local[i] = tr->n;
+        trace_node(tr, &g->nodes[i], local, slot_by_id, g);
+        g->nodes[i].done = 1;
+    }
+    for (int r = 0; r < nroots; r++) {
+        int dup = 0;
+        for (int q = 0; q < tr->nroots; q++)
+            dup |= tr->root_t[q] == roots[r];
+        if (roots[r]->data || dup)
+            continue;
+        tr->root_t[tr->nroots] = roots[r];
+        tr->roots[tr->nroots++] = ref_of(tr, roots[r], local, slot_by_id, g);
+    }
+    free(live);
+    free(local);
+    free(slot_by_id);
+}
+
+static void trace_free(struct trace *tr)
+{
+    free(tr->nodes);
+    free(tr->slot);
+    free(tr->roots);
+    free(tr->root_t);
+}
+
+/* ---- the cache key: structure only, never pointers or data ---- */
+
+struct key {
+    int64_t *v;
+    long n, cap;
+};
+
+static void key_put(struct key *k, int64_t x)
+{
+    if (k->n == k->cap) {
+        k->cap = k->cap ? 2 * k->cap : 1024;
+        k->v = realloc(k->v, sizeof *k->v * (size_t)k->cap);
+        if (!k->v) {
+            fprintf(stderr, "gpt: out of memory (cache key)\n");
+            exit(1);
+        }
+    }
+    k->v[k->n++] = x;
+}
+
+static void key_node(struct key *k, const struct tnode *t)
+{
+    uint32_t fb[4];
+    memcpy(fb, t->f, sizeof fb);
+    key_put(k, t->op);
+    key_put(k, t->nin);
+    key_put(k, t->nout);
+    for (int i = 0; i < 4; i++) {
+        key_put(k, t->a[i]);
+        key_put(k, fb[i]);
+    }
+    for (int i = 0; i < KMAX_IN; i++)
+        key_put(k, t->in[i]);
+    for (int i = 0; i < t->nout; i++) {
+        key_put(k, t->rows[i]);
+        key_put(k, t->cols[i]);
+    }
+}
+
+static struct key key_build(const struct trace *tr)
+{
+    struct key k = {0};
+    key_put(&k, tr->n);
+    key_put(&k, tr->nslots);
+    key_put(&k, tr->nroots);
+    for (int s = 0; s < tr->nslots; s++) {
+        const Tensor *t = tr->slot[s];
+        key_put(&k, t->kind == TK_INPUT); /* transferred, or bound in place */
+        key_put(&k, t->dtype);
+        key_put(&k, t->rows);
+        key_put(&k, t->cols);
+    }
+    for (int i = 0; i < tr->n; i++)
+        key_node(&k, &tr->nodes[i]);
+    for (int r = 0; r < tr->nroots; r++)
+        key_put(&k, tr->roots[r]);
+    return k;
+}
+
+static uint64_t key_hash(const struct key *k)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (long i = 0; i < k->n; i++)
+        h = (h ^ (uint64_t)k->v[i]) * 0x100000001b3ull;
+    return h & g_hash_mask;
+}
+
+static void cache_free(Graph *g)
+{
+    for (int i = 0; i < g->ncache; i++) {
+        free(g->cache[i].key);
+        program_free(g->cache[i].prog);
+    }
+    free(g->cache);
+    free(g->plan);
+}
+
+/* ---- compile: CSE, DCE, fusion ---- */
+
+static int same_node(const struct tnode *a, const struct tnode *b)
+{
+    return a->op == b->op && a->nin == b->nin && a->nout == b->nout &&
+           !memcmp(a->a, b->a, sizeof a->a) && !memcmp(a->f, b->f, sizeof a->f) &&
+           !memcmp(a->in, b->in, sizeof a->in);
+}
+
+static int64_t follow(const int64_t *fwd, int64_t r)
+{
+    return r == REF_NONE || IS_SLOT(r) ? r : fwd[r];
+}
+
+/* Common subexpressions: a node equal to an earlier one (same op,
+ * constants and operands) reuses the earlier one's outputs. */
+static void cse(struct trace *tr)
+{
+    int64_t *fwd = xcalloc((size_t)tr->n * KMAX_OUT, sizeof *fwd);
+    for (int i = 0; i < tr->n; i++) {
+        struct tnode *t = &tr->nodes[i];
+        for (int k = 0; k < KMAX_IN; k++)
+            t->in[k] = follow(fwd, t->in[k]);
+        for (int k = 0; k < KMAX_OUT; k++)
+            fwd[REF_OUT(i, k)] = REF_OUT(i, k);
+        for (int j = 0; j < i && !side_effect(t->op); j++) {
+            if (!tr->nodes[j].dead && same_node(&tr->nodes[j], t)) {
+                for (int k = 0; k < KMAX_OUT; k++)
+                    fwd[REF_OUT(i, k)] = REF_OUT(j, k);
+                t->dead = 1;
+                break;
+            }
+        }
+    }
+    for (int r = 0; r < tr->nroots; r++)
+        tr->roots[r] = follow(fwd, tr->roots[r]);
+    free(fwd);
+}
+
+/* Consumers of every node output among live nodes and roots. */
+static int *count_uses(const struct trace *tr)
+{
+    int *uses = xcalloc((size_t)tr->n * KMAX_OUT, sizeof(int));
+    for (int i = 0; i < tr->n; i++)
+        for (int k = 0; k < KMAX_IN && !tr->nodes[i].dead; k++)
+            if (tr->nodes[i].in[k] != REF_NONE && !IS_SLOT(tr->nodes[i].in[k]))
+                uses[tr->nodes[i].in[k]]++;
+    for (int r = 0; r < tr->nroots; r++)
+        if (!IS_SLOT(tr->roots[r]))
+            uses[tr->roots[r]] += 1000; /* a root is never fused away */
+    return uses;
+}
+
+/* Dead code: nodes no root and no side effect depends on. */
+static void dce(struct trace *tr)
+{
+    char *need = xcalloc((size_t)tr->n, 1);
+    for (int r = 0; r < tr->nroots; r++)
+        if (!IS_SLOT(tr->roots[r]))
+            need[REF_NODE(tr->roots[r])] = 1;
+    for (int i = tr->n - 1; i >= 0; i--) {
+        struct tnode *t = &tr->nodes[i];
+        if (t->dead || !(need[i] || side_effect(t->op))) {
+            t->dead = 1;
+            continue;
+        }
+        for (int k = 0; k < KMAX_IN; k++)
+            if (t->in[k] != REF_NONE && !IS_SLOT(t->in[k]))
+                need[REF_NODE(t->in[k])] = 1;
+    }
+    free(need);
+}
+
+/* The single consumer of node i's output 0 that may absorb it. */
+static int only_consumer(const struct trace *tr, const int *uses, int i)
+{
+    if (uses[REF_OUT(i, 0)] != 1)
+        return -1;
+    for (int j = i + 1; j < tr->n; j++) {
+        if (tr->nodes[j].dead)
+            continue;
+        if (side_effect(tr->nodes[j].op))
+            return -1; /* never move a read past an in-place write */
+        for (int k = 0; k < KMAX_IN; k++)
+            if (tr->nodes[j].in[k] == REF_OUT(i, 0))
+                return j;
+    }
+    return -1;
+}
+
+/* The consumer j takes over node i: j becomes i with j's outputs. */
+static void absorb(struct trace *tr, int i, int j, int op)
+{
+    struct tnode *src = &tr->nodes[i], *dst = &tr->nodes[j];
+    int64_t extra[KMAX_IN];
+    int ne = 0;
+    for (int k = 0; k < dst->nin; k++)
+        if (dst->in[k] != REF_OUT(i, 0))
+            extra[ne++] = dst->in[k];
+    int nin = src->nin;
+    int64_t in[KMAX_IN];
+    memcpy(in, src->in, sizeof in);
+    for (int k = 0; k < ne; k++)
+        in[nin++] = extra[k];
+    memcpy(dst->in, in, sizeof in);
+    dst->nin = nin;
+    dst->op = op;
+    memcpy(dst->a, src->a, sizeof dst->a);
+    memcpy(dst->f, src->f, sizeof dst->f);
+    src->dead = 1;
+}
+
+/* Epilogues folded into a matmul: ReLU, and residual adds. Both are exact:
+ * the kernel computes the same matmul and then the same additions in the
+ * same order (a + b == b + a in IEEE arithmetic). */
+static void fuse_matmul(struct trace *tr)
+{
+    for (int i = 0; i < tr->n; i++) {
+        struct tnode *t = &tr->nodes[i];
+        if (t->dead || (t->op != KOP_MATMUL && t->op != KOP_MATMUL_EX))
+            continue;
+        int *uses = count_uses(tr);
+        int j = only_consumer(tr, uses, i);
+        free(uses);
+        if (j < 0)
+            continue;
+        struct tnode *c = &tr->nodes[j];
+        int relu = t->op == KOP_MATMUL_EX && t->f[0] != 0;
+        int nres = t->op == KOP_MATMUL_EX ? t->nin - 3 : 0;
+        if (c->op == KOP_RELU && !nres && !relu) {
+            absorb(tr, i, j, KOP_MATMUL_EX);
+            c->f[0] = 1;
+            c->nin = 3;
+        } else if (c->op == KOP_ADD && !relu && nres < 2 && c->in[0] != c->in[1]) {
+            if (t->op == KOP_MATMUL)
+                t->nin = 3;
+            absorb(tr, i, j, KOP_MATMUL_EX);
+            c->f[0] = 0;
+        } else {
+            continue;
+        }
+        i = -1; /* the absorbed node may fuse again */
+    }
+}
+
+/* Chains of adds become one pass over memory. Only a left-leaning chain
+ * keeps the order of additions, and an add whose second operand is the
+ * inner add is swapped first (exact, as addition commutes). */
+static void fuse_adds(struct trace *tr)
+{
+    for (int i = 0; i < tr->n; i++) {
+        struct tnode *t = &tr->nodes[i];
+        if (t->dead || (t->op != KOP_ADD && t->op != KOP_ADD_N))
+            continue;
+        int *uses = count_uses(tr);
+        int j = only_consumer(tr, uses, i);
+        free(uses);
+        if (j < 0 || tr->nodes[j].op != KOP_ADD || t->nin >= KMAX_IN)
+            continue;
+        struct tnode *c = &tr->nodes[j];
+        if (c->in[0] == c->in[1])
+            continue;
+        if (c->in[1] == REF_OUT(i, 0)) {
+            c->in[1] = c->in[0];
+            c->in[0] = REF_OUT(i, 0);
+        }
+        absorb(tr, i, j, KOP_ADD_N);
+        i = -1;
+    }
+}
+
+/* ---- the memory plan ---- */
+
+/* A value the program keeps in its arena, and when it is alive. */
+struct value {
+    int64_t ref; /* node output, or REF_SLOT for a transferred input */
+    long bytes, off;
+    int first, last; /* instruction indices; inputs are born at -1 */
+};
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const struct value *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return x->first - y->first;
+}
+
+/* Greedy best-known heuristic: biggest buffers first, each at the lowest
+ * offset that overlaps no placed buffer alive at the same time. */
+static size_t place_values(struct value *v, int n)
+{
+    size_t high = 0;
+    qsort(v, (size_t)n, sizeof *v, by_size_desc);
+    for (int i = 0; i < n; i++) {
+        long off = 0;
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int j = 0; j < i; j++) {
+                int alive = v[j].first <= v[i].last && v[i].first <= v[j].last;
+                int clash = off < v[j].off + v[j].bytes && v[j].off < off + v[i].bytes;
+                if (alive && clash) {
+                    off = v[j].off + v[j].bytes;
+                    moved = 1;
+                }
+            }
+        }
+        v[i].off = off;
+        if ((size_t)(off + v[i].bytes) > high)
+            high = (size_t)(off + v[i].bytes);
+    }
+    return high;
+}
+
+/* ---- emitting the program ---- */
+
+struct emit {
+    const struct trace *tr;
+    int *order;            /* [nk] live node indices in run order */
+    int nk;
+    struct value *val;     /* [nval] */
+    int nval;
+    long *where;           /* [n*KMAX_OUT] value index of each node output */
+    long *slot_val;        /* [nslots] value index of a transferred input, or -1 */
+};
+
+static long value_bytes(long rows, long cols) { return (rows * cols * 4 + 63) & ~63L; }
+
+static void add_value(struct emit *e, int64_t ref, long bytes, int first)
+{
+    struct value *v = &e->val[e->nval];
+    v->ref = ref;
+    v->bytes = bytes;
+    v->first = first;
+    v->last = first;
+    if (IS_SLOT(ref))
+        e->slot_val[ref & (SLOT_BIT - 1)] = e->nval;
+    else
+        e->where[ref] = e->nval;
+    e->nval++;
+}
+
+static void collect_values(struct emit *e)
+{
+    const struct trace *tr = e->tr;
+    for (int s = 0; s < tr->nslots; s++) {
+        e->slot_val[s] = -1;
+        if (tr->slot[s]->kind == TK_INPUT)
+            add_value(e, REF_SLOT(s), value_bytes(tr->slot[s]->rows, tr->slot[s]->cols), -1);
+    }
+    for (int k = 0; k < e->nk; k++) {
+        const struct tnode *t = &tr->nodes[e->order[k]];
+        for (int o = 0; o < t->nout; o++)
+            add_value(e, REF_OUT(e->order[k], o), value_bytes(t->rows[o], t->cols[o]), k);
+        for (int i = 0; i < KMAX_IN; i++) {
+            int64_t r = t->in[i];
+            long vi = r == REF_NONE ? -1 : IS_SLOT(r) ? e->slot_val[r & (SLOT_BIT - 1)] : e->where[r];
+            if (vi >= 0)
+                e->val[vi].last = k;
+        }
+    }
+    for (int r = 0; r < tr->nroots; r++)
+        if (!IS_SLOT(tr->roots[r]))
+            e->val[e->where[tr->roots[r]]].last = e->nk; /* read after the run */
+}
+
+static struct place place_of(const struct emit *e, const long *off_of, int64_t r)
+{
+    if (r == REF_NONE)
+        return (struct place){PL_NONE, 0};
+    if (IS_SLOT(r)) {
+        long s = r & (SLOT_BIT - 1);
+        if (e->slot_val[s] >= 0)
+            return (struct place){PL_ARENA, off_of[e->slot_val[s]]};
+        return (struct place){PL_SLOT, s};
+    }
+    return (struct place){PL_ARENA, off_of[e->where[r]]};
+}
+
+static Program *emit_program(struct emit *e, const long *off_of, size_t arena)
+{
+    const struct trace *tr = e->tr;
+    Program *p = xcalloc(1, sizeof *p);
+    p->n = e->nk;
+    p->ins = xcalloc((size_t)e->nk, sizeof *p->ins);
+    for (int k = 0; k < e->nk; k++) {
+        const struct tnode *t = &tr->nodes[e->order[k]];
+        struct pinstr *pi = &p->ins[k];
+        pi->op = t->op;
+        memcpy(pi->a, t->a, sizeof pi->a);
+        memcpy(pi->f, t->f, sizeof pi->f);
+        for (int i = 0; i < KMAX_IN; i++)
+            pi->in[i] = place_of(e, off_of, t->in[i]);
+        for (int o = 0; o < t->nout; o++)
+            pi->out[o] = place_of(e, off_of, REF_OUT(e->order[k], o));
+    }
+    p->arena_bytes = arena;
+    p->nslots = tr->nslots + tr->nroots;
+    p->tin = xcalloc((size_t)tr->nslots, sizeof *p->tin);
+    for (int s = 0; s < tr->nslots; s++)
+        if (e->slot_val[s] >= 0)
+            p->tin[p->nin++] = (struct transfer){s, off_of[e->slot_val[s]],
+                                                 tr->slot[s]->numel * 4};
+    p->tout = xcalloc((size_t)tr->nroots, sizeof *p->tout);
+    for (int r = 0; r < tr->nroots; r++) {
+        struct place pl = place_of(e, off_of, tr->roots[r]);
+        p->tout[p->nout++] = (struct transfer){tr->nslots + r, pl.at, tr->root_t[r]->numel * 4};
+    }
+    return p;
+}
+
+/* ---- compile ---- */
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void record_plan(Graph *g, const struct value *v, int n)
+{
+    free(g->plan);
+    g->plan = xcalloc((size_t)n, sizeof *g->plan);
+    g->nplan = n;
+    g->last.buffers = 0;
+    for (int i = 0; i < n; i++) {
+        g->plan[i] = (struct plan_buf){v[i].off, v[i].bytes, v[i].first, v[i].last};
+        g->last.buffers += (size_t)v[i].bytes;
+    }
+}
+
+/* Plans memory for the surviving nodes and emits the program. */
+static Program *lower(Graph *g, const struct trace *tr)
+{
+    struct emit e = {.tr = tr};
+    e.order = xcalloc((size_t)tr->n, sizeof(int));
+    for (int i = 0; i < tr->n; i++)
+        if (!tr->nodes[i].dead)
+            e.order[e.nk++] = i;
+    e.val = xcalloc((size_t)(tr->n * KMAX_OUT + tr->nslots), sizeof *e.val);
+    e.where = xcalloc((size_t)tr->n * KMAX_OUT, sizeof *e.where);
+    e.slot_val = xcalloc((size_t)tr->nslots, sizeof *e.slot_val);
+    collect_values(&e);
+    struct value *sorted = xcalloc((size_t)e.nval, sizeof *sorted);
+    memcpy(sorted, e.val, sizeof *sorted * (size_t)e.nval);
+    for (int i = 0; i < e.nval; i++)
+        sorted[i].ref = i; /* remember each value's index through the sort */
+    size_t arena = place_values(sorted, e.nval);
+    long *off_of = xcalloc((size_t)e.nval, sizeof *off_of);
+    for (int i = 0; i < e.nval; i++)
+        off_of[sorted[i].ref] = sorted[i].off;
+    record_plan(g, sorted, e.nval);
+    Program *p = emit_program(&e, off_of, arena);
+    memset(g->kernels, 0, sizeof g->kernels);
+    for (int k = 0; k < e.nk; k++)
+        g->kernels[tr->nodes[e.order[k]].op]++;
+    g->last.kernels = e.nk;
+    g->last.arena = arena;
+    free(off_of);
+    free(sorted);
+    free(e.order);
+    free(e.val);
+    free(e.where);
+    free(e.slot_val);
+    return p;
+}
+
+static void dump_trace(const struct trace *tr, FILE *f, int dot, const Program *p);
+
+static void save_graph(const Graph *g, const struct trace *tr, const char *stage, const Program *p)
+{
+    const char *prefix = getenv("GPT_SAVE_GRAPHS"), *fmt = getenv("GPT_SAVE_GRAPHS_FMT");
+    if (!prefix || !*prefix)
+        return;
+    int dot = fmt && !strcmp(fmt, "dot");
+    char path[4096];
+    snprintf(path, sizeof path, "%s-%03d-%s.%s", prefix, g->ncache, stage, dot ? "dot" : "txt");
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "gpt: GPT_SAVE_GRAPHS: cannot write %s\n", path);
+        return;
+    }
+    dump_trace(tr, f, dot, p);
+    fclose(f);
+}
+
+static Program *compile(Graph *g, struct trace *tr)
+{
+    double t0 = seconds_now();
+    g->last.nodes = tr->n;
+    save_graph(g, tr, "before", NULL);
+    cse(tr);
+    dce(tr);
+    fuse_matmul(tr);
+    fuse_adds(tr);
+    Program *p = lower(g, tr);
+    g->last.ms = (seconds_now() - t0) * 1e3;
+    save_graph(g, tr, "after", p);
+    return p;
+}
+
+int g_compile_stats(const Graph *g, struct compile_stats *s)
+{
+    *s = g->last;
+    return g->ncache;
+}
+
+int g_plan(const Graph *g, const struct plan_buf **bufs)
+{
+    *bufs = g->plan;
+    return g->nplan;
+}
+
+int g_kernel_count(const Graph *g, int op) { return g->kernels[op]; }
+
+/* ---- graph dumps (GPT_SAVE_GRAPHS) ---- */
+
+static void ref_name(char *buf, size_t n, int64_t r)
+{
+    if (r == REF_NONE)
+        snprintf(buf, n, "-");
+    else if (IS_SLOT(r))
+        snprintf(buf, n, "in%ld", (long)(r & (SLOT_BIT - 1)));
+    else
+        snprintf(buf, n, "%%%d.%d", REF_NODE(r), REF_IDX(r));
+}
+
+/* Kernel index, output offset and last use of live node i. */
+static void node_plan(const struct trace *tr, const Program *p, int i, int *k, long *off, int *last)
+{
+    *k = 0;
+    for (int j = 0; j < i; j++)
+        *k += !tr->nodes[j].dead;
+    *off = p && *k < p->n ? p->ins[*k].out[0].at : -1;
+    *last = *k;
+    for (int j = i + 1, kj = *k + 1; j < tr->n; j++) {
+        if (tr->nodes[j].dead)
+            continue;
+        for (int q = 0; q < KMAX_IN; q++)
+            if (tr->nodes[j].in[q] == REF_OUT(i, 0))
+                *last = kj;
+        kj++;
+    }
+}
+
+static void dump_text_node(const struct trace *tr, FILE *f, int i, const Program *p)
+{
+    const struct tnode *t = &tr->nodes[i];
+    char b[32];
+    fprintf(f, "%%%d = %s(", i, kop_name(t->op));
+    for (int k = 0; k < t->nin; k++) {
+        ref_name(b, sizeof b, t->in[k]);
+        fprintf(f, "%s%s", k ? ", " : "", b);
+    }
+    fprintf(f, ") -> [%d,%d]", t->rows[0], t->cols[0]);
+    if (p) {
+        int k, last;
+        long off;
+        node_plan(tr, p, i, &k, &off, &last);
+        fprintf(f, "  kernel %d, arena +%ld, %ld bytes, live %d..%d", k, off,
+                (long)t->rows[0] * t->cols[0] * 4, k, last);
+    }
+    fputc('\n', f);
+}
+
+static void dump_dot_node(const struct trace *tr, FILE *f, int i, const Program *p)
+{
+    const struct tnode *t = &tr->nodes[i];
+    fprintf(f, "  n%d [label=\"%%%d %s\\n[%d,%d]", i, i, kop_name(t->op), t->rows[0], t->cols[0]);
+    if (p) {
+        int k, last;
+        long off;
+        node_plan(tr, p, i, &k, &off, &last);
+        fprintf(f, "\\nbuf @%ld +%ld B\\nlive %d..%d", off, (long)t->rows[0] * t->cols[0] * 4, k, last);
+    }
+    fprintf(f, "\"%s];\n", t->op >= KOP_MATMUL_EX ? ", style=filled, fillcolor=lightblue" : "");
+    for (int k = 0; k < t->nin; k++) {
+        if (t->in[k] == REF_NONE)
+            continue;
+        if (IS_SLOT(t->in[k]))
+            fprintf(f, "  s%ld -> n%d;\n", (long)(t->in[k] & (SLOT_BIT - 1)), i);
+        else
+            fprintf(f, "  n%d -> n%d;\n", REF_NODE(t->in[k]), i);
+    }
+}
+
+static void dump_trace(const struct trace *tr, FILE *f, int dot, const Program *p)
+{
+    if (dot) {
+        fprintf(f, "digraph xla {\n  node [shape=box, fontname=monospace];\n");
+        for (int s = 0; s < tr->nslots; s++)
+            fprintf(f, "  s%d [label=\"in%d [%d,%d]\", shape=ellipse];\n", s, s,
+                    tr->slot[s]->rows, tr->slot[s]->cols);
+    }
+    for (int i = 0; i < tr->n; i++) {
+        if (tr->nodes[i].dead)
+            continue;
+        if (dot)
+            dump_dot_node(tr, f, i, p);
+        else
+            dump_text_node(tr, f, i, p);
+    }
+    if (dot)
+        fprintf(f, "}\n");
+}
+
+/* ---- the cache and the cut ---- */
+
+static Program *lookup(const Graph *g, const struct key *k, uint64_t h)
+{
+    for (int i = 0; i < g->ncache; i++) {
+        const struct cache_entry *c = &g->cache[i];
+        /* the hash only narrows the search; the full key decides */
+        if (c->hash == h && c->keylen == k->n && !memcmp(c->key, k->v, sizeof *k->v * (size_t)k->n))
+            return c->prog;
+    }
+    return NULL;
+}
+
+static void insert(Graph *g, struct key *k, uint64_t h, Program *p)
+{
+    if (g->ncache == g->capcache) {
+        g->capcache = g->capcache ? 2 * g->capcache : 16;
+        g->cache = realloc(g->cache, sizeof *g->cache * (size_t)g->capcache);
+        if (!g->cache) {
+            fprintf(stderr, "gpt: out of memory (compile cache)\n");
+            exit(1);
+        }
+    }
+    g->cache[g->ncache++] = (struct cache_entry){h, k->v, k->n, p};
+    k->v = NULL;
+}
+
+/* Why a trace missed the cache: the cached key sharing the longest prefix
+ * with it, and what the first difference is about. */
+static void explain_miss(const Graph *g, const struct key *k, const char *why)
+{
+    int best = -1;
+    long best_len = -1;
+    for (int i = 0; i < g->ncache; i++) {
+        const struct cache_entry *c = &g->cache[i];
+        long j = 0;
+        while (j < c->keylen && j < k->n && c->key[j] == k->v[j])
+            j++;
+        if (j > best_len) {
+            best_len = j;
+            best = i;
+        }
+    }
+    const char *what = best_len < 3 ? "node or input count"
+                       : best_len < 3 + 4 * k->v[1] ? "an input's shape or kind"
+                       : "an op, shape or constant";
+    fprintf(stderr, "xla: new graph after %s; nearest cached graph #%d differs in %s "
+            "(key word %ld: %lld vs %lld)\n", why, best, what, best_len,
+            best_len < g->cache[best].keylen ? (long long)g->cache[best].key[best_len] : -1LL,
+            best_len < k->n ? (long long)k->v[best_len] : -1LL);
+}
+
+static int debug_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("GPT_XLA_DEBUG");
+        on = v && *v && strcmp(v, "0");
+    }
+    return on;
+}
+
+static Program *get_program(Graph *g, struct trace *tr, const char *why)
+{
+    struct key k = key_build(tr);
+    uint64_t h = key_hash(&k);
+    Program *p = lookup(g, &k, h);
+    if (p) {
+        xs_counter_add(C_CACHED, 1);
+        free(k.v);
+        return p;
+    }
+    if (debug_on() && g->ncache)
+        explain_miss(g, &k, why);
+    p = compile(g, tr);
+    xs_metric_add(M_COMPILE, g->last.ms * 1e-3);
+    xs_counter_add(C_UNCACHED, 1);
+    insert(g, &k, h, p);
+    if (debug_on())
+        fprintf(stderr, "xla: compile #%d: %d nodes -> %d kernels, arena %zu bytes vs %zu "
+                "in all buffers, %.2f ms\n", g->ncache, g->last.nodes, g->last.kernels,
+                g->last.arena, g->last.buffers, g->last.ms);
+    return p;
+}
+
+static void cut(Graph *g, Tensor *const *roots, int nroots, const char *why)
+{
+    struct trace tr;
+    trace_build(g, roots, nroots, &tr);
+    if (tr.n > 0) {
+        Program *p = get_program(g, &tr, why);
+        void **slots = xcalloc((size_t)p->nslots, sizeof *slots);
+        for (int s = 0; s < tr.nslots; s++)
+            slots[s] = tr.slot[s]->data;
+        for (int r = 0; r < tr.nroots; r++) {
+            Tensor *t = tr.root_t[r];
+            t->data = arena_alloc(&g->data, (size_t)t->numel * 4);
+            slots[tr.nslots + r] = t->data;
+        }
+        xs_run(p, slots);
+        free(slots);
+    }
+    trace_free(&tr);
+}

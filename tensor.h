@@ -1,0 +1,132 @@
+/* tensor.h: the compute kernels, the bottom layer.
+ *
+ * Every kernel exists as a plain-C twin (suffix _ref) and as a dispatched
+ * entry point (k_*) that picks the AVX-512, AVX2 or plain path at run time.
+ * All tensors are dense, row-major float32 unless said otherwise.
+ *
+ * Determinism contract: for a fixed ISA path, every output bit is the same
+ * whatever the OpenMP thread count, because each output element is produced
+ * by one fixed sequence of operations (reductions use fixed blocks that do
+ * not depend on the thread count, combined in a fixed order).
+ */
+#ifndef TENSOR_H
+#define TENSOR_H
+#include <stddef.h>
+#include <stdint.h>
+
+enum isa { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+
+/* Best path this CPU supports, lowered (never raised) by the environment
+ * variable GPT_ISA=scalar|avx2|avx512. Decided once, on first call. */
+int isa_best(void);
+/* The path the k_* entry points use now; tests switch it. */
+int isa_get(void);
+void isa_set(int isa); /* clamped to isa_best() */
+const char *isa_name(int isa);
+
+/* c[n,q] = a[n,p] @ b[p,q] (+ bias[q] when bias != NULL) */
+void k_matmul(float *c, const float *a, const float *b, const float *bias,
+              int n, int p, int q);
+void k_matmul_ref(float *c, const float *a, const float *b, const float *bias,
+                  int n, int p, int q);
+
+/* c[n,q] = a^T @ b with a[p,n], b[p,q]: the weight-gradient shape, a long
+ * reduction over p summed in order 0..p-1 for every element. */
+void k_matmul_tn(float *c, const float *a, const float *b, int n, int p, int q);
+void k_matmul_tn_ref(float *c, const float *a, const float *b, int n, int p, int q);
+
+/* out[s,r] = in[r,s]^T */
+void k_transpose(float *out, const float *in, int r, int s);
+void k_transpose_ref(float *out, const float *in, int r, int s);
+
+/* out[q] = sum over rows of x[n,q] */
+void k_sum_rows(float *out, const float *x, int n, int q);
+void k_sum_rows_ref(float *out, const float *x, int n, int q);
+
+/* y[n] = a[n] + b[n] */
+void k_add(float *y, const float *a, const float *b, size_t n);
+void k_add_ref(float *y, const float *a, const float *b, size_t n);
+
+/* y = max(x, 0); dx = dy where y > 0 else 0 */
+void k_relu(float *y, const float *x, size_t n);
+void k_relu_ref(float *y, const float *x, size_t n);
+void k_relu_bwd(float *dx, const float *dy, const float *y, size_t n);
+void k_relu_bwd_ref(float *dx, const float *dy, const float *y, size_t n);
+
+/* LayerNorm over the last dim, eps 1e-5, biased variance.
+ * x,y [n,c]; w,b [c]; mean,rstd [n] saved for the backward pass. */
+void k_layernorm(float *y, float *mean, float *rstd, const float *x,
+                 const float *w, const float *b, int n, int c);
+void k_layernorm_ref(float *y, float *mean, float *rstd, const float *x,
+                     const float *w, const float *b, int n, int c);
+/* dx [n,c] (overwritten); dw, db [c] (overwritten, reduced over n). */
+void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
+                     const float *x, const float *w, const float *mean,
+                     const float *rstd, int n, int c);
+void k_layernorm_bwd_ref(float *dx, float *dw, float *db, const float *dy,
+                         const float *x, const float *w, const float *mean,
+                         const float *rstd, int n, int c);
+
+/* Causal self-attention, fused: never holds all B*H*T*T scores.
+ * qkv [B,T,3C], per head h (hs = C/H): q = cols [3hs*h, 3hs*h+hs), k the
+ * next hs, v the next hs. out [B,T,C], head h in cols [hs*h, hs*h+hs).
+ * lse [B,H,T]: log-sum-exp of each query's scaled scores (for backward).
+ * Scores scaled by 1/sqrt(hs); keys j > query i are skipped, not masked. */
+void k_attention(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+void k_attention_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+/* dqkv [B,T,3C] overwritten. */
+void k_attention_bwd(float *dqkv, const float *dout, const float *qkv,
+                     const float *out, const float *lse, int B, int T, int C, int H);
+void k_attention_bwd_ref(float *dqkv, const float *dout, const float *qkv,
+                         const float *out, const float *lse, int B, int T, int C, int H);
+
+/* One decoding step with a KV cache, for nb independent sequences at the
+ * same position pos: qkv [nb,3C] is the new token's projection; its k and
+ * v are written into kc, vc [nb,tmax,C] at row pos, then the query attends
+ * to rows 0..pos. out [nb,C]. */
+void k_attention_step(float *out, float *kc, float *vc, const float *qkv,
+                      int nb, int pos, int tmax, int C, int H);
+void k_attention_step_ref(float *out, float *kc, float *vc, const float *qkv,
+                          int nb, int pos, int tmax, int C, int H);
+
+/* Mean softmax cross-entropy over the rows whose target is >= 0.
+ * logits [n,v]; targets [n] (int32, < 0 = ignored); loss [1]. */
+void k_xent(float *loss, const float *logits, const int32_t *targets, int n, int v);
+void k_xent_ref(float *loss, const float *logits, const int32_t *targets, int n, int v);
+/* dlogits [n,v] = (softmax - onehot) * dloss[0] / count; ignored rows 0. */
+void k_xent_bwd(float *dlogits, const float *logits, const int32_t *targets,
+                const float *dloss, int n, int v);
+void k_xent_bwd_ref(float *dlogits, const float *logits, const int32_t *targets,
+                    const float *dloss, int n, int v);
+
+/* y[i,:] = table[:, idx[i]]: table [c,v] in PyTorch's Linear layout, so a
+ * byte's embedding is a column. idx [n] int32 in [0,v); y [n,c]. */
+void k_embed(float *y, const int32_t *idx, const float *table, int n, int c, int v);
+void k_embed_ref(float *y, const int32_t *idx, const float *table, int n, int c, int v);
+/* dtable [c,v] overwritten: dtable[:, idx[i]] += dy[i,:], rows i in order. */
+void k_embed_bwd(float *dtable, const int32_t *idx, const float *dy, int n, int c, int v);
+void k_embed_bwd_ref(float *dtable, const int32_t *idx, const float *dy, int n, int c, int v);
+
+/* torch.optim.Adam (no weight decay, no amsgrad), step t >= 1, in place:
+ * m += (1-b1)(g-m); v = b2 v + (1-b2) g^2;
+ * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
+void k_adam(float *p, float *m, float *v, const float *g, size_t n,
+            float lr, float b1, float b2, float eps, int t);
+void k_adam_ref(float *p, float *m, float *v, const float *g, size_t n,
+                float lr, float b1, float b2, float eps, int t);
+
+/* ---- fused kernels (made by the graph compiler) ---- */
+
+/* c[n,q] = relu?(a[n,p] @ b[p,q] + bias[q]) + r1[n,q] + r2[n,q], where bias,
+ * r1 and r2 may be NULL. The matmul part is bit-identical to k_matmul, and
+ * the additions happen in this order, so fusing never changes a result. */
+void k_matmul_ex(float *c, const float *a, const float *b, const float *bias,
+                 const float *r1, const float *r2, int relu, int n, int p, int q);
+void k_matmul_ex_ref(float *c, const float *a, const float *b, const float *bias,
+                     const float *r1, const float *r2, int relu, int n, int p, int q);
+
+/* y[n] = ((x[0] + x[1]) + x[2]) + ... over m >= 1 inputs, one pass. */
+void k_add_n(float *y, const float *const *x, int m, size_t n);
+void k_add_n_ref(float *y, const float *const *x, int m, size_t n);
+
+#endif

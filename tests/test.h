@@ -1,0 +1,31 @@
+/* tests/test.h: the tiny harness every test file shares. */
+#ifndef TEST_H
+#define TEST_H
+#include <stdio.h>
+
+extern int t_pass, t_fail;
+
+/* One counted assertion; a failure prints where and why, and goes on. */
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (cond) {                                                        \
+            t_pass++;                                                      \
+        } else {                                                           \
+            t_fail++;                                                      \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+        }                                                                  \
+    } while (0)
+
+/* Largest |a-b| / max(|b|, floor) over n floats. */
+double max_rel_err(const float *a, const float *b, size_t n, double floor);
+
+/* Each suite is one function, listed in tests/main.c. */
+void test_kernels(void);
+void test_grads(void);
+void test_model(void);
+void test_ckpt(void);
+void test_cli(void);
+
+#endif

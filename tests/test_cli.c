@@ -1,0 +1,148 @@
+/* tests/test_cli.c: the binary as a user runs it: determinism across
+ * thread counts, sampling and eval, and a clear one-line refusal with the
+ * right exit code for every kind of bad input. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include "test.h"
+
+#define SMALL "--embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 " \
+              "--eval-batch 8 --eval-every 10 --data tests/tmp/d.txt"
+
+/* Runs cmd through the shell; returns its exit code, output in out. */
+static int run(const char *cmd, char *out, size_t n)
+{
+    char full[2048];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    size_t got = p ? fread(out, 1, n - 1, p) : 0;
+    out[got] = 0;
+    int st = p ? pclose(p) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void write_file(const char *path, const char *s, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    fwrite(s, 1, n, f);
+    fclose(f);
+}
+
+/* Pseudo-English from a fixed word list: small, learnable, reproducible. */
+static void make_data(void)
+{
+    static const char *w[] = {"the", "cat", "sat", "on", "a", "mat", "and",
+                              "Holmes", "said", "Watson,", "my", "dear", "it", "is",
+                              "elementary.", "\n"};
+    char *buf = malloc(40000);
+    size_t n = 0;
+    uint64_t x = 99;
+    while (n < 39000) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const char *s = w[(x >> 33) % 16];
+        n += (size_t)sprintf(buf + n, "%s ", s);
+    }
+    mkdir("tests/tmp", 0755);
+    write_file("tests/tmp/d.txt", buf, n);
+    free(buf);
+}
+
+static int same_file(const char *a, const char *b)
+{
+    char cmd[512], out[256];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+    return run(cmd, out, sizeof out) == 0;
+}
+
+static void check_determinism(void)
+{
+    char out[65536];
+    int rc1 = run("./gpt train " SMALL " --steps 30 --out tests/tmp/t1 --threads 1", out, sizeof out);
+    CHECK(rc1 == 0 && strstr(out, "step      0 | train") && strstr(out, "saved"),
+          "small training run failed (%d): %s", rc1, out);
+    int rc2 = run("./gpt train " SMALL " --steps 30 --out tests/tmp/t2 --threads 2", out, sizeof out);
+    CHECK(rc2 == 0, "2-thread run failed: %s", out);
+    CHECK(same_file("tests/tmp/t1/ckpt-00000030.safetensors", "tests/tmp/t2/ckpt-00000030.safetensors"),
+          "1 and 2 threads gave different checkpoints");
+}
+
+static void check_learning(void)
+{
+    char out[65536];
+    int rc = run("./gpt train " SMALL " --steps 300 --lr 3e-3 --eval-every 299 --out tests/tmp/t3", out, sizeof out);
+    float l0 = 0, l1 = 0;
+    const char *a = strstr(out, "step      0 |"), *b = strstr(out, "step    299 |");
+    CHECK(rc == 0 && a && b && sscanf(a, "step %*d | train %*f | test %f", &l0) == 1 &&
+              sscanf(b, "step %*d | train %*f | test %f", &l1) == 1 && l1 < 0.7f * l0,
+          "training did not learn: test loss %.3f -> %.3f (%d)", l0, l1, rc);
+}
+
+static void check_sample_eval(void)
+{
+    char a[4096], b[4096], out[4096];
+    const char *s = "./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 80 --seed 5";
+    CHECK(run(s, a, sizeof a) == 0 && run(s, b, sizeof b) == 0 && !strcmp(a, b) &&
+              !strncmp(a, "the cat", 7) && strlen(a) == 81,
+          "sampling is not reproducible or has the wrong length: '%s'", a);
+    CHECK(run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the' --temperature 0 --bytes 40", a,
+              sizeof a) == 0 && strlen(a) == 41, "greedy sampling failed: %s", a);
+    CHECK(run("./gpt eval --ckpt tests/tmp/t3/ckpt-00000300.safetensors --data tests/tmp/d.txt",
+              out, sizeof out) == 0 && strstr(out, "loss ") && strstr(out, "bpb "),
+          "eval failed: %s", out);
+    CHECK(run("./gpt train --init tests/torch_init.safetensors --embed 16 --heads 2 --layers 1 "
+              "--context 32 --seq 32 --batch 2 --steps 2 --data tests/tmp/d.txt --out tests/tmp/t4",
+              out, sizeof out) == 0, "--init of a PyTorch file failed: %s", out);
+}
+
+static void check_refusals(void)
+{
+    static const struct {
+        const char *cmd;
+        int code;
+        const char *says;
+    } bad[] = {
+        {"./gpt train --bogus 1", 2, "unknown flag '--bogus'"},
+        {"./gpt train --steps 0", 2, "--steps"},
+        {"./gpt train --batch x", 2, "--batch expects a whole number"},
+        {"./gpt train --lr -1", 2, "--lr"},
+        {"./gpt train --heads 5", 2, "--heads 5"},
+        {"./gpt train --seq 200", 2, "--seq"},
+        {"./gpt train --prompt ''", 2, "--prompt"},
+        {"./gpt train --steps", 2, "--steps needs a value"},
+        {"./gpt frobnicate", 2, "unknown command"},
+        {"GPT_ISA=mmx ./gpt train", 2, "GPT_ISA"},
+        {"./gpt train " SMALL " --data tests/tmp/missing.txt", 1, "tests/tmp/missing.txt: cannot open"},
+        {"./gpt train " SMALL " --data tests/tmp/empty.txt", 1, "empty"},
+        {"./gpt train " SMALL " --data tests/tmp/short.txt", 1, "each needs at least 33"},
+        {"./gpt train " SMALL " --data tests/tmp/utf8.txt", 1, "offset 10"},
+        {"./gpt train " SMALL " --out /proc/nope", 1, "/proc/nope"},
+        {"./gpt sample --ckpt tests/tmp/garbage.safetensors", 1, "garbage.safetensors"},
+        {"./gpt sample --ckpt tests/tmp/nothing", 1, "tests/tmp/nothing"},
+        {"./gpt eval --ckpt tests/tmp/t1 --data tests/tmp/empty.txt", 1, "empty"},
+    };
+    write_file("tests/tmp/empty.txt", "", 0);
+    write_file("tests/tmp/short.txt", "only forty bytes of text, not enough....", 40);
+    write_file("tests/tmp/utf8.txt", "plain text\xe2\x80\x99s", 13);
+    write_file("tests/tmp/garbage.safetensors", "\x10\0\0\0\0\0\0\0{not json}", 18);
+    char out[4096];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = run(bad[i].cmd, out, sizeof out);
+        int lines = 0;
+        for (char *c = out; *c; c++)
+            lines += *c == '\n';
+        CHECK(rc == bad[i].code && strstr(out, bad[i].says) && lines == 1,
+              "'%s' gave exit %d (want %d) and '%s' (want one line with '%s')", bad[i].cmd, rc,
+              bad[i].code, out, bad[i].says);
+    }
+}
+
+void test_cli(void)
+{
+    make_data();
+    check_determinism();
+    check_learning();
+    check_sample_eval();
+    check_refusals();
+}
