@@ -1099,6 +1099,8 @@ int ckpt_load_weights(Model *m, const StFile *f, int with_state, char *err, size
 
 /* ---- command line ---- */
 
+static void resolve_ckpt(const char *arg, char *path, size_t n);
+
 static double now_seconds(void)
 {
     struct timespec ts;
@@ -1126,15 +1128,16 @@ struct opt {
 struct settings {
     int embed, mlp, heads, layers, context;
     int steps, batch, seq, eval_every, eval_batch, eval_bytes, final_bytes;
-    int threads, bytes, top_k, metrics, naive;
+    int threads, bytes, top_k, metrics, naive, ckpt_every, keep;
     double lr, temperature, seed;
-    const char *data, *out, *init, *prompt, *device, *ckpt;
+    const char *data, *out, *init, *prompt, *device, *ckpt, *resume;
 };
 
 static const struct settings defaults = {
     .embed = 32, .mlp = 64, .heads = 4, .layers = 4, .context = 128,
     .steps = 50000, .batch = 32, .seq = 128, .eval_every = 100, .eval_batch = 256,
     .eval_bytes = 32, .final_bytes = 256, .threads = 0, .bytes = 256, .top_k = 0,
+    .ckpt_every = 1000, .keep = 3,
     .lr = 1e-3, .temperature = 1.0, .seed = 1337,
     .data = "data/sherlock-ascii.txt", .out = "out", .init = NULL,
     .prompt = "\"Elementary, my dear", .device = "xla", .ckpt = "out",
@@ -1182,6 +1185,25 @@ static void set_opt(const struct opt *o, const char *v)
     }
 }
 
+/* The flags the user gave, so that resuming can tell a deliberate value
+ * from a default. */
+static const char *given[64];
+static int ngiven;
+
+static int was_given(const char *name)
+{
+    for (int i = 0; i < ngiven; i++)
+        if (!strcmp(given[i], name))
+            return 1;
+    return 0;
+}
+
+/* `--resume` alone means the output directory. */
+static int optional_value(const struct opt *o, int i, int argc, char **argv)
+{
+    return !strcmp(o->name, "resume") && (i + 1 == argc || !strncmp(argv[i + 1], "--", 2));
+}
+
 static void parse_opts(const char *cmd, const char *what, int argc, char **argv,
                        const struct opt *o, int n)
 {
@@ -1198,6 +1220,12 @@ static void parse_opts(const char *cmd, const char *what, int argc, char **argv,
             k++;
         if (k == n)
             die(2, "unknown flag '%.*s' (see gpt %s --help)", (int)len + 2, a, cmd);
+        if (ngiven < 64)
+            given[ngiven++] = o[k].name;
+        if (!eq && optional_value(&o[k], i, argc, argv)) {
+            *(const char **)o[k].ptr = "";
+            continue;
+        }
         if (o[k].type == O_FLAG) {
             if (eq)
                 die(2, "--%s takes no value", o[k].name);
@@ -1264,6 +1292,9 @@ static void check_train_flags(const struct settings *s)
     need(s->eval_every >= 1, "--eval-every must be >= 1, got %d", s->eval_every);
     need(s->eval_batch >= 1 && s->eval_batch <= 65536, "--eval-batch must be 1..65536, got %d", s->eval_batch);
     need(s->eval_bytes >= 0 && s->final_bytes >= 0, "--eval-bytes and --final-bytes must be >= 0");
+    need(s->ckpt_every >= 1, "--ckpt-every must be >= 1, got %d", s->ckpt_every);
+    need(s->keep >= 1, "--keep must be >= 1, got %d", s->keep);
+    need(!(s->init && s->resume), "--init and --resume exclude each other");
     need(s->seed >= 0 && s->seed < 9007199254740992.0 && s->seed == floor(s->seed),
          "--seed must be a whole number >= 0, got %g", s->seed);
     check_prompt(s->prompt);
@@ -1359,7 +1390,8 @@ struct trainer {
     Data data;
     Batch train, test;
     Rng rng_data, rng_eval;
-    int tty;
+    int tty, start;          /* start: the first step to run (resume) */
+    uint64_t data_hash;
     double t_start, t_steps; /* wall clock; seconds spent in training steps */
 };
 
@@ -1407,9 +1439,9 @@ static void progress(struct trainer *tr, int step, float loss)
     if (!tr->tty || now - last < 0.2)
         return;
     last = now;
-    int done = step + 1, left = tr->s.steps - done;
-    double per = tr->t_steps / done;
-    double eta = (now - tr->t_start) / done * left;
+    int done = step + 1, left = tr->s.steps - done, ran = done - tr->start;
+    double per = tr->t_steps / ran;
+    double eta = (now - tr->t_start) / ran * left;
     printf("\r\033[Kstep %d/%d | %.2f ms/step | %.0f tok/s | ETA %d:%02d | loss %.4f",
            done, tr->s.steps, per * 1e3, tr->s.batch * tr->s.seq / per,
            (int)eta / 60, (int)eta % 60, loss);
@@ -1423,33 +1455,101 @@ static void rng_hex(char *out, const Rng *r)
             (unsigned long long)r->s[3]);
 }
 
-static void save_checkpoint(struct trainer *tr, int steps_done)
+/* Every setting that shapes a run's state, as checkpoint metadata. A
+ * resumed run must agree on all of them to continue bit for bit. */
+struct meta {
+    const char *key[24];
+    char val[24][280];
+    int n;
+};
+
+static void meta_add(struct meta *m, const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->val[m->n], sizeof m->val[m->n], fmt, ap);
+    va_end(ap);
+    m->key[m->n++] = key;
+}
+
+static void run_meta(const struct trainer *tr, struct meta *m)
 {
     const struct settings *s = &tr->s;
     const Config *c = &tr->model.cfg;
-    char v[12][80], path[4096], err[512], rd[80], re[80];
-    rng_hex(rd, &tr->rng_data);
-    rng_hex(re, &tr->rng_eval);
-    const char *key[] = {"format", "vocab", "context", "embed", "mlp", "heads",
-                         "layers", "step", "batch", "seq", "lr", "seed",
-                         "rng_data", "rng_eval"};
-    int vals[] = {c->vocab, c->context, c->embed, c->mlp, c->heads, c->layers,
-                  steps_done, s->batch, s->seq};
-    const char *val[14] = {"gpt-ckpt-1"};
-    for (int i = 0; i < 9; i++) {
-        snprintf(v[i], sizeof v[i], "%d", vals[i]);
-        val[i + 1] = v[i];
+    meta_add(m, "format", "gpt-ckpt-1");
+    meta_add(m, "vocab", "%d", c->vocab);
+    meta_add(m, "context", "%d", c->context);
+    meta_add(m, "embed", "%d", c->embed);
+    meta_add(m, "mlp", "%d", c->mlp);
+    meta_add(m, "heads", "%d", c->heads);
+    meta_add(m, "layers", "%d", c->layers);
+    meta_add(m, "batch", "%d", s->batch);
+    meta_add(m, "seq", "%d", s->seq);
+    meta_add(m, "lr", "%.9g", s->lr);
+    meta_add(m, "seed", "%.0f", s->seed);
+    meta_add(m, "eval-every", "%d", s->eval_every);
+    meta_add(m, "eval-batch", "%d", s->eval_batch);
+    meta_add(m, "eval-bytes", "%d", s->eval_bytes);
+    meta_add(m, "prompt", "%s", s->prompt);
+    meta_add(m, "data_fnv1a64", "%016llx", (unsigned long long)tr->data_hash);
+}
+
+static int cmp_int_desc(const void *a, const void *b)
+{
+    return *(const int *)b - *(const int *)a;
+}
+
+/* The steps of dir's ckpt-*.safetensors, newest first; returns the count. */
+static int list_ckpts(const char *dir, int *steps, int max)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) && n < max) {
+        int k, len = 0;
+        if (sscanf(e->d_name, "ckpt-%d.safetensors%n", &k, &len) == 1 &&
+            len == (int)strlen(e->d_name))
+            steps[n++] = k;
     }
-    snprintf(v[9], sizeof v[9], "%.9g", s->lr);
-    snprintf(v[10], sizeof v[10], "%.0f", s->seed);
-    val[10] = v[9];
-    val[11] = v[10];
-    val[12] = rd;
-    val[13] = re;
-    snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", s->out, steps_done);
-    if (ckpt_save(&tr->model, path, key, val, 14, err, sizeof err))
+    if (d)
+        closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, cmp_int_desc);
+    return n;
+}
+
+/* Keeps the newest `keep` checkpoints up to step newest. */
+static void prune(const char *dir, int keep, int newest)
+{
+    static int steps[4096];
+    char path[4096];
+    int n = list_ckpts(dir, steps, 4096), kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (steps[i] > newest || kept++ < keep)
+            continue;
+        snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", dir, steps[i]);
+        unlink(path);
+    }
+}
+
+static void save_checkpoint(struct trainer *tr, int steps_done)
+{
+    struct meta m = {.n = 0};
+    char path[4096], err[512];
+    run_meta(tr, &m);
+    meta_add(&m, "step", "%d", steps_done);
+    rng_hex(m.val[m.n], &tr->rng_data);
+    m.key[m.n++] = "rng_data";
+    rng_hex(m.val[m.n], &tr->rng_eval);
+    m.key[m.n++] = "rng_eval";
+    const char *val[24];
+    for (int i = 0; i < m.n; i++)
+        val[i] = m.val[i];
+    snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", tr->s.out, steps_done);
+    if (ckpt_save(&tr->model, path, m.key, val, m.n, err, sizeof err))
         die(1, "%s", err);
-    printf("saved %s\n", path);
+    prune(tr->s.out, tr->s.keep, steps_done);
+    if (!tr->tty)
+        printf("saved %s\n", path);
 }
 
 static void make_out_dir(const char *dir)
@@ -1461,11 +1561,89 @@ static void make_out_dir(const char *dir)
         die(1, "%s: output directory is not a writable directory", dir);
 }
 
+static void parse_rng(Rng *r, const char *hex, const char *path)
+{
+    char part[17];
+    for (int i = 0; i < 4; i++) {
+        if (!hex || strlen(hex) != 64)
+            die(1, "%s: bad random generator state in the metadata", path);
+        memcpy(part, hex + 16 * i, 16);
+        part[16] = 0;
+        r->s[i] = strtoull(part, NULL, 16);
+    }
+}
+
+/* A resumed run takes every state-shaping setting from its checkpoint; a
+ * flag the user gave that disagrees is an error naming both values. */
+static void adopt(const struct trainer *tr, const StFile *f, const char *path)
+{
+    struct meta now = {.n = 0};
+    run_meta(tr, &now);
+    for (int i = 1; i < now.n; i++) {
+        const char *key = now.key[i], *was = st_meta(f, key);
+        if (!was)
+            die(1, "%s: checkpoint lacks '%s' in its metadata", path, key);
+        if (!strcmp(was, now.val[i]))
+            continue;
+        if (!strcmp(key, "data_fnv1a64"))
+            die(1, "%s: --data is not the file this run was trained on", path);
+        if (was_given(key))
+            die(2, "--%s %s conflicts with the checkpoint's %s (%s)", key, now.val[i], was, path);
+    }
+}
+
+static void set_from_meta(struct settings *s, const StFile *f)
+{
+    int *ints[] = {&s->context, &s->embed, &s->mlp, &s->heads, &s->layers, &s->batch,
+                   &s->seq, &s->eval_every, &s->eval_batch, &s->eval_bytes};
+    const char *keys[] = {"context", "embed", "mlp", "heads", "layers", "batch",
+                          "seq", "eval-every", "eval-batch", "eval-bytes"};
+    for (int i = 0; i < 10; i++)
+        if (st_meta(f, keys[i]) && !was_given(keys[i]))
+            *ints[i] = atoi(st_meta(f, keys[i]));
+    if (st_meta(f, "lr") && !was_given("lr"))
+        s->lr = atof(st_meta(f, "lr"));
+    if (st_meta(f, "seed") && !was_given("seed"))
+        s->seed = atof(st_meta(f, "seed"));
+    if (st_meta(f, "prompt") && !was_given("prompt"))
+        s->prompt = st_meta(f, "prompt");
+}
+
+/* The checkpoint to resume, opened before the flags are checked because it
+ * supplies their values. Kept open: the prompt points into it. */
+static void open_resume(struct trainer *tr, StFile *f, char *path, size_t n)
+{
+    char err[512];
+    resolve_ckpt(*tr->s.resume ? tr->s.resume : tr->s.out, path, n);
+    if (st_load(f, path, err, sizeof err))
+        die(1, "%s: %s", path, err);
+    const char *fmt = st_meta(f, "format"), *step = st_meta(f, "step");
+    if (!fmt || strcmp(fmt, "gpt-ckpt-1") || !step)
+        die(1, "%s: not a gpt training checkpoint (no format or step in the metadata)", path);
+    set_from_meta(&tr->s, f);
+}
+
+static void resume_state(struct trainer *tr, const StFile *f, const char *path)
+{
+    char err[512];
+    adopt(tr, f, path);
+    if (ckpt_load_weights(&tr->model, f, 1, err, sizeof err))
+        die(1, "%s: %s", path, err);
+    tr->start = atoi(st_meta(f, "step"));
+    tr->model.t = tr->start;
+    parse_rng(&tr->rng_data, st_meta(f, "rng_data"), path);
+    parse_rng(&tr->rng_eval, st_meta(f, "rng_eval"), path);
+    if (tr->start > tr->s.steps)
+        die(2, "%s is at step %d, past --steps %d", path, tr->start, tr->s.steps);
+}
+
 static void init_weights(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
     Config c = {VOCAB, s->context, s->embed, s->mlp, s->heads, s->layers};
     model_init(&tr->model, &c, (uint64_t)s->seed);
+    rng_seed(&tr->rng_data, (uint64_t)s->seed, 1);
+    rng_seed(&tr->rng_eval, (uint64_t)s->seed, 2);
     if (!s->init)
         return;
     StFile f;
@@ -1476,19 +1654,42 @@ static void init_weights(struct trainer *tr)
     st_free(&f);
 }
 
+/* SIGINT and SIGTERM finish the current step, save, and exit 128+signal. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 static void train_loop(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
-    for (int step = 0; step < s->steps; step++) {
+    for (int step = tr->start; step < s->steps; step++) {
         sample_windows(&tr->train, &tr->data, 0, tr->data.n_train, &tr->rng_data);
         double t0 = now_seconds();
         float loss = model_train_step(&tr->model, tr->g, &tr->train, (float)s->lr);
         tr->t_steps += now_seconds() - t0;
         if (!isfinite(loss))
             die(1, "training diverged at step %d (loss %g); try a smaller --lr", step, loss);
-        if (step % s->eval_every == 0 || step == s->steps - 1)
+        if (step % s->eval_every == 0)
             eval_line(tr, step, loss);
         progress(tr, step, loss);
+        if ((step + 1) % s->ckpt_every == 0 && step + 1 < s->steps)
+            save_checkpoint(tr, step + 1);
+        if (stop_signal) {
+            save_checkpoint(tr, step + 1);
+            clear_progress(tr);
+            fprintf(stderr, "gpt: stopped by signal %d after step %d; --resume continues\n",
+                    stop_signal, step + 1);
+            exit(128 + stop_signal);
+        }
     }
 }
 
@@ -1499,10 +1700,39 @@ static void final_passage(struct trainer *tr)
     char *text = xcalloc((size_t)total + 1, 1);
     memcpy(text, s->prompt, (size_t)n);
     SampleOpts so = {.temperature = 1.0f};
-    model_generate(&tr->model, tr->g, text, n, total, &so, &tr->rng_eval);
+    Rng r; /* its own stream: a resumed run's state must not depend on it */
+    rng_seed(&r, (uint64_t)s->seed, 4);
+    model_generate(&tr->model, tr->g, text, n, total, &so, &r);
     clear_progress(tr);
     printf("\n%s\n\n", text);
     free(text);
+}
+
+static void run_training(struct trainer *tr)
+{
+    const struct settings *s = &tr->s;
+    batch_alloc(&tr->train, s->batch, s->seq);
+    batch_alloc(&tr->test, s->eval_batch, s->seq);
+    tr->g = new_graph(s);
+    tr->tty = isatty(STDOUT_FILENO);
+    printf("gpt: %zu parameters, %s device, %s kernels, %d threads, %zu train / %zu test bytes\n",
+           tr->model.nw, s->device, isa_name(isa_get()), omp_get_max_threads(),
+           tr->data.n_train, tr->data.n - tr->data.n_train);
+    tr->t_start = now_seconds();
+    catch_signals();
+    train_loop(tr);
+    if (tr->start < s->steps)
+        save_checkpoint(tr, s->steps);
+    final_passage(tr);
+    if (s->steps > tr->start)
+        printf("%.2f ms/step over %d steps\n", tr->t_steps * 1e3 / (s->steps - tr->start),
+               s->steps - tr->start);
+    report_metrics(s);
+    g_free(tr->g);
+    batch_free(&tr->train);
+    batch_free(&tr->test);
+    model_free(&tr->model);
+    free(tr->data.bytes);
 }
 
 static int cmd_train(int argc, char **argv)
@@ -1528,37 +1758,29 @@ static int cmd_train(int argc, char **argv)
         {"data", O_STR, &s->data, "ASCII text; first 80% train, rest test"},
         {"out", O_STR, &s->out, "directory for checkpoints"},
         {"init", O_STR, &s->init, "start from this safetensors file's weights"},
+        {"resume", O_STR, &s->resume, "continue a run from a checkpoint (FILE, DIR, or --out)"},
+        {"ckpt-every", O_INT, &s->ckpt_every, "steps between checkpoints (also at the end and on ^C)"},
+        {"keep", O_INT, &s->keep, "checkpoints kept in --out, newest first"},
         {"device", O_STR, &s->device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s->metrics, "print the XLA metrics and kernel profile at the end"},
         {"threads", O_INT, &s->threads, "OpenMP threads, 0 = all cores"},
     };
     parse_opts("train", "Trains the model and writes a checkpoint.", argc, argv, o,
                (int)(sizeof o / sizeof *o));
+    StFile rf = {0};
+    char rpath[4096];
+    if (s->resume)
+        open_resume(&tr, &rf, rpath, sizeof rpath);
     check_train_flags(s);
     check_common(s);
     load_data(&tr.data, s->data, s->seq);
+    tr.data_hash = fnv1a64(tr.data.bytes, tr.data.n);
     make_out_dir(s->out);
     init_weights(&tr);
-    rng_seed(&tr.rng_data, (uint64_t)s->seed, 1);
-    rng_seed(&tr.rng_eval, (uint64_t)s->seed, 2);
-    batch_alloc(&tr.train, s->batch, s->seq);
-    batch_alloc(&tr.test, s->eval_batch, s->seq);
-    tr.g = new_graph(s);
-    tr.tty = isatty(STDOUT_FILENO);
-    printf("gpt: %zu parameters, %s kernels, %d threads, %zu train / %zu test bytes\n",
-           tr.model.nw, isa_name(isa_get()), omp_get_max_threads(), tr.data.n_train,
-           tr.data.n - tr.data.n_train);
-    tr.t_start = now_seconds();
-    train_loop(&tr);
-    final_passage(&tr);
-    printf("%.2f ms/step over %d steps\n", tr.t_steps * 1e3 / s->steps, s->steps);
-    save_checkpoint(&tr, s->steps);
-    report_metrics(s);
-    g_free(tr.g);
-    batch_free(&tr.train);
-    batch_free(&tr.test);
-    model_free(&tr.model);
-    free(tr.data.bytes);
+    if (s->resume)
+        resume_state(&tr, &rf, rpath);
+    run_training(&tr);
+    st_free(&rf);
     return 0;
 }
 
@@ -1568,26 +1790,15 @@ static int cmd_train(int argc, char **argv)
 static void resolve_ckpt(const char *arg, char *path, size_t n)
 {
     struct stat st;
+    static int steps[4096];
     if (stat(arg, &st))
         die(1, "%s: cannot open checkpoint (%s)", arg, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) {
+    if (!S_ISDIR(st.st_mode))
         snprintf(path, n, "%s", arg);
-        return;
-    }
-    int best = -1;
-    DIR *d = opendir(arg);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        int k, len = 0;
-        if (sscanf(e->d_name, "ckpt-%d.safetensors%n", &k, &len) == 1 &&
-            len == (int)strlen(e->d_name) && k > best)
-            best = k;
-    }
-    if (d)
-        closedir(d);
-    if (best < 0)
+    else if (list_ckpts(arg, steps, 4096) < 1)
         die(1, "%s: no ckpt-*.safetensors in this directory", arg);
-    snprintf(path, n, "%s/ckpt-%08d.safetensors", arg, best);
+    else
+        snprintf(path, n, "%s/ckpt-%08d.safetensors", arg, steps[0]);
 }
 
 static int meta_int(const StFile *f, const char *key, int fallback)

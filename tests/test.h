@@ -27,5 +27,6 @@ void test_grads(void);
 void test_model(void);
 void test_ckpt(void);
 void test_cli(void);
+void test_xla(void);
 
 #endif

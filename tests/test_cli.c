@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include "test.h"
 
 #define SMALL "--embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 " \
@@ -138,10 +142,83 @@ static void check_refusals(void)
     }
 }
 
+/* Starts cmd in the background; returns its pid. */
+static pid_t spawn(const char *cmd)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int has_ckpt(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir(d)))
+        found |= !strncmp(e->d_name, "ckpt-", 5) && !strstr(e->d_name, ".tmp");
+    if (d)
+        closedir(d);
+    return found;
+}
+
+#define KILLRUN "exec ./gpt train " SMALL " --steps 150 --ckpt-every 3 --keep 2 --out tests/tmp/k1 " \
+                ">/dev/null 2>&1"
+
+/* SIGKILL at random moments (many land inside a checkpoint write, as one is
+ * written every 3 steps), resume each time: the final checkpoint must be
+ * the uninterrupted run's, byte for byte. */
+static void check_kill_resume(void)
+{
+    char out[65536];
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    run("./gpt train " SMALL " --steps 150 --ckpt-every 3 --out tests/tmp/k0", out, sizeof out);
+    run("rm -rf tests/tmp/k1", out, sizeof out);
+    int kills = 0;
+    for (int round = 0; round < 8; round++) {
+        pid_t pid = spawn(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN);
+        usleep((useconds_t)(20000 + rand() % 250000));
+        kills += kill(pid, SIGKILL) == 0;
+        waitpid(pid, NULL, 0);
+    }
+    int rc = run(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN, out, sizeof out);
+    CHECK(rc == 0 && kills > 0 &&
+              same_file("tests/tmp/k0/ckpt-00000150.safetensors", "tests/tmp/k1/ckpt-00000150.safetensors"),
+          "after %d SIGKILLs (seed %u) the resumed run's checkpoint differs (rc %d)", kills, seed, rc);
+}
+
+/* SIGTERM finishes the step, saves and exits 143; resuming (with another
+ * thread count) ends where an uninterrupted run ends. */
+static void check_sigterm(void)
+{
+    char out[65536];
+    run("rm -rf tests/tmp/k2", out, sizeof out);
+    pid_t pid = spawn("exec ./gpt train " SMALL " --steps 150 --out tests/tmp/k2 --threads 2 >/dev/null 2>&1");
+    usleep(150000);
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 143 && has_ckpt("tests/tmp/k2"),
+          "SIGTERM: exit %d, checkpoint %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+          has_ckpt("tests/tmp/k2") ? "saved" : "missing");
+    int rc = run("./gpt train --steps 150 --out tests/tmp/k2 --resume --threads 1 --data tests/tmp/d.txt",
+                 out, sizeof out);
+    CHECK(rc == 0 && same_file("tests/tmp/k0/ckpt-00000150.safetensors", "tests/tmp/k2/ckpt-00000150.safetensors"),
+          "resumed after SIGTERM, the final checkpoint differs (rc %d): %s", rc, out);
+    rc = run("./gpt train --steps 150 --out tests/tmp/k2 --resume --embed 64 --data tests/tmp/d.txt", out, sizeof out);
+    CHECK(rc == 2 && strstr(out, "--embed 64 conflicts"), "conflicting resume: %d %s", rc, out);
+}
+
 void test_cli(void)
 {
     make_data();
     check_determinism();
+    check_kill_resume();
+    check_sigterm();
     check_learning();
     check_sample_eval();
     check_refusals();
