@@ -31,8 +31,34 @@ debug: $(SRC) $(HDR) $(TESTSRC)
 	$(CC) -O1 -g $(WARN) $(OMP) -fsanitize=address,undefined -fno-omit-frame-pointer \
 	    -DGPT_NO_MAIN -I. -o tests/run-debug $(SRC) $(TESTSRC) $(LDLIBS)
 
+# valgrind needs a dynamically linked binary to see malloc and free.
+MEMRUN := --embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 \
+          --eval-batch 8 --eval-every 5 --steps 10 --data tests/tmp/mem.txt
+VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite
+
+check-mem: debug
+	mkdir -p tests/tmp
+	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(SRC) $(LDLIBS)
+	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | head -c 20000 > tests/tmp/mem.txt
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --out tests/tmp/mem
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --device cpu --out tests/tmp/mem-cpu
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --bytes 48
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt
+	./tests/run-debug
+
+# libFuzzer on the checkpoint loader, bounded by FUZZ_SECONDS.
+FUZZ_SECONDS ?= 60
+fuzz: $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c
+	mkdir -p tests/tmp/fuzz tests/fuzz-corpus
+	$(CC) -O1 -g $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o tests/tmp/fuzz-seed $(SRC) tests/fuzz_seed.c $(LDLIBS)
+	./tests/tmp/fuzz-seed
+	clang -O1 -g -std=c11 -D_GNU_SOURCE -fopenmp=libgomp -fsanitize=fuzzer,address,undefined \
+	    -DGPT_NO_MAIN -I. -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(LDLIBS)
+	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=10 \
+	    tests/tmp/fuzz tests/fuzz-corpus
+
 clean:
-	rm -f gpt gpt-debug tests/run tests/run-debug
+	rm -f gpt gpt-debug gpt-dyn tests/run tests/run-debug
 	rm -rf tests/tmp
 
-.PHONY: all test debug clean
+.PHONY: all test debug check-mem fuzz clean

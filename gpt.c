@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <omp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1094,10 +1093,45 @@ int ckpt_load_weights(Model *m, const StFile *f, int with_state, char *err, size
     return 0;
 }
 
+static int meta_int(const StFile *f, const char *key, int fallback)
+{
+    const char *v = st_meta(f, key);
+    char *end;
+    long x = v ? strtol(v, &end, 10) : fallback;
+    return v && (*end || x < 1 || x > 1 << 20) ? -1 : (int)x;
+}
+
+/* The config a file was trained with: from its metadata when we wrote it,
+ * else read off the tensor shapes (heads cannot be, so it comes from the
+ * --heads flag). */
+int ckpt_config(const StFile *f, Config *c, int heads)
+{
+    const StEntry *tok = st_find(f, "decode_transformer.token_embedding.weight");
+    const StEntry *pos = st_find(f, "decode_transformer.postn_embedding.weight");
+    const StEntry *fc = st_find(f, "decode_transformer.blocks.0.compute.0.weight");
+    int layers = 0;
+    char name[96];
+    if (!tok || !pos || !fc || tok->ndim != 2 || pos->ndim != 2 || fc->ndim != 2)
+        return -1;
+    do
+        snprintf(name, sizeof name, "decode_transformer.blocks.%d.compute.0.weight", layers);
+    while (st_find(f, name) && ++layers < MAX_LAYERS);
+    c->vocab = meta_int(f, "vocab", (int)tok->shape[1]);
+    c->embed = meta_int(f, "embed", (int)tok->shape[0]);
+    c->context = meta_int(f, "context", (int)pos->shape[1]);
+    c->mlp = meta_int(f, "mlp", (int)fc->shape[0]);
+    c->heads = meta_int(f, "heads", heads);
+    c->layers = meta_int(f, "layers", layers);
+    return c->vocab == VOCAB && c->embed > 0 && c->context >= 2 && c->context <= 1024 &&
+           c->mlp > 0 && c->heads > 0 && c->embed % c->heads == 0 && c->layers > 0 &&
+           c->layers <= MAX_LAYERS ? 0 : -1;
+}
+
 /* Everything below is the command line; tests link the code above. */
 #ifndef GPT_NO_MAIN
 
 /* ---- command line ---- */
+#include <omp.h>
 
 static void resolve_ckpt(const char *arg, char *path, size_t n);
 
@@ -1799,40 +1833,6 @@ static void resolve_ckpt(const char *arg, char *path, size_t n)
         die(1, "%s: no ckpt-*.safetensors in this directory", arg);
     else
         snprintf(path, n, "%s/ckpt-%08d.safetensors", arg, steps[0]);
-}
-
-static int meta_int(const StFile *f, const char *key, int fallback)
-{
-    const char *v = st_meta(f, key);
-    char *end;
-    long x = v ? strtol(v, &end, 10) : fallback;
-    return v && (*end || x < 1 || x > 1 << 20) ? -1 : (int)x;
-}
-
-/* The config a file was trained with: from its metadata when we wrote it,
- * else read off the tensor shapes (heads cannot be, so it comes from the
- * --heads flag). */
-static int ckpt_config(const StFile *f, Config *c, int heads)
-{
-    const StEntry *tok = st_find(f, "decode_transformer.token_embedding.weight");
-    const StEntry *pos = st_find(f, "decode_transformer.postn_embedding.weight");
-    const StEntry *fc = st_find(f, "decode_transformer.blocks.0.compute.0.weight");
-    int layers = 0;
-    char name[96];
-    if (!tok || !pos || !fc || tok->ndim != 2 || pos->ndim != 2 || fc->ndim != 2)
-        return -1;
-    do
-        snprintf(name, sizeof name, "decode_transformer.blocks.%d.compute.0.weight", layers);
-    while (st_find(f, name) && ++layers < MAX_LAYERS);
-    c->vocab = meta_int(f, "vocab", (int)tok->shape[1]);
-    c->embed = meta_int(f, "embed", (int)tok->shape[0]);
-    c->context = meta_int(f, "context", (int)pos->shape[1]);
-    c->mlp = meta_int(f, "mlp", (int)fc->shape[0]);
-    c->heads = meta_int(f, "heads", heads);
-    c->layers = meta_int(f, "layers", layers);
-    return c->vocab == VOCAB && c->embed > 0 && c->context >= 2 && c->context <= 1024 &&
-           c->mlp > 0 && c->heads > 0 && c->embed % c->heads == 0 && c->layers > 0 &&
-           c->layers <= MAX_LAYERS ? 0 : -1;
 }
 
 static void load_model(Model *m, const char *arg, int heads)

@@ -104,6 +104,9 @@ const void *st_data(const StFile *f, const StEntry *e);
 /* Checkpoints: the reference's state_dict names plus _gpt.* training state. */
 int ckpt_save(const Model *m, const char *path, const char *const *mkey,
               const char *const *mval, int nmeta, char *err, size_t elen);
+/* The config a file describes (metadata, else tensor shapes; heads then
+ * comes from the argument). Returns 0, or -1 if it describes none. */
+int ckpt_config(const StFile *f, Config *c, int heads);
 /* Loads weights (and, when with_state, Adam state) for m's config. */
 int ckpt_load_weights(Model *m, const StFile *f, int with_state, char *err, size_t elen);
 

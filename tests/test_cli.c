@@ -165,7 +165,7 @@ static int has_ckpt(const char *dir)
     return found;
 }
 
-#define KILLRUN "exec ./gpt train " SMALL " --steps 150 --ckpt-every 3 --keep 2 --out tests/tmp/k1 " \
+#define KILLRUN "exec ./gpt train " SMALL " --steps 400 --ckpt-every 3 --keep 2 --out tests/tmp/k1 " \
                 ">/dev/null 2>&1"
 
 /* SIGKILL at random moments (many land inside a checkpoint write, as one is
@@ -176,18 +176,18 @@ static void check_kill_resume(void)
     char out[65536];
     unsigned seed = (unsigned)time(NULL);
     srand(seed);
-    run("./gpt train " SMALL " --steps 150 --ckpt-every 3 --out tests/tmp/k0", out, sizeof out);
+    run("./gpt train " SMALL " --steps 400 --ckpt-every 3 --out tests/tmp/k0", out, sizeof out);
     run("rm -rf tests/tmp/k1", out, sizeof out);
     int kills = 0;
     for (int round = 0; round < 8; round++) {
         pid_t pid = spawn(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN);
-        usleep((useconds_t)(20000 + rand() % 250000));
+        usleep((useconds_t)(20000 + rand() % 500000));
         kills += kill(pid, SIGKILL) == 0;
         waitpid(pid, NULL, 0);
     }
     int rc = run(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN, out, sizeof out);
     CHECK(rc == 0 && kills > 0 &&
-              same_file("tests/tmp/k0/ckpt-00000150.safetensors", "tests/tmp/k1/ckpt-00000150.safetensors"),
+              same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k1/ckpt-00000400.safetensors"),
           "after %d SIGKILLs (seed %u) the resumed run's checkpoint differs (rc %d)", kills, seed, rc);
 }
 
@@ -197,7 +197,7 @@ static void check_sigterm(void)
 {
     char out[65536];
     run("rm -rf tests/tmp/k2", out, sizeof out);
-    pid_t pid = spawn("exec ./gpt train " SMALL " --steps 150 --out tests/tmp/k2 --threads 2 >/dev/null 2>&1");
+    pid_t pid = spawn("exec ./gpt train " SMALL " --steps 400 --out tests/tmp/k2 --threads 2 >/dev/null 2>&1");
     usleep(150000);
     kill(pid, SIGTERM);
     int st;
@@ -205,11 +205,11 @@ static void check_sigterm(void)
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 143 && has_ckpt("tests/tmp/k2"),
           "SIGTERM: exit %d, checkpoint %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
           has_ckpt("tests/tmp/k2") ? "saved" : "missing");
-    int rc = run("./gpt train --steps 150 --out tests/tmp/k2 --resume --threads 1 --data tests/tmp/d.txt",
+    int rc = run("./gpt train --steps 400 --out tests/tmp/k2 --resume --threads 1 --data tests/tmp/d.txt",
                  out, sizeof out);
-    CHECK(rc == 0 && same_file("tests/tmp/k0/ckpt-00000150.safetensors", "tests/tmp/k2/ckpt-00000150.safetensors"),
+    CHECK(rc == 0 && same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k2/ckpt-00000400.safetensors"),
           "resumed after SIGTERM, the final checkpoint differs (rc %d): %s", rc, out);
-    rc = run("./gpt train --steps 150 --out tests/tmp/k2 --resume --embed 64 --data tests/tmp/d.txt", out, sizeof out);
+    rc = run("./gpt train --steps 400 --out tests/tmp/k2 --resume --embed 64 --data tests/tmp/d.txt", out, sizeof out);
     CHECK(rc == 2 && strstr(out, "--embed 64 conflicts"), "conflicting resume: %d %s", rc, out);
 }
 

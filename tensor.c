@@ -1,0 +1,1939 @@
+/* tensor.c: the compute kernels, the bottom layer (see tensor.h).
+ *
+ * Layout of this file: dispatch, then the plain-C twins (*_ref, the oracle the
+ * tests trust), then the AVX2 paths, then the AVX-512 paths, then the k_*
+ * entry points. The SIMD paths are compiled with target attributes, not
+ * -march, so one binary runs everywhere and picks its path at run time.
+ *
+ * Determinism: every output element is produced by one thread, by a sequence
+ * of operations that does not depend on how work is split among threads.
+ * Register-blocked tiles and their remainder paths do the same FMAs in the
+ * same order per element; reductions over rows use blocks of a fixed size
+ * (ROW_BLOCK), combined in block order.
+ */
+#include "tensor.h"
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define T_AVX2 __attribute__((target("avx2,fma")))
+#define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+/* Small helpers must be inlined into their caller: an intrinsic only
+ * compiles inside a function that carries the matching target. */
+#define INLINE_AVX2 static inline __attribute__((always_inline, target("avx2,fma")))
+#define INLINE_AVX512 \
+    static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+
+/* Below this much work (multiply-adds or elements), waking a second thread
+ * costs more than it saves; single-token decoding lives down there. */
+#define PAR_WORK 16384L
+
+/* Rows per partial sum in reductions over rows. A constant, never derived
+ * from the thread count, so the summation tree is always the same. */
+#define ROW_BLOCK 64
+
+#define LN_EPS 1e-5f
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "gpt: out of memory (%zu bytes of kernel scratch)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static int min_int(int a, int b) { return a < b ? a : b; }
+
+/* ======================================================================
+ * ISA dispatch
+ * ====================================================================== */
+
+static int isa_best_cached = -1; /* decided once, on first use */
+static int isa_current = -1;     /* -1: not chosen yet, means isa_best() */
+
+const char *isa_name(int isa)
+{
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    return isa >= ISA_SCALAR && isa <= ISA_AVX512 ? names[isa] : "?";
+}
+
+static int cpu_isa(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return ISA_AVX2;
+    return ISA_SCALAR;
+}
+
+/* GPT_ISA may only lower the path: asking for more than the CPU has would
+ * crash on an illegal instruction, so it is clamped instead. */
+static int env_isa(int cpu)
+{
+    const char *e = getenv("GPT_ISA");
+    if (!e || !*e)
+        return cpu;
+    for (int i = ISA_SCALAR; i <= ISA_AVX512; i++)
+        if (!strcmp(e, isa_name(i)))
+            return i < cpu ? i : cpu;
+    fprintf(stderr, "gpt: GPT_ISA=%s is not one of scalar, avx2, avx512\n", e);
+    exit(2);
+}
+
+int isa_best(void)
+{
+    int best = __atomic_load_n(&isa_best_cached, __ATOMIC_ACQUIRE);
+    if (best < 0) { /* a racing second caller computes the same value */
+        best = env_isa(cpu_isa());
+        __atomic_store_n(&isa_best_cached, best, __ATOMIC_RELEASE);
+    }
+    return best;
+}
+
+int isa_get(void)
+{
+    int isa = __atomic_load_n(&isa_current, __ATOMIC_RELAXED);
+    return isa < 0 ? isa_best() : isa;
+}
+
+void isa_set(int isa)
+{
+    int best = isa_best();
+    if (isa > best)
+        isa = best;
+    if (isa < ISA_SCALAR)
+        isa = ISA_SCALAR;
+    __atomic_store_n(&isa_current, isa, __ATOMIC_RELAXED);
+}
+
+/* ======================================================================
+ * Plain-C twins: simple loops, the oracle. Parallel only over independent
+ * output rows, so they keep the determinism contract trivially.
+ * ====================================================================== */
+
+void k_matmul_ex_ref(float *c /* [n,q] */, const float *a /* [n,p] */,
+                     const float *b /* [p,q] */, const float *bias /* [q] or NULL */,
+                     const float *r1 /* [n,q] or NULL */, const float *r2 /* [n,q] or NULL */,
+                     int relu, int n, int p, int q)
+{
+#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        float *ci = c + (size_t)i * q; /* [q] */
+        for (int j = 0; j < q; j++)
+            ci[j] = bias ? bias[j] : 0.0f;
+        for (int k = 0; k < p; k++) {
+            float aik = a[(size_t)i * p + k];
+            const float *bk = b + (size_t)k * q; /* [q] */
+            for (int j = 0; j < q; j++)
+                ci[j] += aik * bk[j];
+        }
+        for (int j = 0; j < q; j++) {
+            if (relu)
+                ci[j] = ci[j] > 0 ? ci[j] : 0.0f;
+            if (r1)
+                ci[j] += r1[(size_t)i * q + j];
+            if (r2)
+                ci[j] += r2[(size_t)i * q + j];
+        }
+    }
+}
+
+void k_matmul_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
+                  const float *bias /* [q] or NULL */, int n, int p, int q)
+{
+    k_matmul_ex_ref(c, a, b, bias, NULL, NULL, 0, n, p, q);
+}
+
+void k_matmul_tn_ref(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
+                     int n, int p, int q)
+{
+#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        float *ci = c + (size_t)i * q; /* [q] */
+        for (int j = 0; j < q; j++)
+            ci[j] = 0.0f;
+        for (int k = 0; k < p; k++) {
+            float aki = a[(size_t)k * n + i];
+            const float *bk = b + (size_t)k * q; /* [q] */
+            for (int j = 0; j < q; j++)
+                ci[j] += aki * bk[j];
+        }
+    }
+}
+
+void k_transpose_ref(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
+{
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < s; j++)
+            out[(size_t)j * r + i] = in[(size_t)i * s + j];
+}
+
+void k_sum_rows_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    for (int j = 0; j < q; j++)
+        out[j] = 0.0f;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < q; j++)
+            out[j] += x[(size_t)i * q + j];
+}
+
+void k_add_ref(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+void k_add_n_ref(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float s = x[0][i];
+        for (int k = 1; k < m; k++)
+            s += x[k][i];
+        y[i] = s;
+    }
+}
+
+void k_relu_ref(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+void k_relu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */,
+                    size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+}
+
+void k_layernorm_ref(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
+                     const float *x /* [n,c] */, const float *w /* [c] */, const float *b /* [c] */,
+                     int n, int c)
+{
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * c; /* [c] */
+        float *yi = y + (size_t)i * c;       /* [c] */
+        float mu = 0.0f, var = 0.0f;
+        for (int j = 0; j < c; j++)
+            mu += xi[j];
+        mu /= (float)c;
+        for (int j = 0; j < c; j++)
+            var += (xi[j] - mu) * (xi[j] - mu);
+        var /= (float)c;
+        float rs = 1.0f / sqrtf(var + LN_EPS);
+        for (int j = 0; j < c; j++)
+            yi[j] = (xi[j] - mu) * rs * w[j] + b[j];
+        mean[i] = mu;
+        rstd[i] = rs;
+    }
+}
+
+void k_layernorm_bwd_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                         const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                         const float *w /* [c] */, const float *mean /* [n] */,
+                         const float *rstd /* [n] */, int n, int c)
+{
+    for (int j = 0; j < c; j++)
+        dw[j] = db[j] = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
+        float *dxi = dx + (size_t)i * c;                               /* [c] */
+        float mu = mean[i], rs = rstd[i], s1 = 0.0f, s2 = 0.0f;
+        for (int j = 0; j < c; j++) {
+            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
+            s1 += g;
+            s2 += g * xh;
+            dw[j] += gi[j] * xh;
+            db[j] += gi[j];
+        }
+        s1 /= (float)c;
+        s2 /= (float)c;
+        for (int j = 0; j < c; j++) {
+            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
+            dxi[j] = rs * (g - s1 - xh * s2);
+        }
+    }
+}
+
+/* One query of one head against keys 0..nk-1: fills s [nk] with the
+ * probabilities, returns the log-sum-exp of the scaled scores. */
+static float softmax_row_ref(float *s /* [nk] */, const float *q /* [hs] */,
+                             const float *k0 /* key 0's [hs], rows ld apart */, size_t ld,
+                             int nk, int hs)
+{
+    float scale = 1.0f / sqrtf((float)hs), mx = -INFINITY, l = 0.0f;
+    for (int j = 0; j < nk; j++) {
+        float dot = 0.0f;
+        for (int d = 0; d < hs; d++)
+            dot += q[d] * k0[j * ld + d];
+        s[j] = dot * scale;
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    for (int j = 0; j < nk; j++) {
+        s[j] = expf(s[j] - mx);
+        l += s[j];
+    }
+    for (int j = 0; j < nk; j++)
+        s[j] /= l;
+    return mx + logf(l);
+}
+
+void k_attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                     const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+{
+    int hs = C / H;
+#pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
+    {
+        float *s = xmalloc(sizeof(float) * (size_t)T); /* [T] probabilities */
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            int b = bh / H, h = bh % H;
+            const float *base = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q, row 0 */
+            for (int i = 0; i < T; i++) {
+                const float *q = base + (size_t)i * 3 * C; /* [hs] */
+                float *o = out + ((size_t)b * T + i) * C + hs * h; /* [hs] */
+                lse[(size_t)bh * T + i] = softmax_row_ref(s, q, base + hs, 3 * (size_t)C, i + 1, hs);
+                for (int d = 0; d < hs; d++) {
+                    float acc = 0.0f;
+                    for (int j = 0; j <= i; j++)
+                        acc += s[j] * base[(size_t)j * 3 * C + 2 * hs + d];
+                    o[d] = acc;
+                }
+            }
+        }
+        free(s);
+    }
+}
+
+/* The backward pass of one (batch, head), recomputing the probabilities
+ * from lse: P_ij = exp(s_ij - lse_i), D_i = dO_i.O_i,
+ * dS_ij = P_ij (dO_i.V_j - D_i), dQ_i = scale sum_j dS_ij K_j,
+ * dK_j = scale sum_i dS_ij Q_i, dV_j = sum_i P_ij dO_i. */
+static void attention_bwd_head_ref(float *dqkv /* [T,3C], head's q col */,
+                                   const float *dout /* [T,C], head's col */,
+                                   const float *qkv /* [T,3C], head's q col */,
+                                   const float *out /* [T,C], head's col */,
+                                   const float *lse /* [T] */, int T, int C, int hs)
+{
+    size_t ld3 = 3 * (size_t)C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int i = 0; i < T; i++)
+        for (int d = 0; d < 3 * hs; d++)
+            dqkv[i * ld3 + d] = 0.0f;
+    for (int i = 0; i < T; i++) {
+        const float *q = qkv + i * ld3, *g = dout + (size_t)i * C, *o = out + (size_t)i * C;
+        float *dq = dqkv + i * ld3; /* [hs] */
+        float D = 0.0f;
+        for (int d = 0; d < hs; d++)
+            D += g[d] * o[d];
+        for (int j = 0; j <= i; j++) {
+            const float *k = qkv + j * ld3 + hs, *v = qkv + j * ld3 + 2 * hs; /* [hs] each */
+            float *dk = dqkv + j * ld3 + hs, *dv = dqkv + j * ld3 + 2 * hs;  /* [hs] each */
+            float dot = 0.0f, dp = 0.0f;
+            for (int d = 0; d < hs; d++) {
+                dot += q[d] * k[d];
+                dp += g[d] * v[d];
+            }
+            float pr = expf(dot * scale - lse[i]);
+            float ds = pr * (dp - D);
+            for (int d = 0; d < hs; d++) {
+                dq[d] += scale * ds * k[d];
+                dk[d] += scale * ds * q[d];
+                dv[d] += pr * g[d];
+            }
+        }
+    }
+}
+
+void k_attention_bwd_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                         const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                         const float *lse /* [B,H,T] */, int B, int T, int C, int H)
+{
+    int hs = C / H;
+#pragma omp parallel for schedule(static) if ((long)B * T * T * C >= PAR_WORK)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        size_t r3 = (size_t)b * T * 3 * C + 3 * hs * h, r1 = (size_t)b * T * C + hs * h;
+        attention_bwd_head_ref(dqkv + r3, dout + r1, qkv + r3, out + r1, lse + (size_t)bh * T,
+                               T, C, hs);
+    }
+}
+
+/* Appends the new token's k and v to the caches: the common first half of
+ * every attention_step path. */
+static void kv_append(float *kc /* [nb,tmax,C] */, float *vc /* [nb,tmax,C] */,
+                      const float *qkv /* [nb,3C] */, int nb, int pos, int tmax, int C, int H)
+{
+    int hs = C / H;
+    for (int s = 0; s < nb; s++)
+        for (int h = 0; h < H; h++)
+            for (int d = 0; d < hs; d++) {
+                size_t at = ((size_t)s * tmax + pos) * C + hs * h + d;
+                kc[at] = qkv[(size_t)s * 3 * C + 3 * hs * h + hs + d];
+                vc[at] = qkv[(size_t)s * 3 * C + 3 * hs * h + 2 * hs + d];
+            }
+}
+
+void k_attention_step_ref(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
+                          float *vc /* [nb,tmax,C] */, const float *qkv /* [nb,3C] */, int nb,
+                          int pos, int tmax, int C, int H)
+{
+    int hs = C / H;
+    float *s = xmalloc(sizeof(float) * (size_t)(pos + 1)); /* [pos+1] */
+    kv_append(kc, vc, qkv, nb, pos, tmax, C, H);
+    for (int b = 0; b < nb; b++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)b * 3 * C + 3 * hs * h;      /* [hs] */
+            const float *k0 = kc + (size_t)b * tmax * C + hs * h;      /* row 0 of [tmax,C] */
+            const float *v0 = vc + (size_t)b * tmax * C + hs * h;      /* row 0 of [tmax,C] */
+            softmax_row_ref(s, q, k0, (size_t)C, pos + 1, hs);
+            for (int d = 0; d < hs; d++) {
+                float acc = 0.0f;
+                for (int j = 0; j <= pos; j++)
+                    acc += s[j] * v0[(size_t)j * C + d];
+                out[(size_t)b * C + hs * h + d] = acc;
+            }
+        }
+    free(s);
+}
+
+static int count_targets(const int32_t *targets /* [n] */, int n)
+{
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        count += targets[i] >= 0;
+    return count;
+}
+
+/* Sums per-row losses in row order, in double: the same total whatever
+ * thread produced each row. No counted row gives 0, not 0/0. */
+static float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n)
+{
+    double total = 0.0;
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        if (targets[i] >= 0) {
+            total += row[i];
+            count++;
+        }
+    return count ? (float)(total / count) : 0.0f;
+}
+
+void k_xent_ref(float *loss /* [1] */, const float *logits /* [n,v] */,
+                const int32_t *targets /* [n] */, int n, int v)
+{
+    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] */
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        row[i] = 0.0;
+        if (targets[i] < 0)
+            continue;
+        float mx = -INFINITY, s = 0.0f;
+        for (int j = 0; j < v; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        for (int j = 0; j < v; j++)
+            s += expf(x[j] - mx);
+        row[i] = (double)(mx + logf(s) - x[targets[i]]);
+    }
+    *loss = mean_loss(row, targets, n);
+    free(row);
+}
+
+void k_xent_bwd_ref(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
+                    const int32_t *targets /* [n] */, const float *dloss /* [1] */, int n, int v)
+{
+    int count = count_targets(targets, n);
+    float scale = count ? dloss[0] / (float)count : 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float *dx = dlogits + (size_t)i * v;     /* [v] */
+        float mx = -INFINITY, s = 0.0f;
+        for (int j = 0; j < v; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        for (int j = 0; j < v; j++)
+            s += expf(x[j] - mx);
+        for (int j = 0; j < v; j++)
+            dx[j] = targets[i] < 0 ? 0.0f : (expf(x[j] - mx) / s - (j == targets[i])) * scale;
+    }
+}
+
+void k_embed_ref(float *y /* [n,c] */, const int32_t *idx /* [n] */, const float *table /* [c,v] */,
+                 int n, int c, int v)
+{
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            y[(size_t)i * c + ch] = table[(size_t)ch * v + idx[i]];
+}
+
+void k_embed_bwd_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                     const float *dy /* [n,c] */, int n, int c, int v)
+{
+    memset(dtable, 0, sizeof(float) * (size_t)c * v);
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            dtable[(size_t)ch * v + idx[i]] += dy[(size_t)i * c + ch];
+}
+
+/* Bias corrections as torch computes them (in double), reduced to the two
+ * floats the per-element update needs. */
+struct adam_k {
+    float omb1, b2, omb2, eps, step, bc2s;
+};
+
+static struct adam_k adam_consts(float lr, float b1, float b2, float eps, int t)
+{
+    double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
+    struct adam_k k = {1.0f - b1, b2, 1.0f - b2, eps, (float)(lr / bc1), (float)sqrt(bc2)};
+    return k;
+}
+
+/* The update of one element; the SIMD paths do the same operations in the
+ * same order (no FMA), so every path gives the same bits. */
+static inline void adam_one(float *p, float *m, float *v, float g, const struct adam_k *k)
+{
+    *m = *m + k->omb1 * (g - *m);
+    *v = k->b2 * *v + k->omb2 * g * g;
+    float denom = sqrtf(*v) / k->bc2s + k->eps;
+    *p = *p - k->step * *m / denom;
+}
+
+void k_adam_ref(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const float *g /* [n] */,
+                size_t n, float lr, float b1, float b2, float eps, int t)
+{
+    struct adam_k k = adam_consts(lr, b1, b2, eps, t);
+    for (size_t i = 0; i < n; i++)
+        adam_one(p + i, m + i, v + i, g[i], &k);
+}
+
+/* ======================================================================
+ * Plain kernels shared by every ISA: data movement, where SIMD buys nothing
+ * that the cache blocking does not.
+ * ====================================================================== */
+
+#define TR_BLOCK 32 /* a 32x32 float tile of in and out fit in L1 together */
+
+static void transpose_blocked(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
+{
+    int nbi = (r + TR_BLOCK - 1) / TR_BLOCK;
+#pragma omp parallel for schedule(static) if ((long)r * s >= 4 * PAR_WORK)
+    for (int bi = 0; bi < nbi; bi++) {
+        int i0 = bi * TR_BLOCK, i1 = min_int(i0 + TR_BLOCK, r);
+        for (int j0 = 0; j0 < s; j0 += TR_BLOCK) {
+            int j1 = min_int(j0 + TR_BLOCK, s);
+            for (int i = i0; i < i1; i++)
+                for (int j = j0; j < j1; j++)
+                    out[(size_t)j * r + i] = in[(size_t)i * s + j];
+        }
+    }
+}
+
+static void embed_gather(float *y /* [n,c] */, const int32_t *idx /* [n] */,
+                         const float *table /* [c,v] */, int n, int c, int v)
+{
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            y[(size_t)i * c + ch] = table[(size_t)ch * v + idx[i]];
+}
+
+/* Accumulates in a [v,c] buffer, where a row's gradient is contiguous, then
+ * transposes. Each entry still sums its rows in order 0..n-1 from zero, so
+ * the result is bit-identical to the twin. */
+static void embed_scatter(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                          const float *dy /* [n,c] */, int n, int c, int v)
+{
+    float *acc = xmalloc(sizeof(float) * (size_t)v * c); /* [v,c] */
+    memset(acc, 0, sizeof(float) * (size_t)v * c);
+    for (int i = 0; i < n; i++) {
+        float *row = acc + (size_t)idx[i] * c;   /* [c] */
+        const float *g = dy + (size_t)i * c;     /* [c] */
+        for (int ch = 0; ch < c; ch++)
+            row[ch] += g[ch];
+    }
+    transpose_blocked(dtable, acc, v, c);
+    free(acc);
+}
+
+/* Final step of a blocked row reduction: out[q] = sum of part[nblk,q] over
+ * blocks, in block order. */
+static void sum_blocks(float *out /* [q] */, const float *part /* [nblk,q] */, int nblk, int q)
+{
+    for (int j = 0; j < q; j++)
+        out[j] = 0.0f;
+    for (int b = 0; b < nblk; b++)
+        for (int j = 0; j < q; j++)
+            out[j] += part[(size_t)b * q + j];
+}
+
+/* One head's keys and values, transposed to [hs,tp] so the SIMD loops run
+ * over keys; zero-padded from T to tp (a multiple of 16) so whole vectors
+ * can be loaded past the last key. */
+static void kv_transpose(float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
+                         const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp)
+{
+    for (int d = 0; d < hs; d++) {
+        for (int j = 0; j < T; j++) {
+            kt[(size_t)d * tp + j] = qkv[(size_t)j * 3 * C + hs + d];
+            vt[(size_t)d * tp + j] = qkv[(size_t)j * 3 * C + 2 * hs + d];
+        }
+        for (int j = T; j < tp; j++)
+            kt[(size_t)d * tp + j] = vt[(size_t)d * tp + j] = 0.0f;
+    }
+}
+
+static int round16(int x) { return (x + 15) / 16 * 16; }
+
+/* ======================================================================
+ * AVX2 + FMA: 8 floats per vector
+ * ====================================================================== */
+
+/* Lanes 0..n-1 set: the mask for maskload/maskstore of a partial vector. */
+INLINE_AVX2 __m256i lanes8(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+INLINE_AVX2 float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+INLINE_AVX2 float hmax8(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* exp(x) within ~2 ulp for x <= 88, as softmax needs (its arguments are
+ * <= 0). x = n ln2 + r, |r| <= ln2/2, and the degree-7 Taylor polynomial
+ * of e^r is already below float precision there. Below -87 it returns
+ * ~1e-38 instead of a subnormal, harmless next to a softmax's 1. */
+INLINE_AVX2 __m256 exp8(__m256 x)
+{
+    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x); /* NaN in, NaN out */
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147182f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-1.90465430e-9f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e)); /* p * 2^n */
+}
+
+/* ---- matmul: c = epilogue(a @ b + bias) ---- */
+
+/* Everything a matmul tile needs. The same tiles serve matmul (a is [n,p],
+ * row stride p) and matmul_tn (a is [p,n], read as its transpose). */
+struct mm {
+    float *c;                 /* [n,q] */
+    const float *a;           /* [n,p] or [p,n] */
+    const float *b;           /* [p,q] */
+    const float *bias;        /* [q] or NULL */
+    const float *r1, *r2;     /* [n,q] or NULL, added after the optional ReLU */
+    int relu, p, q;
+};
+
+#define MR_AVX2 6 /* rows per tile: 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
+
+/* An R x 8V tile of c at (i, j): element (r, k) of a is a[(i+r)*ars + k*aks].
+ * Every element is bias (or 0) followed by one FMA per k, in k order, for
+ * any R: so tiles and the 1-row remainder give the same bits. tail masks the
+ * last vector's columns. */
+INLINE_AVX2 void mm_tile_avx2(const struct mm *m, int i, int j, int R, int V, __m256i tail,
+                              size_t ars, size_t aks)
+{
+    __m256 acc[MR_AVX2][2];
+    const float *a = m->a + i * ars; /* tile's row 0 */
+    const float *b = m->b + j;       /* tile's column 0 */
+    int full = V - 1;                /* vectors before the (maybe partial) last one */
+#pragma GCC unroll 2
+    for (int v = 0; v < V; v++) {
+        __m256 init = _mm256_setzero_ps();
+        if (m->bias)
+            init = v < full ? _mm256_loadu_ps(m->bias + j + 8 * v)
+                            : _mm256_maskload_ps(m->bias + j + 8 * v, tail);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[r][v] = init;
+    }
+    for (int k = 0; k < m->p; k++) {
+        const float *bk = b + (size_t)k * m->q; /* [8V] */
+        __m256 bv[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++)
+            bv[v] = v < full ? _mm256_loadu_ps(bk + 8 * v) : _mm256_maskload_ps(bk + 8 * v, tail);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256 ar = _mm256_broadcast_ss(a + r * ars + k * aks);
+#pragma GCC unroll 2
+            for (int v = 0; v < V; v++)
+                acc[r][v] = _mm256_fmadd_ps(ar, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        size_t at = (size_t)(i + r) * m->q + j;
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++) {
+            __m256 y = acc[r][v];
+            __m256i msk = v < full ? _mm256_set1_epi32(-1) : tail;
+            if (m->relu)
+                y = _mm256_max_ps(y, _mm256_setzero_ps());
+            if (m->r1)
+                y = _mm256_add_ps(y, _mm256_maskload_ps(m->r1 + at + 8 * v, msk));
+            if (m->r2)
+                y = _mm256_add_ps(y, _mm256_maskload_ps(m->r2 + at + 8 * v, msk));
+            if (v < full)
+                _mm256_storeu_ps(m->c + at + 8 * v, y);
+            else
+                _mm256_maskstore_ps(m->c + at + 8 * v, msk, y);
+        }
+    }
+}
+
+/* R rows of c (R == MR_AVX2, or fewer at the bottom edge), all columns. */
+INLINE_AVX2 void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, size_t aks)
+{
+    for (int j = 0; j < m->q; j += 16) {
+        int w = min_int(16, m->q - j), V = (w + 7) / 8;
+        __m256i tail = lanes8(w - 8 * (V - 1));
+        if (R == MR_AVX2 && V == 2)
+            mm_tile_avx2(m, i, j, MR_AVX2, 2, tail, ars, aks);
+        else if (R == MR_AVX2)
+            mm_tile_avx2(m, i, j, MR_AVX2, 1, tail, ars, aks);
+        else
+            for (int r = 0; r < R; r++) {
+                if (V == 2)
+                    mm_tile_avx2(m, i + r, j, 1, 2, tail, ars, aks);
+                else
+                    mm_tile_avx2(m, i + r, j, 1, 1, tail, ars, aks);
+            }
+    }
+}
+
+T_AVX2 static void matmul_avx2(const struct mm *m, int n)
+{
+    int tiles = (n + MR_AVX2 - 1) / MR_AVX2;
+#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
+    for (int t = 0; t < tiles; t++)
+        mm_rows_avx2(m, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), (size_t)m->p, 1);
+}
+
+T_AVX2 static void matmul_tn_avx2(const struct mm *m, int n)
+{
+    int tiles = (n + MR_AVX2 - 1) / MR_AVX2;
+#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
+    for (int t = 0; t < tiles; t++)
+        mm_rows_avx2(m, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), 1, (size_t)n);
+}
+
+/* ---- element-wise: vectors, then a scalar tail doing the same operation ---- */
+
+T_AVX2 static void add_avx2(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */,
+                            size_t n)
+{
+    size_t nv = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (size_t i = nv; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+T_AVX2 static void add_n_avx2(float *y /* [n] */, const float *const *x /* m x [n] */, int m,
+                              size_t n)
+{
+    size_t nv = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8) {
+        __m256 s = _mm256_loadu_ps(x[0] + i);
+        for (int k = 1; k < m; k++)
+            s = _mm256_add_ps(s, _mm256_loadu_ps(x[k] + i));
+        _mm256_storeu_ps(y + i, s);
+    }
+    for (size_t i = nv; i < n; i++) {
+        float s = x[0][i];
+        for (int k = 1; k < m; k++)
+            s += x[k][i];
+        y[i] = s;
+    }
+}
+
+T_AVX2 static void relu_avx2(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    size_t nv = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8) /* max(x, 0) returns 0 for NaN, like x > 0 ? x : 0 */
+        _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
+    for (size_t i = nv; i < n; i++)
+        y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+T_AVX2 static void relu_bwd_avx2(float *dx /* [n] */, const float *dy /* [n] */,
+                                 const float *y /* [n] */, size_t n)
+{
+    size_t nv = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8) {
+        __m256 on = _mm256_cmp_ps(_mm256_loadu_ps(y + i), _mm256_setzero_ps(), _CMP_GT_OQ);
+        _mm256_storeu_ps(dx + i, _mm256_and_ps(on, _mm256_loadu_ps(dy + i)));
+    }
+    for (size_t i = nv; i < n; i++)
+        dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+}
+
+T_AVX2 static void adam_avx2(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
+                             const float *g /* [n] */, size_t n, const struct adam_k *k)
+{
+    size_t nv = n / 8 * 8;
+    __m256 omb1 = _mm256_set1_ps(k->omb1), b2 = _mm256_set1_ps(k->b2);
+    __m256 omb2 = _mm256_set1_ps(k->omb2), eps = _mm256_set1_ps(k->eps);
+    __m256 step = _mm256_set1_ps(k->step), bc2s = _mm256_set1_ps(k->bc2s);
+#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8) { /* adam_one's operations, in its order */
+        __m256 gi = _mm256_loadu_ps(g + i), mi = _mm256_loadu_ps(m + i);
+        __m256 vi = _mm256_loadu_ps(v + i), pi = _mm256_loadu_ps(p + i);
+        mi = _mm256_add_ps(mi, _mm256_mul_ps(omb1, _mm256_sub_ps(gi, mi)));
+        vi = _mm256_add_ps(_mm256_mul_ps(b2, vi), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
+        pi = _mm256_sub_ps(pi, _mm256_div_ps(_mm256_mul_ps(step, mi), denom));
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(p + i, pi);
+    }
+    for (size_t i = nv; i < n; i++)
+        adam_one(p + i, m + i, v + i, g[i], k);
+}
+
+/* ---- reductions over rows, in ROW_BLOCK partials ---- */
+
+/* part[q] = rows [i0, i1) of x summed in order, from zero. */
+T_AVX2 static void sum_block_avx2(float *part /* [q] */, const float *x /* [n,q] */, int i0, int i1,
+                                  int q)
+{
+    int qv = q / 8 * 8;
+    for (int j = 0; j < q; j++)
+        part[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * q; /* [q] */
+        for (int j = 0; j < qv; j += 8)
+            _mm256_storeu_ps(part + j, _mm256_add_ps(_mm256_loadu_ps(part + j), _mm256_loadu_ps(xi + j)));
+        for (int j = qv; j < q; j++)
+            part[j] += xi[j];
+    }
+}
+
+T_AVX2 static void sum_rows_avx2(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+    float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
+#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
+    for (int b = 0; b < nblk; b++)
+        sum_block_avx2(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK), q);
+    sum_blocks(out, part, nblk, q);
+    free(part);
+}
+
+/* ---- layernorm ---- */
+
+T_AVX2 static void layernorm_row_avx2(float *y /* [c] */, float *mean, float *rstd,
+                                      const float *x /* [c] */, const float *w /* [c] */,
+                                      const float *b /* [c] */, int c)
+{
+    int cv = c / 8 * 8;
+    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < cv; j += 8)
+        acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + j));
+    float mu = hsum8(acc);
+    for (int j = cv; j < c; j++)
+        mu += x[j];
+    mu /= (float)c;
+    __m256 muv = _mm256_set1_ps(mu);
+    acc = _mm256_setzero_ps();
+    for (int j = 0; j < cv; j += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + j), muv);
+        acc = _mm256_fmadd_ps(d, d, acc);
+    }
+    float var = hsum8(acc);
+    for (int j = cv; j < c; j++)
+        var += (x[j] - mu) * (x[j] - mu);
+    var /= (float)c;
+    float rs = 1.0f / sqrtf(var + LN_EPS);
+    __m256 rsv = _mm256_set1_ps(rs);
+    for (int j = 0; j < cv; j += 8) {
+        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), muv), rsv);
+        _mm256_storeu_ps(y + j, _mm256_fmadd_ps(xh, _mm256_loadu_ps(w + j), _mm256_loadu_ps(b + j)));
+    }
+    for (int j = cv; j < c; j++)
+        y[j] = (x[j] - mu) * rs * w[j] + b[j];
+    *mean = mu;
+    *rstd = rs;
+}
+
+T_AVX2 static void layernorm_avx2(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
+                                  const float *x /* [n,c] */, const float *w /* [c] */,
+                                  const float *b /* [c] */, int n, int c)
+{
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        layernorm_row_avx2(y + (size_t)i * c, mean + i, rstd + i, x + (size_t)i * c, w, b, c);
+}
+
+/* Rows [i0, i1): their dx, and the block's partial dw, db (pw, pb [c]). */
+T_AVX2 static void layernorm_bwd_block_avx2(float *dx /* [n,c] */, float *pw /* [c] */,
+                                            float *pb /* [c] */, const float *dy /* [n,c] */,
+                                            const float *x /* [n,c] */, const float *w /* [c] */,
+                                            const float *mean /* [n] */, const float *rstd /* [n] */,
+                                            int i0, int i1, int c)
+{
+    int cv = c / 8 * 8;
+    for (int j = 0; j < c; j++)
+        pw[j] = pb[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
+        float *dxi = dx + (size_t)i * c;                               /* [c] */
+        float mu = mean[i], rs = rstd[i];
+        __m256 muv = _mm256_set1_ps(mu), rsv = _mm256_set1_ps(rs);
+        __m256 s1v = _mm256_setzero_ps(), s2v = _mm256_setzero_ps();
+        for (int j = 0; j < cv; j += 8) {
+            __m256 gy = _mm256_loadu_ps(gi + j);
+            __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xi + j), muv), rsv);
+            __m256 g = _mm256_mul_ps(gy, _mm256_loadu_ps(w + j));
+            s1v = _mm256_add_ps(s1v, g);
+            s2v = _mm256_fmadd_ps(g, xh, s2v);
+            _mm256_storeu_ps(pw + j, _mm256_fmadd_ps(gy, xh, _mm256_loadu_ps(pw + j)));
+            _mm256_storeu_ps(pb + j, _mm256_add_ps(gy, _mm256_loadu_ps(pb + j)));
+        }
+        float s1 = hsum8(s1v), s2 = hsum8(s2v);
+        for (int j = cv; j < c; j++) {
+            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
+            s1 += g;
+            s2 += g * xh;
+            pw[j] += gi[j] * xh;
+            pb[j] += gi[j];
+        }
+        s1 /= (float)c;
+        s2 /= (float)c;
+        __m256 s1c = _mm256_set1_ps(s1), s2c = _mm256_set1_ps(s2);
+        for (int j = 0; j < cv; j += 8) {
+            __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xi + j), muv), rsv);
+            __m256 g = _mm256_mul_ps(_mm256_loadu_ps(gi + j), _mm256_loadu_ps(w + j));
+            __m256 t = _mm256_sub_ps(_mm256_sub_ps(g, s1c), _mm256_mul_ps(xh, s2c));
+            _mm256_storeu_ps(dxi + j, _mm256_mul_ps(rsv, t));
+        }
+        for (int j = cv; j < c; j++) {
+            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
+            dxi[j] = rs * (g - s1 - xh * s2);
+        }
+    }
+}
+
+/* Blocked layernorm backward for any ISA: the block function differs. */
+typedef void ln_bwd_block_fn(float *, float *, float *, const float *, const float *,
+                             const float *, const float *, const float *, int, int, int);
+
+static void layernorm_bwd_blocked(ln_bwd_block_fn *block, float *dx /* [n,c] */, float *dw /* [c] */,
+                                  float *db /* [c] */, const float *dy /* [n,c] */,
+                                  const float *x /* [n,c] */, const float *w /* [c] */,
+                                  const float *mean /* [n] */, const float *rstd /* [n] */, int n,
+                                  int c)
+{
+    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+    float *pw = xmalloc(sizeof(float) * 2 * (size_t)nblk * c); /* [nblk,c] partial dw */
+    float *pb = pw + (size_t)nblk * c;                          /* [nblk,c] partial db */
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int b = 0; b < nblk; b++)
+        block(dx, pw + (size_t)b * c, pb + (size_t)b * c, dy, x, w, mean, rstd, b * ROW_BLOCK,
+              min_int(n, (b + 1) * ROW_BLOCK), c);
+    sum_blocks(dw, pw, nblk, c);
+    sum_blocks(db, pb, nblk, c);
+    free(pw);
+}
+
+/* ---- attention ---- */
+
+/* One (batch, head) forward. For each query the scores over keys 0..i are
+ * computed 8 keys at a time from the transposed keys, exponentiated with
+ * max subtraction, and the output is the probability-weighted sum of the
+ * transposed values. Lanes past key i are excluded (max) or zeroed (exp). */
+T_AVX2 static void attention_head_avx2(float *o /* [T,C], head's col */, float *lse /* [T] */,
+                                       const float *qkv /* [T,3C], head's q col */, int T, int C,
+                                       int hs, float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
+                                       float *pr /* [tp] */, int tp)
+{
+    const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)hs));
+    kv_transpose(kt, vt, qkv, T, C, hs, tp);
+    for (int i = 0; i < T; i++) {
+        const float *q = qkv + (size_t)i * 3 * C; /* [hs] */
+        int nc = i / 8 + 1;                       /* chunks holding keys 0..i */
+        __m256 last = _mm256_castsi256_ps(lanes8(i + 1 - 8 * (nc - 1)));
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        for (int c = 0; c < nc; c++) {
+            __m256 s = _mm256_setzero_ps();
+            for (int d = 0; d < hs; d++)
+                s = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kt + (size_t)d * tp + 8 * c), s);
+            s = _mm256_mul_ps(s, scale);
+            _mm256_storeu_ps(pr + 8 * c, s);
+            if (c == nc - 1)
+                s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, last);
+            mx = _mm256_max_ps(mx, s);
+        }
+        float m = hmax8(mx);
+        __m256 sum = _mm256_setzero_ps();
+        for (int c = 0; c < nc; c++) {
+            __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(pr + 8 * c), _mm256_set1_ps(m)));
+            if (c == nc - 1)
+                e = _mm256_and_ps(e, last);
+            _mm256_storeu_ps(pr + 8 * c, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        float l = hsum8(sum);
+        for (int d = 0; d < hs; d++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int c = 0; c < nc; c++)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(pr + 8 * c),
+                                      _mm256_loadu_ps(vt + (size_t)d * tp + 8 * c), acc);
+            o[(size_t)i * C + d] = hsum8(acc) / l;
+        }
+        lse[i] = m + logf(l);
+    }
+}
+
+/* One (batch, head) backward, flash-attention style: probabilities are
+ * recomputed from lse, dK and dV accumulate in transposed buffers over
+ * queries in order, dQ is finished per query. */
+T_AVX2 static void attention_bwd_head_avx2(float *dqkv /* [T,3C], head's q col */,
+                                           const float *dout /* [T,C], head's col */,
+                                           const float *qkv /* [T,3C], head's q col */,
+                                           const float *out /* [T,C], head's col */,
+                                           const float *lse /* [T] */, int T, int C, int hs,
+                                           float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
+                                           float *dkt /* [hs,tp] */, float *dvt /* [hs,tp] */,
+                                           float *ds /* [tp] */, int tp)
+{
+    const float scale = 1.0f / sqrtf((float)hs);
+    const size_t ld3 = 3 * (size_t)C;
+    kv_transpose(kt, vt, qkv, T, C, hs, tp);
+    memset(dkt, 0, sizeof(float) * (size_t)hs * tp);
+    memset(dvt, 0, sizeof(float) * (size_t)hs * tp);
+    for (int i = 0; i < T; i++) {
+        const float *q = qkv + i * ld3, *g = dout + (size_t)i * C, *o = out + (size_t)i * C;
+        float D = 0.0f;
+        for (int d = 0; d < hs; d++)
+            D += g[d] * o[d];
+        int nc = i / 8 + 1;
+        __m256 last = _mm256_castsi256_ps(lanes8(i + 1 - 8 * (nc - 1)));
+        __m256 li = _mm256_set1_ps(lse[i]), Dv = _mm256_set1_ps(D);
+        for (int c = 0; c < nc; c++) {
+            __m256 s = _mm256_setzero_ps(), dp = _mm256_setzero_ps();
+            for (int d = 0; d < hs; d++) {
+                s = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kt + (size_t)d * tp + 8 * c), s);
+                dp = _mm256_fmadd_ps(_mm256_set1_ps(g[d]), _mm256_loadu_ps(vt + (size_t)d * tp + 8 * c), dp);
+            }
+            __m256 p = exp8(_mm256_sub_ps(_mm256_mul_ps(s, _mm256_set1_ps(scale)), li));
+            if (c == nc - 1)
+                p = _mm256_and_ps(p, last);
+            __m256 dsv = _mm256_mul_ps(p, _mm256_sub_ps(dp, Dv));
+            _mm256_storeu_ps(ds + 8 * c, dsv);
+            for (int d = 0; d < hs; d++) {
+                float *dvc = dvt + (size_t)d * tp + 8 * c, *dkc = dkt + (size_t)d * tp + 8 * c;
+                _mm256_storeu_ps(dvc, _mm256_fmadd_ps(p, _mm256_set1_ps(g[d]), _mm256_loadu_ps(dvc)));
+                _mm256_storeu_ps(dkc, _mm256_fmadd_ps(dsv, _mm256_set1_ps(q[d]), _mm256_loadu_ps(dkc)));
+            }
+        }
+        for (int d = 0; d < hs; d++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int c = 0; c < nc; c++)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(ds + 8 * c),
+                                      _mm256_loadu_ps(kt + (size_t)d * tp + 8 * c), acc);
+            dqkv[i * ld3 + d] = hsum8(acc) * scale;
+        }
+    }
+    for (int j = 0; j < T; j++)
+        for (int d = 0; d < hs; d++) {
+            dqkv[j * ld3 + hs + d] = dkt[(size_t)d * tp + j] * scale;
+            dqkv[j * ld3 + 2 * hs + d] = dvt[(size_t)d * tp + j];
+        }
+}
+
+/* A query against nk cached keys of one head: hs-long dot products, 8
+ * channels at a time, then softmax and the weighted sum of cached values. */
+T_AVX2 static void attention_step_head_avx2(float *o /* [hs] */, const float *q /* [hs] */,
+                                            const float *k0 /* [nk,C], head's col */,
+                                            const float *v0 /* [nk,C], head's col */, int nk, int C,
+                                            int hs, float *s /* [round16(nk)] */)
+{
+    const float scale = 1.0f / sqrtf((float)hs);
+    float mx = -INFINITY;
+    for (int j = 0; j < nk; j++) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int d = 0; d < hs; d += 8) {
+            __m256i msk = lanes8(hs - d);
+            acc = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, msk),
+                                  _mm256_maskload_ps(k0 + (size_t)j * C + d, msk), acc);
+        }
+        s[j] = hsum8(acc) * scale;
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    int nc = (nk + 7) / 8;
+    __m256 last = _mm256_castsi256_ps(lanes8(nk - 8 * (nc - 1))), sum = _mm256_setzero_ps();
+    for (int c = 0; c < nc; c++) { /* s has room for whole vectors */
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + 8 * c), _mm256_set1_ps(mx)));
+        if (c == nc - 1)
+            e = _mm256_and_ps(e, last);
+        _mm256_storeu_ps(s + 8 * c, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float l = hsum8(sum);
+    for (int d = 0; d < hs; d += 8) {
+        __m256i msk = lanes8(hs - d);
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < nk; j++)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), _mm256_maskload_ps(v0 + (size_t)j * C + d, msk), acc);
+        float tmp[8];
+        _mm256_storeu_ps(tmp, _mm256_div_ps(acc, _mm256_set1_ps(l)));
+        for (int e = 0; e < 8 && d + e < hs; e++)
+            o[d + e] = tmp[e];
+    }
+}
+
+/* ---- softmax cross-entropy ---- */
+
+/* Max and sum of exp(x - max) over one row of logits. */
+T_AVX2 static void row_stats_avx2(const float *x /* [v] */, int v, float *mx, float *sum)
+{
+    int vv = v / 8 * 8;
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < vv; j += 8)
+        m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + j));
+    float m = hmax8(m8);
+    for (int j = vv; j < v; j++)
+        m = x[j] > m ? x[j] : m;
+    __m256 s8 = _mm256_setzero_ps(), mv = _mm256_set1_ps(m);
+    for (int j = 0; j < vv; j += 8)
+        s8 = _mm256_add_ps(s8, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)));
+    float s = hsum8(s8);
+    for (int j = vv; j < v; j++)
+        s += expf(x[j] - m);
+    *mx = m;
+    *sum = s;
+}
+
+T_AVX2 static void xent_avx2(float *loss /* [1] */, const float *logits /* [n,v] */,
+                             const int32_t *targets /* [n] */, int n, int v)
+{
+    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
+#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float m, s;
+        row[i] = 0.0;
+        if (targets[i] < 0)
+            continue;
+        row_stats_avx2(x, v, &m, &s);
+        row[i] = (double)(m + logf(s) - x[targets[i]]);
+    }
+    *loss = mean_loss(row, targets, n);
+    free(row);
+}
+
+T_AVX2 static void xent_bwd_avx2(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
+                                 const int32_t *targets /* [n] */, const float *dloss /* [1] */,
+                                 int n, int v)
+{
+    int count = count_targets(targets, n), vv = v / 8 * 8;
+    float scale = count ? dloss[0] / (float)count : 0.0f;
+#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float *dx = dlogits + (size_t)i * v;     /* [v] */
+        int t = targets[i];
+        if (t < 0) {
+            memset(dx, 0, sizeof(float) * (size_t)v);
+            continue;
+        }
+        float m, s;
+        row_stats_avx2(x, v, &m, &s);
+        float inv = 1.0f / s;
+        __m256 mv = _mm256_set1_ps(m), iv = _mm256_set1_ps(inv), sc = _mm256_set1_ps(scale);
+        __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), tv = _mm256_set1_epi32(t);
+        for (int j = 0; j < vv; j += 8) {
+            __m256 p = _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)), iv);
+            __m256i hit = _mm256_cmpeq_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32(j)), tv);
+            p = _mm256_sub_ps(p, _mm256_and_ps(_mm256_castsi256_ps(hit), _mm256_set1_ps(1.0f)));
+            _mm256_storeu_ps(dx + j, _mm256_mul_ps(p, sc));
+        }
+        for (int j = vv; j < v; j++)
+            dx[j] = (expf(x[j] - m) * inv - (j == t)) * scale;
+    }
+}
+
+/* ======================================================================
+ * AVX-512: 16 floats per vector, partial vectors by mask registers
+ * ====================================================================== */
+
+INLINE_AVX512 __mmask16 lanes16(int n) /* lanes 0..n-1 set */
+{
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* exp(x) within ~2 ulp, the same reduction and polynomial as exp8; scalef
+ * applies 2^n without building exponent bits, so it underflows to 0 and
+ * overflows to inf like expf. */
+INLINE_AVX512 __m512 exp16(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); /* keeps r finite; NaN passes */
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693147182f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-1.90465430e-9f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* ---- matmul ---- */
+
+#define MR_AVX512 6 /* rows per tile: 6x4 accumulators + 4 b + 1 broadcast = 29 of 32 zmm */
+
+/* The AVX-512 twin of mm_tile_avx2: an R x 16V tile, V <= 4, one FMA
+ * chain per element in k order whatever R is. */
+INLINE_AVX512 void mm_tile_avx512(const struct mm *m, int i, int j, int R, int V, __mmask16 tail,
+                                  size_t ars, size_t aks)
+{
+    __m512 acc[MR_AVX512][4];
+    const float *a = m->a + i * ars; /* tile's row 0 */
+    const float *b = m->b + j;       /* tile's column 0 */
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) {
+        __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
+        __m512 init = m->bias ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[r][v] = init;
+    }
+    for (int k = 0; k < m->p; k++) {
+        const float *bk = b + (size_t)k * m->q; /* [16V] */
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            bv[v] = _mm512_maskz_loadu_ps(v < V - 1 ? (__mmask16)0xFFFF : tail, bk + 16 * v);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 ar = _mm512_set1_ps(a[r * ars + k * aks]);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        size_t at = (size_t)(i + r) * m->q + j;
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
+            __m512 y = acc[r][v];
+            if (m->relu)
+                y = _mm512_max_ps(y, _mm512_setzero_ps());
+            if (m->r1)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r1 + at + 16 * v));
+            if (m->r2)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r2 + at + 16 * v));
+            _mm512_mask_storeu_ps(m->c + at + 16 * v, msk, y);
+        }
+    }
+}
+
+/* Picks the tile instance for V vectors; R is a constant at each call. */
+INLINE_AVX512 void mm_panel_avx512(const struct mm *m, int i, int j, int R, int V, __mmask16 tail,
+                                   size_t ars, size_t aks)
+{
+    switch (V) {
+    case 1: mm_tile_avx512(m, i, j, R, 1, tail, ars, aks); break;
+    case 2: mm_tile_avx512(m, i, j, R, 2, tail, ars, aks); break;
+    case 3: mm_tile_avx512(m, i, j, R, 3, tail, ars, aks); break;
+    default: mm_tile_avx512(m, i, j, R, 4, tail, ars, aks); break;
+    }
+}
+
+/* R rows of c (R == MR_AVX512, or fewer at the bottom edge), all columns in
+ * panels of 64. */
+INLINE_AVX512 void mm_rows_avx512(const struct mm *m, int i, int R, size_t ars, size_t aks)
+{
+    for (int j = 0; j < m->q; j += 64) {
+        int w = min_int(64, m->q - j), V = (w + 15) / 16;
+        __mmask16 tail = lanes16(w - 16 * (V - 1));
+        if (R == MR_AVX512)
+            mm_panel_avx512(m, i, j, MR_AVX512, V, tail, ars, aks);
+        else
+            for (int r = 0; r < R; r++)
+                mm_panel_avx512(m, i + r, j, 1, V, tail, ars, aks);
+    }
+}
+
+T_AVX512 static void matmul_avx512(const struct mm *m, int n)
+{
+    int tiles = (n + MR_AVX512 - 1) / MR_AVX512;
+#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
+    for (int t = 0; t < tiles; t++)
+        mm_rows_avx512(m, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), (size_t)m->p, 1);
+}
+
+T_AVX512 static void matmul_tn_avx512(const struct mm *m, int n)
+{
+    int tiles = (n + MR_AVX512 - 1) / MR_AVX512;
+#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
+    for (int t = 0; t < tiles; t++)
+        mm_rows_avx512(m, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), 1, (size_t)n);
+}
+
+/* ---- element-wise: whole vectors in parallel, then one masked vector ---- */
+
+T_AVX512 static void add_avx512(float *y /* [n] */, const float *a /* [n] */,
+                                const float *b /* [n] */, size_t n)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    __mmask16 t = lanes16((int)(n - nv));
+    _mm512_mask_storeu_ps(y + nv, t, _mm512_add_ps(_mm512_maskz_loadu_ps(t, a + nv),
+                                                   _mm512_maskz_loadu_ps(t, b + nv)));
+}
+
+T_AVX512 static void add_n_avx512(float *y /* [n] */, const float *const *x /* m x [n] */, int m,
+                                  size_t n)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16) {
+        __m512 s = _mm512_loadu_ps(x[0] + i);
+        for (int k = 1; k < m; k++)
+            s = _mm512_add_ps(s, _mm512_loadu_ps(x[k] + i));
+        _mm512_storeu_ps(y + i, s);
+    }
+    __mmask16 t = lanes16((int)(n - nv));
+    __m512 s = _mm512_maskz_loadu_ps(t, x[0] + nv);
+    for (int k = 1; k < m; k++)
+        s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(t, x[k] + nv));
+    _mm512_mask_storeu_ps(y + nv, t, s);
+}
+
+T_AVX512 static void relu_avx512(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16) /* max(x, 0) returns 0 for NaN, like x > 0 ? x : 0 */
+        _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), _mm512_setzero_ps()));
+    __mmask16 t = lanes16((int)(n - nv));
+    _mm512_mask_storeu_ps(y + nv, t, _mm512_max_ps(_mm512_maskz_loadu_ps(t, x + nv), _mm512_setzero_ps()));
+}
+
+T_AVX512 static void relu_bwd_avx512(float *dx /* [n] */, const float *dy /* [n] */,
+                                     const float *y /* [n] */, size_t n)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16) {
+        __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+        _mm512_storeu_ps(dx + i, _mm512_maskz_loadu_ps(on, dy + i));
+    }
+    __mmask16 t = lanes16((int)(n - nv));
+    __mmask16 on = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(t, y + nv), _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_mask_storeu_ps(dx + nv, t, _mm512_maskz_loadu_ps(on, dy + nv));
+}
+
+/* adam_one's operations, in its order, 16 elements at a time. */
+INLINE_AVX512 void adam_vec_avx512(float *p, float *m, float *v, const float *g, __mmask16 t,
+                                   const struct adam_k *k)
+{
+    __m512 gi = _mm512_maskz_loadu_ps(t, g), mi = _mm512_maskz_loadu_ps(t, m);
+    __m512 vi = _mm512_maskz_loadu_ps(t, v), pi = _mm512_maskz_loadu_ps(t, p);
+    mi = _mm512_add_ps(mi, _mm512_mul_ps(_mm512_set1_ps(k->omb1), _mm512_sub_ps(gi, mi)));
+    vi = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(k->b2), vi),
+                       _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(k->omb2), gi), gi));
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), _mm512_set1_ps(k->bc2s)),
+                                 _mm512_set1_ps(k->eps));
+    pi = _mm512_sub_ps(pi, _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(k->step), mi), denom));
+    _mm512_mask_storeu_ps(m, t, mi);
+    _mm512_mask_storeu_ps(v, t, vi);
+    _mm512_mask_storeu_ps(p, t, pi);
+}
+
+T_AVX512 static void adam_avx512(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
+                                 const float *g /* [n] */, size_t n, const struct adam_k *k)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16)
+        adam_vec_avx512(p + i, m + i, v + i, g + i, (__mmask16)0xFFFF, k);
+    adam_vec_avx512(p + nv, m + nv, v + nv, g + nv, lanes16((int)(n - nv)), k);
+}
+
+/* ---- reductions over rows ---- */
+
+T_AVX512 static void sum_block_avx512(float *part /* [q] */, const float *x /* [n,q] */, int i0,
+                                      int i1, int q)
+{
+    for (int j = 0; j < q; j++)
+        part[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * q; /* [q] */
+        for (int j = 0; j < q; j += 16) {
+            __mmask16 t = lanes16(q - j);
+            __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(t, part + j), _mm512_maskz_loadu_ps(t, xi + j));
+            _mm512_mask_storeu_ps(part + j, t, s);
+        }
+    }
+}
+
+T_AVX512 static void sum_rows_avx512(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+    float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
+#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
+    for (int b = 0; b < nblk; b++)
+        sum_block_avx512(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK), q);
+    sum_blocks(out, part, nblk, q);
+    free(part);
+}
+
+/* ---- layernorm ---- */
+
+T_AVX512 static void layernorm_row_avx512(float *y /* [c] */, float *mean, float *rstd,
+                                          const float *x /* [c] */, const float *w /* [c] */,
+                                          const float *b /* [c] */, int c)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int j = 0; j < c; j += 16)
+        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(lanes16(c - j), x + j));
+    float mu = _mm512_reduce_add_ps(acc) / (float)c;
+    __m512 muv = _mm512_set1_ps(mu);
+    acc = _mm512_setzero_ps();
+    for (int j = 0; j < c; j += 16) {
+        __mmask16 t = lanes16(c - j);
+        __m512 d = _mm512_maskz_sub_ps(t, _mm512_maskz_loadu_ps(t, x + j), muv);
+        acc = _mm512_fmadd_ps(d, d, acc);
+    }
+    float rs = 1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)c + LN_EPS);
+    __m512 rsv = _mm512_set1_ps(rs);
+    for (int j = 0; j < c; j += 16) {
+        __mmask16 t = lanes16(c - j);
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + j), muv), rsv);
+        __m512 yv = _mm512_fmadd_ps(xh, _mm512_maskz_loadu_ps(t, w + j), _mm512_maskz_loadu_ps(t, b + j));
+        _mm512_mask_storeu_ps(y + j, t, yv);
+    }
+    *mean = mu;
+    *rstd = rs;
+}
+
+T_AVX512 static void layernorm_avx512(float *y /* [n,c] */, float *mean /* [n] */,
+                                      float *rstd /* [n] */, const float *x /* [n,c] */,
+                                      const float *w /* [c] */, const float *b /* [c] */, int n,
+                                      int c)
+{
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        layernorm_row_avx512(y + (size_t)i * c, mean + i, rstd + i, x + (size_t)i * c, w, b, c);
+}
+
+T_AVX512 static void layernorm_bwd_block_avx512(float *dx /* [n,c] */, float *pw /* [c] */,
+                                                float *pb /* [c] */, const float *dy /* [n,c] */,
+                                                const float *x /* [n,c] */, const float *w /* [c] */,
+                                                const float *mean /* [n] */,
+                                                const float *rstd /* [n] */, int i0, int i1, int c)
+{
+    for (int j = 0; j < c; j++)
+        pw[j] = pb[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
+        float *dxi = dx + (size_t)i * c;                               /* [c] */
+        __m512 muv = _mm512_set1_ps(mean[i]), rsv = _mm512_set1_ps(rstd[i]);
+        __m512 s1v = _mm512_setzero_ps(), s2v = _mm512_setzero_ps();
+        for (int j = 0; j < c; j += 16) { /* masked lanes load 0, so add 0 everywhere */
+            __mmask16 t = lanes16(c - j);
+            __m512 gy = _mm512_maskz_loadu_ps(t, gi + j);
+            __m512 xh = _mm512_maskz_mul_ps(t, _mm512_sub_ps(_mm512_maskz_loadu_ps(t, xi + j), muv), rsv);
+            __m512 g = _mm512_mul_ps(gy, _mm512_maskz_loadu_ps(t, w + j));
+            s1v = _mm512_add_ps(s1v, g);
+            s2v = _mm512_fmadd_ps(g, xh, s2v);
+            _mm512_mask_storeu_ps(pw + j, t, _mm512_fmadd_ps(gy, xh, _mm512_maskz_loadu_ps(t, pw + j)));
+            _mm512_mask_storeu_ps(pb + j, t, _mm512_add_ps(gy, _mm512_maskz_loadu_ps(t, pb + j)));
+        }
+        __m512 s1c = _mm512_set1_ps(_mm512_reduce_add_ps(s1v) / (float)c);
+        __m512 s2c = _mm512_set1_ps(_mm512_reduce_add_ps(s2v) / (float)c);
+        for (int j = 0; j < c; j += 16) {
+            __mmask16 t = lanes16(c - j);
+            __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, xi + j), muv), rsv);
+            __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gi + j), _mm512_maskz_loadu_ps(t, w + j));
+            __m512 d = _mm512_sub_ps(_mm512_sub_ps(g, s1c), _mm512_mul_ps(xh, s2c));
+            _mm512_mask_storeu_ps(dxi + j, t, _mm512_mul_ps(rsv, d));
+        }
+    }
+}
+
+/* ---- attention: the AVX-512 twins of the AVX2 head functions ---- */
+
+T_AVX512 static void attention_head_avx512(float *o /* [T,C], head's col */, float *lse /* [T] */,
+                                           const float *qkv /* [T,3C], head's q col */, int T,
+                                           int C, int hs, float *kt /* [hs,tp] */,
+                                           float *vt /* [hs,tp] */, float *pr /* [tp] */, int tp)
+{
+    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hs));
+    kv_transpose(kt, vt, qkv, T, C, hs, tp);
+    for (int i = 0; i < T; i++) {
+        const float *q = qkv + (size_t)i * 3 * C; /* [hs] */
+        int nc = i / 16 + 1;                      /* chunks holding keys 0..i */
+        __mmask16 last = lanes16(i + 1 - 16 * (nc - 1));
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int c = 0; c < nc; c++) {
+            __m512 s = _mm512_setzero_ps();
+            for (int d = 0; d < hs; d++)
+                s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + (size_t)d * tp + 16 * c), s);
+            s = _mm512_mul_ps(s, scale);
+            _mm512_storeu_ps(pr + 16 * c, s);
+            mx = _mm512_mask_max_ps(mx, c == nc - 1 ? last : (__mmask16)0xFFFF, mx, s);
+        }
+        float m = _mm512_reduce_max_ps(mx);
+        __m512 sum = _mm512_setzero_ps();
+        for (int c = 0; c < nc; c++) {
+            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(pr + 16 * c), _mm512_set1_ps(m)));
+            e = _mm512_maskz_mov_ps(c == nc - 1 ? last : (__mmask16)0xFFFF, e);
+            _mm512_storeu_ps(pr + 16 * c, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        float l = _mm512_reduce_add_ps(sum);
+        for (int d = 0; d < hs; d++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int c = 0; c < nc; c++)
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(pr + 16 * c),
+                                      _mm512_loadu_ps(vt + (size_t)d * tp + 16 * c), acc);
+            o[(size_t)i * C + d] = _mm512_reduce_add_ps(acc) / l;
+        }
+        lse[i] = m + logf(l);
+    }
+}
+
+T_AVX512 static void attention_bwd_head_avx512(float *dqkv /* [T,3C], head's q col */,
+                                               const float *dout /* [T,C], head's col */,
+                                               const float *qkv /* [T,3C], head's q col */,
+                                               const float *out /* [T,C], head's col */,
+                                               const float *lse /* [T] */, int T, int C, int hs,
+                                               float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
+                                               float *dkt /* [hs,tp] */, float *dvt /* [hs,tp] */,
+                                               float *ds /* [tp] */, int tp)
+{
+    const float scale = 1.0f / sqrtf((float)hs);
+    const size_t ld3 = 3 * (size_t)C;
+    kv_transpose(kt, vt, qkv, T, C, hs, tp);
+    memset(dkt, 0, sizeof(float) * (size_t)hs * tp);
+    memset(dvt, 0, sizeof(float) * (size_t)hs * tp);
+    for (int i = 0; i < T; i++) {
+        const float *q = qkv + i * ld3, *g = dout + (size_t)i * C, *o = out + (size_t)i * C;
+        float D = 0.0f;
+        for (int d = 0; d < hs; d++)
+            D += g[d] * o[d];
+        int nc = i / 16 + 1;
+        __mmask16 last = lanes16(i + 1 - 16 * (nc - 1));
+        __m512 li = _mm512_set1_ps(lse[i]), Dv = _mm512_set1_ps(D);
+        for (int c = 0; c < nc; c++) {
+            __m512 s = _mm512_setzero_ps(), dp = _mm512_setzero_ps();
+            for (int d = 0; d < hs; d++) {
+                s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + (size_t)d * tp + 16 * c), s);
+                dp = _mm512_fmadd_ps(_mm512_set1_ps(g[d]), _mm512_loadu_ps(vt + (size_t)d * tp + 16 * c), dp);
+            }
+            __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(s, _mm512_set1_ps(scale)), li));
+            p = _mm512_maskz_mov_ps(c == nc - 1 ? last : (__mmask16)0xFFFF, p);
+            __m512 dsv = _mm512_mul_ps(p, _mm512_sub_ps(dp, Dv));
+            _mm512_storeu_ps(ds + 16 * c, dsv);
+            for (int d = 0; d < hs; d++) {
+                float *dvc = dvt + (size_t)d * tp + 16 * c, *dkc = dkt + (size_t)d * tp + 16 * c;
+                _mm512_storeu_ps(dvc, _mm512_fmadd_ps(p, _mm512_set1_ps(g[d]), _mm512_loadu_ps(dvc)));
+                _mm512_storeu_ps(dkc, _mm512_fmadd_ps(dsv, _mm512_set1_ps(q[d]), _mm512_loadu_ps(dkc)));
+            }
+        }
+        for (int d = 0; d < hs; d++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int c = 0; c < nc; c++)
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(ds + 16 * c),
+                                      _mm512_loadu_ps(kt + (size_t)d * tp + 16 * c), acc);
+            dqkv[i * ld3 + d] = _mm512_reduce_add_ps(acc) * scale;
+        }
+    }
+    for (int j = 0; j < T; j++)
+        for (int d = 0; d < hs; d++) {
+            dqkv[j * ld3 + hs + d] = dkt[(size_t)d * tp + j] * scale;
+            dqkv[j * ld3 + 2 * hs + d] = dvt[(size_t)d * tp + j];
+        }
+}
+
+T_AVX512 static void attention_step_head_avx512(float *o /* [hs] */, const float *q /* [hs] */,
+                                                const float *k0 /* [nk,C], head's col */,
+                                                const float *v0 /* [nk,C], head's col */, int nk,
+                                                int C, int hs, float *s /* [round16(nk)] */)
+{
+    const float scale = 1.0f / sqrtf((float)hs);
+    float mx = -INFINITY;
+    for (int j = 0; j < nk; j++) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int d = 0; d < hs; d += 16) {
+            __mmask16 t = lanes16(hs - d);
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, q + d),
+                                  _mm512_maskz_loadu_ps(t, k0 + (size_t)j * C + d), acc);
+        }
+        s[j] = _mm512_reduce_add_ps(acc) * scale;
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j += 16) {
+        __mmask16 t = lanes16(nk - j);
+        __m512 e = _mm512_maskz_mov_ps(t, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, s + j),
+                                                              _mm512_set1_ps(mx))));
+        _mm512_mask_storeu_ps(s + j, t, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    __m512 l = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+    for (int d = 0; d < hs; d += 16) {
+        __mmask16 t = lanes16(hs - d);
+        __m512 acc = _mm512_setzero_ps();
+        for (int j = 0; j < nk; j++)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), _mm512_maskz_loadu_ps(t, v0 + (size_t)j * C + d), acc);
+        _mm512_mask_storeu_ps(o + d, t, _mm512_div_ps(acc, l));
+    }
+}
+
+/* ---- softmax cross-entropy ---- */
+
+/* Max and sum of exp(x - max) over one row; masked lanes take part as
+ * -inf in the max and 0 in the sum. */
+T_AVX512 static void row_stats_avx512(const float *x /* [v] */, int v, float *mx, float *sum)
+{
+    __m512 m16 = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < v; j += 16)
+        m16 = _mm512_mask_max_ps(m16, lanes16(v - j), m16, _mm512_maskz_loadu_ps(lanes16(v - j), x + j));
+    float m = _mm512_reduce_max_ps(m16);
+    __m512 s16 = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
+    for (int j = 0; j < v; j += 16) {
+        __mmask16 t = lanes16(v - j);
+        s16 = _mm512_add_ps(s16, _mm512_maskz_mov_ps(t, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + j), mv))));
+    }
+    *mx = m;
+    *sum = _mm512_reduce_add_ps(s16);
+}
+
+T_AVX512 static void xent_avx512(float *loss /* [1] */, const float *logits /* [n,v] */,
+                                 const int32_t *targets /* [n] */, int n, int v)
+{
+    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
+#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float m, s;
+        row[i] = 0.0;
+        if (targets[i] < 0)
+            continue;
+        row_stats_avx512(x, v, &m, &s);
+        row[i] = (double)(m + logf(s) - x[targets[i]]);
+    }
+    *loss = mean_loss(row, targets, n);
+    free(row);
+}
+
+T_AVX512 static void xent_bwd_avx512(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
+                                     const int32_t *targets /* [n] */, const float *dloss /* [1] */,
+                                     int n, int v)
+{
+    int count = count_targets(targets, n);
+    float scale = count ? dloss[0] / (float)count : 0.0f;
+#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float *dx = dlogits + (size_t)i * v;     /* [v] */
+        int t = targets[i];
+        if (t < 0) {
+            memset(dx, 0, sizeof(float) * (size_t)v);
+            continue;
+        }
+        float m, s;
+        row_stats_avx512(x, v, &m, &s);
+        __m512 mv = _mm512_set1_ps(m), iv = _mm512_set1_ps(1.0f / s), sc = _mm512_set1_ps(scale);
+        __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        for (int j = 0; j < v; j += 16) {
+            __mmask16 msk = lanes16(v - j);
+            __m512 p = _mm512_mul_ps(exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(msk, x + j), mv)), iv);
+            __mmask16 hit = _mm512_cmpeq_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(j)),
+                                                    _mm512_set1_epi32(t));
+            p = _mm512_mask_sub_ps(p, hit, p, _mm512_set1_ps(1.0f));
+            _mm512_mask_storeu_ps(dx + j, msk, _mm512_mul_ps(p, sc));
+        }
+    }
+}
+
+/* ======================================================================
+ * Drivers shared by the SIMD paths: split (batch, head) pairs over threads,
+ * each thread with its own scratch.
+ * ====================================================================== */
+
+typedef void attention_head_fn(float *, float *, const float *, int, int, int, float *, float *,
+                               float *, int);
+typedef void attention_bwd_head_fn(float *, const float *, const float *, const float *,
+                                   const float *, int, int, int, float *, float *, float *,
+                                   float *, float *, int);
+typedef void attention_step_head_fn(float *, const float *, const float *, const float *, int, int,
+                                    int, float *);
+
+static void attention_heads(attention_head_fn *head, float *out /* [B,T,C] */,
+                            float *lse /* [B,H,T] */, const float *qkv /* [B,T,3C] */, int B, int T,
+                            int C, int H)
+{
+    int hs = C / H, tp = round16(T);
+#pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
+    {
+        float *kt = xmalloc(sizeof(float) * (2 * (size_t)hs + 1) * tp); /* [hs,tp] */
+        float *vt = kt + (size_t)hs * tp;                                /* [hs,tp] */
+        float *pr = vt + (size_t)hs * tp;                                /* [tp] */
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            int b = bh / H, h = bh % H;
+            head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T,
+                 qkv + (size_t)b * T * 3 * C + 3 * hs * h, T, C, hs, kt, vt, pr, tp);
+        }
+        free(kt);
+    }
+}
+
+static void attention_bwd_heads(attention_bwd_head_fn *head, float *dqkv /* [B,T,3C] */,
+                                const float *dout /* [B,T,C] */, const float *qkv /* [B,T,3C] */,
+                                const float *out /* [B,T,C] */, const float *lse /* [B,H,T] */,
+                                int B, int T, int C, int H)
+{
+    int hs = C / H, tp = round16(T);
+#pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
+    {
+        float *kt = xmalloc(sizeof(float) * (4 * (size_t)hs + 1) * tp); /* [hs,tp] */
+        float *vt = kt + (size_t)hs * tp;                                /* [hs,tp] */
+        float *dkt = vt + (size_t)hs * tp;                               /* [hs,tp] */
+        float *dvt = dkt + (size_t)hs * tp;                              /* [hs,tp] */
+        float *ds = dvt + (size_t)hs * tp;                               /* [tp] */
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            int b = bh / H, h = bh % H;
+            size_t r3 = (size_t)b * T * 3 * C + 3 * hs * h, r1 = (size_t)b * T * C + hs * h;
+            head(dqkv + r3, dout + r1, qkv + r3, out + r1, lse + (size_t)bh * T, T, C, hs, kt, vt,
+                 dkt, dvt, ds, tp);
+        }
+        free(kt);
+    }
+}
+
+static void attention_step_heads(attention_step_head_fn *head, float *out /* [nb,C] */,
+                                 float *kc /* [nb,tmax,C] */, float *vc /* [nb,tmax,C] */,
+                                 const float *qkv /* [nb,3C] */, int nb, int pos, int tmax, int C,
+                                 int H)
+{
+    int hs = C / H, nk = pos + 1;
+    kv_append(kc, vc, qkv, nb, pos, tmax, C, H);
+#pragma omp parallel if ((long)nb * nk * C >= PAR_WORK)
+    {
+        float *s = xmalloc(sizeof(float) * (size_t)round16(nk)); /* [nk] scores */
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < nb * H; bh++) {
+            int b = bh / H, h = bh % H;
+            size_t c0 = (size_t)b * tmax * C + hs * h; /* cache row 0, head's col */
+            head(out + (size_t)b * C + hs * h, qkv + (size_t)b * 3 * C + 3 * hs * h, kc + c0,
+                 vc + c0, nk, C, hs, s);
+        }
+        free(s);
+    }
+}
+
+/* ======================================================================
+ * Entry points
+ * ====================================================================== */
+
+/* Calls name_avx512, name_avx2 or the twin k_name_ref by the current path. */
+#define DISPATCH(name, ...)                                                   \
+    switch (isa_get()) {                                                      \
+    case ISA_AVX512: name##_avx512(__VA_ARGS__); break;                       \
+    case ISA_AVX2: name##_avx2(__VA_ARGS__); break;                           \
+    default: k_##name##_ref(__VA_ARGS__); break;                              \
+    }
+
+void k_matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
+                 const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
+                 const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
+{
+    struct mm m = {c, a, b, bias, r1, r2, relu, p, q};
+    switch (isa_get()) {
+    case ISA_AVX512: matmul_avx512(&m, n); break;
+    case ISA_AVX2: matmul_avx2(&m, n); break;
+    default: k_matmul_ex_ref(c, a, b, bias, r1, r2, relu, n, p, q); break;
+    }
+}
+
+void k_matmul(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
+              const float *bias /* [q] or NULL */, int n, int p, int q)
+{
+    k_matmul_ex(c, a, b, bias, NULL, NULL, 0, n, p, q);
+}
+
+void k_matmul_tn(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
+                 int n, int p, int q)
+{
+    struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q};
+    switch (isa_get()) {
+    case ISA_AVX512: matmul_tn_avx512(&m, n); break;
+    case ISA_AVX2: matmul_tn_avx2(&m, n); break;
+    default: k_matmul_tn_ref(c, a, b, n, p, q); break;
+    }
+}
+
+void k_transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
+{
+    transpose_blocked(out, in, r, s);
+}
+
+void k_sum_rows(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    DISPATCH(sum_rows, out, x, n, q)
+}
+
+void k_add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
+{
+    DISPATCH(add, y, a, b, n)
+}
+
+void k_add_n(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
+{
+    DISPATCH(add_n, y, x, m, n)
+}
+
+void k_relu(float *y /* [n] */, const float *x /* [n] */, size_t n) { DISPATCH(relu, y, x, n) }
+
+void k_relu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */, size_t n)
+{
+    DISPATCH(relu_bwd, dx, dy, y, n)
+}
+
+void k_layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
+                 const float *x /* [n,c] */, const float *w /* [c] */, const float *b /* [c] */,
+                 int n, int c)
+{
+    DISPATCH(layernorm, y, mean, rstd, x, w, b, n, c)
+}
+
+void k_layernorm_bwd(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                     const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                     const float *w /* [c] */, const float *mean /* [n] */,
+                     const float *rstd /* [n] */, int n, int c)
+{
+    switch (isa_get()) {
+    case ISA_AVX512:
+        layernorm_bwd_blocked(layernorm_bwd_block_avx512, dx, dw, db, dy, x, w, mean, rstd, n, c);
+        break;
+    case ISA_AVX2:
+        layernorm_bwd_blocked(layernorm_bwd_block_avx2, dx, dw, db, dy, x, w, mean, rstd, n, c);
+        break;
+    default: k_layernorm_bwd_ref(dx, dw, db, dy, x, w, mean, rstd, n, c); break;
+    }
+}
+
+void k_attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */, const float *qkv /* [B,T,3C] */,
+                 int B, int T, int C, int H)
+{
+    switch (isa_get()) {
+    case ISA_AVX512: attention_heads(attention_head_avx512, out, lse, qkv, B, T, C, H); break;
+    case ISA_AVX2: attention_heads(attention_head_avx2, out, lse, qkv, B, T, C, H); break;
+    default: k_attention_ref(out, lse, qkv, B, T, C, H); break;
+    }
+}
+
+void k_attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                     const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                     const float *lse /* [B,H,T] */, int B, int T, int C, int H)
+{
+    switch (isa_get()) {
+    case ISA_AVX512:
+        attention_bwd_heads(attention_bwd_head_avx512, dqkv, dout, qkv, out, lse, B, T, C, H);
+        break;
+    case ISA_AVX2:
+        attention_bwd_heads(attention_bwd_head_avx2, dqkv, dout, qkv, out, lse, B, T, C, H);
+        break;
+    default: k_attention_bwd_ref(dqkv, dout, qkv, out, lse, B, T, C, H); break;
+    }
+}
+
+void k_attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
+                      float *vc /* [nb,tmax,C] */, const float *qkv /* [nb,3C] */, int nb, int pos,
+                      int tmax, int C, int H)
+{
+    switch (isa_get()) {
+    case ISA_AVX512:
+        attention_step_heads(attention_step_head_avx512, out, kc, vc, qkv, nb, pos, tmax, C, H);
+        break;
+    case ISA_AVX2:
+        attention_step_heads(attention_step_head_avx2, out, kc, vc, qkv, nb, pos, tmax, C, H);
+        break;
+    default: k_attention_step_ref(out, kc, vc, qkv, nb, pos, tmax, C, H); break;
+    }
+}
+
+void k_xent(float *loss /* [1] */, const float *logits /* [n,v] */, const int32_t *targets /* [n] */,
+            int n, int v)
+{
+    DISPATCH(xent, loss, logits, targets, n, v)
+}
+
+void k_xent_bwd(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
+                const int32_t *targets /* [n] */, const float *dloss /* [1] */, int n, int v)
+{
+    DISPATCH(xent_bwd, dlogits, logits, targets, dloss, n, v)
+}
+
+void k_embed(float *y /* [n,c] */, const int32_t *idx /* [n] */, const float *table /* [c,v] */,
+             int n, int c, int v)
+{
+    embed_gather(y, idx, table, n, c, v);
+}
+
+void k_embed_bwd(float *dtable /* [c,v] */, const int32_t *idx /* [n] */, const float *dy /* [n,c] */,
+                 int n, int c, int v)
+{
+    embed_scatter(dtable, idx, dy, n, c, v);
+}
+
+void k_adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const float *g /* [n] */,
+            size_t n, float lr, float b1, float b2, float eps, int t)
+{
+    struct adam_k k = adam_consts(lr, b1, b2, eps, t);
+    switch (isa_get()) {
+    case ISA_AVX512: adam_avx512(p, m, v, g, n, &k); break;
+    case ISA_AVX2: adam_avx2(p, m, v, g, n, &k); break;
+    default: k_adam_ref(p, m, v, g, n, lr, b1, b2, eps, t); break;
+    }
+}

@@ -1,0 +1,683 @@
+/* tests/test_kernels.c: the kernels, three ways.
+ *
+ * 1. The plain-C twins (*_ref) against values worked out by hand, a naive
+ *    double-precision attention, and central finite differences of double
+ *    forward passes: this is what makes the twins trustworthy oracles.
+ * 2. Every SIMD path the CPU has against the twins, on random inputs at
+ *    awkward shapes (rows not a multiple of the tile, widths not a multiple
+ *    of the vector, T = 1, head sizes 8, 12, 16, ignored targets).
+ * 3. The determinism contract: the same bits at 1, 2 and 3 threads.
+ *
+ * Tolerances are relative per element, with elements smaller than the
+ * tensor's RMS compared against the RMS instead (a sum of signed terms may
+ * cancel to almost nothing, and its rounding error is set by the terms, not
+ * by the result). The paths sum in different orders and the SIMD paths
+ * fuse multiply-adds, so they agree to a few float ulps times the length
+ * of the sums: 1e-5 for sums of up to ~100 terms, looser where said. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tensor.h"
+#include "test.h"
+
+/* ---- inputs ---- */
+
+static uint64_t seed = 0x9e3779b97f4a7c15u;
+
+static uint64_t splitmix(void)
+{
+    uint64_t z = (seed += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+static float urand(void) /* uniform in [-1, 1) */
+{
+    return (float)((splitmix() >> 40) * 0x1.0p-24 * 2 - 1);
+}
+
+static float *fvec(size_t n) /* n floats, never NULL */
+{
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    if (!p)
+        abort();
+    return p;
+}
+
+static float *rvec(size_t n, float scale) /* uniform in [-scale, scale) */
+{
+    float *p = fvec(n);
+    for (size_t i = 0; i < n; i++)
+        p[i] = scale * urand();
+    return p;
+}
+
+/* Targets in [0, v), every `skip`-th one (when skip > 0) ignored as -1. */
+static int32_t *rtargets(int n, int v, int skip)
+{
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++)
+        t[i] = skip > 0 && i % skip == skip - 1 ? -1 : (int32_t)(splitmix() % (uint64_t)v);
+    return t;
+}
+
+/* ---- comparisons ---- */
+
+static double rms(const float *x, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return n ? sqrt(s / n) : 0;
+}
+
+static void close_to(const char *what, const float *got, const float *want, size_t n, double tol)
+{
+    double floor = rms(want, n) > 1e-30 ? rms(want, n) : 1e-30;
+    double e = max_rel_err(got, want, n, floor);
+    CHECK(e <= tol, "%s [%s]: relative error %.3g > %.3g", what, isa_name(isa_get()), e, tol);
+}
+
+static void same_bits(const char *what, const void *got, const void *want, size_t bytes)
+{
+    CHECK(!memcmp(got, want, bytes), "%s [%s]: bits differ", what, isa_name(isa_get()));
+}
+
+static int isa_count(void) { return isa_best() + 1; }
+
+/* ======================================================================
+ * 1. The twins against known answers
+ * ====================================================================== */
+
+static void test_hand_values(void)
+{
+    /* [[1,2],[3,4]] @ [[5,6],[7,8]] + [1,-1]: small integers, exact on every path */
+    const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, bias[2] = {1, -1};
+    const float mm[4] = {20, 21, 44, 49}, tn[4] = {26, 30, 38, 44}; /* a^T @ b */
+    const float tr[6] = {1, 4, 2, 5, 3, 6}, in23[6] = {1, 2, 3, 4, 5, 6};
+    float c[6];
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        k_matmul(c, a, b, bias, 2, 2, 2);
+        same_bits("2x2 matmul", c, mm, sizeof mm);
+        k_matmul_tn(c, a, b, 2, 2, 2);
+        same_bits("2x2 matmul_tn", c, tn, sizeof tn);
+        k_transpose(c, in23, 2, 3);
+        same_bits("2x3 transpose", c, tr, sizeof tr);
+    }
+    k_matmul_ref(c, a, b, bias, 2, 2, 2);
+    same_bits("2x2 matmul_ref", c, mm, sizeof mm);
+    k_matmul_tn_ref(c, a, b, 2, 2, 2);
+    same_bits("2x2 matmul_tn_ref", c, tn, sizeof tn);
+
+    /* LayerNorm of [1,2,3,4] with w = 2, b = 1: mean 2.5, variance 1.25 */
+    const float x[4] = {1, 2, 3, 4}, w[4] = {2, 2, 2, 2}, b1[4] = {1, 1, 1, 1};
+    float y[4], mean, rstd, want[4];
+    double rs = 1 / sqrt(1.25 + 1e-5);
+    for (int j = 0; j < 4; j++)
+        want[j] = (float)((x[j] - 2.5) * rs * 2 + 1);
+    k_layernorm_ref(y, &mean, &rstd, x, w, b1, 1, 4);
+    close_to("layernorm_ref of [1,2,3,4]", y, want, 4, 1e-6);
+    CHECK(mean == 2.5f && fabs(rstd - rs) < 1e-6 * rs, "layernorm_ref: mean %g rstd %g", mean, rstd);
+
+    /* Uniform logits: the loss is log(v) and the gradient (1/v - onehot) / count */
+    enum { N = 5, V = 7 };
+    float logits[N * V], dl[N * V], loss, one = 1;
+    int32_t t[N] = {3, -1, 0, 6, -1};
+    for (int i = 0; i < N * V; i++)
+        logits[i] = 0.25f;
+    k_xent_ref(&loss, logits, t, N, V);
+    CHECK(fabs(loss - log(V)) < 1e-6, "xent_ref of uniform logits: %g, want log(7)", loss);
+    k_xent_bwd_ref(dl, logits, t, &one, N, V);
+    double worst = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < V; j++) {
+            double g = t[i] < 0 ? 0 : (1.0 / V - (j == t[i])) / 3;
+            worst = fmax(worst, fabs(dl[i * V + j] - g));
+        }
+    CHECK(worst < 1e-7, "xent_bwd_ref of uniform logits: off by %g", worst);
+    int32_t none[2] = {-1, -1};
+    k_xent_ref(&loss, logits, none, 2, V);
+    CHECK(loss == 0, "xent_ref with every row ignored: %g, want 0", loss);
+
+    /* One Adam step from zero moments moves p by lr * g/|g| (up to eps) */
+    float p = 1, m = 0, v = 0, g = 0.5f;
+    k_adam_ref(&p, &m, &v, &g, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 1);
+    CHECK(fabs(p - 0.9) < 1e-6 && fabs(m - 0.05) < 1e-7 && fabs(v - (1 - 0.999f) * 0.25) < 1e-10,
+          "adam_ref first step: p %g m %g v %g", p, m, v);
+
+    /* Embedding of column idx, and its gradient summed over repeats */
+    const float table[6] = {1, 2, 3, 4, 5, 6}; /* [c=2, v=3] */
+    const int32_t idx[3] = {2, 0, 2};
+    const float emb[6] = {3, 6, 1, 4, 3, 6}, dy[6] = {1, 2, 3, 4, 5, 6};
+    const float dtab[6] = {3, 0, 6, 4, 0, 8};
+    float e[6];
+    k_embed_ref(e, idx, table, 3, 2, 3);
+    same_bits("embed_ref", e, emb, sizeof emb);
+    k_embed_bwd_ref(e, idx, dy, 3, 2, 3);
+    same_bits("embed_bwd_ref", e, dtab, sizeof dtab);
+
+    /* One token attends only to itself: out = v, lse = q.k / sqrt(hs) */
+    const float qkv1[6] = {1, 2, 3, 4, 5, 6}; /* C = 2, H = 1: q = (1,2), k = (3,4), v = (5,6) */
+    float o[2], lse;
+    k_attention_ref(o, &lse, qkv1, 1, 1, 2, 1);
+    CHECK(o[0] == 5 && o[1] == 6 && fabs(lse - 11 / sqrt(2)) < 1e-5,
+          "attention_ref of one token: out (%g, %g) lse %g", o[0], o[1], lse);
+}
+
+/* Causal attention, the whole score matrix at once, in double. */
+static void attention_naive(double *out /* [B,T,C] */, double *lse /* [B,H,T] */,
+                            const double *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+{
+    int hs = C / H;
+    double *s = malloc(sizeof(double) * (size_t)T * T); /* [T,T] */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const double *base = qkv + (size_t)b * T * 3 * C + 3 * hs * h;
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < T; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < hs; d++)
+                        dot += base[i * 3 * C + d] * base[j * 3 * C + hs + d];
+                    s[i * T + j] = j <= i ? dot / sqrt(hs) : -INFINITY;
+                }
+            for (int i = 0; i < T; i++) {
+                double mx = -INFINITY, l = 0;
+                for (int j = 0; j < T; j++)
+                    mx = fmax(mx, s[i * T + j]);
+                for (int j = 0; j < T; j++)
+                    l += exp(s[i * T + j] - mx);
+                lse[((size_t)b * H + h) * T + i] = mx + log(l);
+                for (int d = 0; d < hs; d++) {
+                    double acc = 0;
+                    for (int j = 0; j < T; j++)
+                        acc += exp(s[i * T + j] - mx) / l * base[j * 3 * C + 2 * hs + d];
+                    out[((size_t)b * T + i) * C + hs * h + d] = acc;
+                }
+            }
+        }
+    free(s);
+}
+
+static double attention_objective(const double *qkv, const float *r /* [B,T,C] */, int B, int T,
+                                  int C, int H)
+{
+    size_t no = (size_t)B * T * C;
+    double *out = malloc(sizeof(double) * no), *lse = malloc(sizeof(double) * B * H * T), L = 0;
+    attention_naive(out, lse, qkv, B, T, C, H);
+    for (size_t i = 0; i < no; i++)
+        L += out[i] * r[i];
+    free(out);
+    free(lse);
+    return L;
+}
+
+/* attention_ref against the double matrix version; attention_bwd_ref
+ * against central differences of the objective sum(out * r). */
+static void test_attention_twin(int B, int T, int C, int H)
+{
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * H * T;
+    float *qkv = rvec(nq, 1.5f), *out = fvec(no), *lse = fvec(nl), *r = rvec(no, 1);
+    float *dqkv = fvec(nq), *fo = fvec(no), *fl = fvec(nl), *fd = fvec(nq);
+    double *dq = calloc(nq, sizeof(double)), *dout = calloc(no, sizeof(double));
+    double *dlse = calloc(nl, sizeof(double));
+    char what[96];
+    for (size_t i = 0; i < nq; i++)
+        dq[i] = qkv[i];
+    attention_naive(dout, dlse, dq, B, T, C, H);
+    for (size_t i = 0; i < no; i++)
+        fo[i] = (float)dout[i];
+    for (size_t i = 0; i < nl; i++)
+        fl[i] = (float)dlse[i];
+    k_attention_ref(out, lse, qkv, B, T, C, H);
+    snprintf(what, sizeof what, "attention_ref vs double B=%d T=%d C=%d H=%d", B, T, C, H);
+    close_to(what, out, fo, no, 1e-5);
+    close_to(what, lse, fl, nl, 1e-5);
+
+    const double h = 1e-4; /* truncation ~h^2, cancellation ~1e-16/h: both far below 1e-4 */
+    for (size_t i = 0; i < nq; i++) {
+        double keep = dq[i];
+        dq[i] = keep + h;
+        double lp = attention_objective(dq, r, B, T, C, H);
+        dq[i] = keep - h;
+        double lm = attention_objective(dq, r, B, T, C, H);
+        dq[i] = keep;
+        fd[i] = (float)((lp - lm) / (2 * h));
+    }
+    k_attention_bwd_ref(dqkv, r, qkv, out, lse, B, T, C, H);
+    snprintf(what, sizeof what, "attention_bwd_ref vs finite differences B=%d T=%d C=%d H=%d", B,
+             T, C, H);
+    close_to(what, dqkv, fd, nq, 1e-4); /* float gradient against a double derivative */
+    free(qkv), free(out), free(lse), free(r), free(dqkv), free(fo), free(fl), free(fd);
+    free(dq), free(dout), free(dlse);
+}
+
+/* layernorm_bwd_ref against central differences of sum(y * r), in double. */
+static double layernorm_objective(const double *x, const double *w, const double *b,
+                                  const float *r, int n, int c)
+{
+    double L = 0;
+    for (int i = 0; i < n; i++) {
+        double mu = 0, var = 0;
+        for (int j = 0; j < c; j++)
+            mu += x[i * c + j] / c;
+        for (int j = 0; j < c; j++)
+            var += (x[i * c + j] - mu) * (x[i * c + j] - mu) / c;
+        for (int j = 0; j < c; j++)
+            L += ((x[i * c + j] - mu) / sqrt(var + 1e-5) * w[j] + b[j]) * r[i * c + j];
+    }
+    return L;
+}
+
+static void test_layernorm_twin(int n, int c)
+{
+    size_t nx = (size_t)n * c, np = nx + 2 * (size_t)c;
+    float *x = rvec(nx, 2), *w = rvec(c, 1), *b = rvec(c, 1), *r = rvec(nx, 1);
+    float *y = fvec(nx), *mean = fvec(n), *rstd = fvec(n), *an = fvec(np), *fd = fvec(np);
+    double *all = calloc(np, sizeof(double)); /* x, then w, then b */
+    for (size_t i = 0; i < nx; i++)
+        all[i] = x[i];
+    for (int j = 0; j < c; j++) {
+        all[nx + j] = w[j];
+        all[nx + c + j] = b[j];
+    }
+    const double h = 1e-4;
+    for (size_t i = 0; i < np; i++) {
+        double keep = all[i];
+        all[i] = keep + h;
+        double lp = layernorm_objective(all, all + nx, all + nx + c, r, n, c);
+        all[i] = keep - h;
+        double lm = layernorm_objective(all, all + nx, all + nx + c, r, n, c);
+        all[i] = keep;
+        fd[i] = (float)((lp - lm) / (2 * h));
+    }
+    k_layernorm_ref(y, mean, rstd, x, w, b, n, c);
+    k_layernorm_bwd_ref(an, an + nx, an + nx + c, r, x, w, mean, rstd, n, c);
+    close_to("layernorm_bwd_ref dx vs finite differences", an, fd, nx, 1e-4);
+    close_to("layernorm_bwd_ref dw, db vs finite differences", an + nx, fd + nx, 2 * (size_t)c, 1e-4);
+    free(x), free(w), free(b), free(r), free(y), free(mean), free(rstd), free(an), free(fd), free(all);
+}
+
+/* ======================================================================
+ * 2. Every path against the twins
+ * ====================================================================== */
+
+static void test_matmul(int n, int p, int q)
+{
+    size_t nc = (size_t)n * q;
+    float *a = rvec((size_t)n * p, 1), *b = rvec((size_t)p * q, 1), *bias = rvec(q, 1);
+    float *r1 = rvec(nc, 1), *r2 = rvec(nc, 1), *got = fvec(nc), *want = fvec(nc), *fused = fvec(nc);
+    char what[80];
+    snprintf(what, sizeof what, "matmul n=%d p=%d q=%d", n, p, q);
+    k_matmul_ref(want, a, b, bias, n, p, q);
+    k_matmul(got, a, b, bias, n, p, q);
+    close_to(what, got, want, nc, 1e-5);
+    k_matmul_ref(want, a, b, NULL, n, p, q);
+    k_matmul(got, a, b, NULL, n, p, q);
+    close_to(what, got, want, nc, 1e-5);
+
+    snprintf(what, sizeof what, "matmul_ex n=%d p=%d q=%d", n, p, q);
+    k_matmul_ex_ref(want, a, b, bias, r1, r2, 1, n, p, q);
+    k_matmul_ex(fused, a, b, bias, r1, r2, 1, n, p, q);
+    close_to(what, fused, want, nc, 1e-5);
+    /* Fusing must not change a bit: the epilogue done by hand on k_matmul */
+    k_matmul(got, a, b, bias, n, p, q);
+    for (size_t i = 0; i < nc; i++)
+        got[i] = (got[i] > 0 ? got[i] : 0.0f) + r1[i] + r2[i];
+    same_bits(what, fused, got, sizeof(float) * nc);
+    k_matmul(got, a, b, bias, n, p, q);
+    k_matmul_ex(fused, a, b, bias, NULL, NULL, 0, n, p, q);
+    same_bits(what, fused, got, sizeof(float) * nc);
+    k_matmul_ex_ref(want, a, b, NULL, r1, NULL, 0, n, p, q);
+    k_matmul_ex(fused, a, b, NULL, r1, NULL, 0, n, p, q);
+    close_to(what, fused, want, nc, 1e-5);
+    /* A row's bits must not depend on where it falls in a register tile:
+     * the same rows, shifted by one, through the tile or the remainder */
+    if (n > 1) {
+        k_matmul_ex(want, a, b, bias, r1, r2, 1, n, p, q);
+        k_matmul_ex(got, a + p, b, bias, r1 + q, r2 + q, 1, n - 1, p, q);
+        same_bits("matmul rows shifted by one", got, want + q, sizeof(float) * (nc - q));
+    }
+    free(a), free(b), free(bias), free(r1), free(r2), free(got), free(want), free(fused);
+}
+
+static void test_matmul_tn(int n, int p, int q, double tol)
+{
+    size_t nc = (size_t)n * q;
+    float *a = rvec((size_t)p * n, 1), *b = rvec((size_t)p * q, 1), *got = fvec(nc), *want = fvec(nc);
+    char what[80];
+    snprintf(what, sizeof what, "matmul_tn n=%d p=%d q=%d", n, p, q);
+    k_matmul_tn_ref(want, a, b, n, p, q);
+    k_matmul_tn(got, a, b, n, p, q);
+    close_to(what, got, want, nc, tol);
+    if (n > 1) { /* rows of c shifted by one tile position give the same bits */
+        float *a1 = fvec((size_t)p * (n - 1)), *c1 = fvec(nc);
+        for (int k = 0; k < p; k++)
+            memcpy(a1 + (size_t)k * (n - 1), a + (size_t)k * n + 1, sizeof(float) * (n - 1));
+        k_matmul_tn(c1, a1, b, n - 1, p, q);
+        same_bits("matmul_tn rows shifted by one", c1, got + q, sizeof(float) * (nc - q));
+        free(a1), free(c1);
+    }
+    free(a), free(b), free(got), free(want);
+}
+
+static void test_transpose_sum_rows(int n, int q, double tol)
+{
+    size_t nx = (size_t)n * q;
+    float *x = rvec(nx, 1), *got = fvec(nx), *want = fvec(nx);
+    char what[80];
+    snprintf(what, sizeof what, "transpose %dx%d", n, q);
+    k_transpose_ref(want, x, n, q);
+    k_transpose(got, x, n, q);
+    same_bits(what, got, want, sizeof(float) * nx);
+    snprintf(what, sizeof what, "sum_rows n=%d q=%d", n, q);
+    k_sum_rows_ref(want, x, n, q);
+    k_sum_rows(got, x, n, q);
+    close_to(what, got, want, (size_t)q, tol);
+    free(x), free(got), free(want);
+}
+
+/* Element-wise kernels do the same operations in the same order on every
+ * path, so they must agree to the bit. */
+static void test_elementwise(size_t n)
+{
+    float *a = rvec(n, 1), *b = rvec(n, 1), *c = rvec(n, 1), *got = fvec(n), *want = fvec(n);
+    const float *xs[3] = {a, b, c};
+    char what[80];
+    for (size_t i = 0; i < n; i += 7)
+        a[i] = -0.0f; /* relu must treat -0 like the twin */
+    snprintf(what, sizeof what, "add n=%zu", n);
+    k_add_ref(want, a, b, n);
+    k_add(got, a, b, n);
+    same_bits(what, got, want, sizeof(float) * n);
+    snprintf(what, sizeof what, "add_n n=%zu", n);
+    for (int m = 1; m <= 3; m++) {
+        k_add_n_ref(want, xs, m, n);
+        k_add_n(got, xs, m, n);
+        same_bits(what, got, want, sizeof(float) * n);
+    }
+    snprintf(what, sizeof what, "relu n=%zu", n);
+    k_relu_ref(want, a, n);
+    k_relu(got, a, n);
+    same_bits(what, got, want, sizeof(float) * n);
+    snprintf(what, sizeof what, "relu_bwd n=%zu", n);
+    k_relu_bwd_ref(want, b, a, n);
+    k_relu_bwd(got, b, a, n);
+    same_bits(what, got, want, sizeof(float) * n);
+
+    /* Adam, three steps from the same state on both paths */
+    float *p1 = rvec(n, 1), *m1 = rvec(n, 0.1f), *v1 = fvec(n), *g = b;
+    float *p2 = fvec(n), *m2 = fvec(n), *v2 = fvec(n);
+    for (size_t i = 0; i < n; i++)
+        v1[i] = 0.01f * fabsf(c[i]);
+    memcpy(p2, p1, sizeof(float) * n), memcpy(m2, m1, sizeof(float) * n), memcpy(v2, v1, sizeof(float) * n);
+    for (int t = 1; t <= 3; t++) {
+        k_adam_ref(p1, m1, v1, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, t);
+        k_adam(p2, m2, v2, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, t);
+    }
+    snprintf(what, sizeof what, "adam n=%zu", n);
+    same_bits(what, p2, p1, sizeof(float) * n);
+    same_bits(what, m2, m1, sizeof(float) * n);
+    same_bits(what, v2, v1, sizeof(float) * n);
+    free(a), free(b), free(c), free(got), free(want);
+    free(p1), free(m1), free(v1), free(p2), free(m2), free(v2);
+}
+
+static void test_layernorm(int n, int c, double tol_reduce)
+{
+    size_t nx = (size_t)n * c;
+    float *x = rvec(nx, 2), *w = rvec(c, 1), *b = rvec(c, 1), *dy = rvec(nx, 1);
+    float *y1 = fvec(nx), *y2 = fvec(nx), *mu1 = fvec(n), *mu2 = fvec(n), *rs1 = fvec(n), *rs2 = fvec(n);
+    float *g1 = fvec(nx + 2 * (size_t)c), *g2 = fvec(nx + 2 * (size_t)c); /* dx, dw, db */
+    char what[80];
+    for (size_t i = 0; i < nx; i += 5)
+        x[i] += 3; /* a mean far from 0 */
+    snprintf(what, sizeof what, "layernorm n=%d c=%d", n, c);
+    k_layernorm_ref(y1, mu1, rs1, x, w, b, n, c);
+    k_layernorm(y2, mu2, rs2, x, w, b, n, c);
+    close_to(what, y2, y1, nx, 1e-5);
+    close_to(what, mu2, mu1, (size_t)n, 1e-5);
+    close_to(what, rs2, rs1, (size_t)n, 1e-5);
+    snprintf(what, sizeof what, "layernorm_bwd n=%d c=%d", n, c);
+    k_layernorm_bwd_ref(g1, g1 + nx, g1 + nx + c, dy, x, w, mu1, rs1, n, c);
+    k_layernorm_bwd(g2, g2 + nx, g2 + nx + c, dy, x, w, mu1, rs1, n, c);
+    close_to(what, g2, g1, nx, 1e-5);
+    close_to(what, g2 + nx, g1 + nx, 2 * (size_t)c, tol_reduce); /* dw, db: sums over n rows */
+    free(x), free(w), free(b), free(dy), free(y1), free(y2), free(mu1), free(mu2), free(rs1),
+        free(rs2), free(g1), free(g2);
+}
+
+static void test_attention(int B, int T, int C, int H)
+{
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * H * T;
+    float *qkv = rvec(nq, 2), *dout = rvec(no, 1);
+    float *o1 = fvec(no), *o2 = fvec(no), *l1 = fvec(nl), *l2 = fvec(nl), *d1 = fvec(nq), *d2 = fvec(nq);
+    char what[80];
+    snprintf(what, sizeof what, "attention B=%d T=%d C=%d H=%d", B, T, C, H);
+    k_attention_ref(o1, l1, qkv, B, T, C, H);
+    k_attention(o2, l2, qkv, B, T, C, H);
+    close_to(what, o2, o1, no, 1e-5);
+    close_to(what, l2, l1, nl, 1e-5);
+    snprintf(what, sizeof what, "attention_bwd B=%d T=%d C=%d H=%d", B, T, C, H);
+    k_attention_bwd_ref(d1, dout, qkv, o1, l1, B, T, C, H);
+    k_attention_bwd(d2, dout, qkv, o1, l1, B, T, C, H);
+    /* dK and dV sum over up to T queries, and the probabilities come from a
+     * different exp: a little looser than the forward */
+    close_to(what, d2, d1, nq, T > 64 ? 5e-5 : 2e-5);
+    free(qkv), free(dout), free(o1), free(o2), free(l1), free(l2), free(d1), free(d2);
+}
+
+/* Decoding position by position with the cache must give the rows of the
+ * full causal attention, and fill the caches with the k and v columns. */
+static void test_attention_step(int nb, int T, int C, int H)
+{
+    int hs = C / H, tmax = T + 3;
+    size_t nq = (size_t)nb * T * 3 * C, no = (size_t)nb * T * C, ncache = (size_t)nb * tmax * C;
+    float *qkv = rvec(nq, 2), *full = fvec(no), *lse = fvec((size_t)nb * H * T);
+    float *kc1 = fvec(ncache), *vc1 = fvec(ncache), *kc2 = fvec(ncache), *vc2 = fvec(ncache);
+    float *in = fvec((size_t)nb * 3 * C), *s1 = fvec((size_t)nb * C), *s2 = fvec((size_t)nb * C);
+    float *row = fvec((size_t)nb * C), *kwant = fvec(ncache);
+    char what[96];
+    k_attention(full, lse, qkv, nb, T, C, H);
+    double worst_full = 0, worst_ref = 0;
+    for (int pos = 0; pos < T; pos++) {
+        for (int b = 0; b < nb; b++) {
+            memcpy(in + (size_t)b * 3 * C, qkv + ((size_t)b * T + pos) * 3 * C, sizeof(float) * 3 * C);
+            memcpy(row + (size_t)b * C, full + ((size_t)b * T + pos) * C, sizeof(float) * C);
+        }
+        k_attention_step_ref(s1, kc1, vc1, in, nb, pos, tmax, C, H);
+        k_attention_step(s2, kc2, vc2, in, nb, pos, tmax, C, H);
+        double fl = rms(row, (size_t)nb * C);
+        worst_full = fmax(worst_full, max_rel_err(s2, row, (size_t)nb * C, fl));
+        worst_ref = fmax(worst_ref, max_rel_err(s2, s1, (size_t)nb * C, fl));
+    }
+    snprintf(what, sizeof what, "attention_step nb=%d T=%d C=%d H=%d", nb, T, C, H);
+    CHECK(worst_full <= 1e-5, "%s [%s]: %.3g from k_attention's rows", what, isa_name(isa_get()), worst_full);
+    CHECK(worst_ref <= 1e-5, "%s [%s]: %.3g from the twin", what, isa_name(isa_get()), worst_ref);
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < hs; d++)
+                    kwant[((size_t)b * tmax + t) * C + hs * h + d] =
+                        qkv[((size_t)b * T + t) * 3 * C + 3 * hs * h + hs + d];
+    int cache_ok = 1;
+    for (int b = 0; b < nb; b++)
+        cache_ok &= !memcmp(kc2 + (size_t)b * tmax * C, kwant + (size_t)b * tmax * C, sizeof(float) * T * C);
+    CHECK(cache_ok, "%s [%s]: key cache rows are not the k columns", what, isa_name(isa_get()));
+    free(qkv), free(full), free(lse), free(kc1), free(vc1), free(kc2), free(vc2);
+    free(in), free(s1), free(s2), free(row), free(kwant);
+}
+
+static void test_xent(int n, int v, int skip, double tol_loss)
+{
+    size_t nx = (size_t)n * v;
+    float *logits = rvec(nx, 4), *d1 = fvec(nx), *d2 = fvec(nx), l1, l2, dloss = 0.7f;
+    int32_t *t = rtargets(n, v, skip);
+    char what[80];
+    snprintf(what, sizeof what, "xent n=%d v=%d", n, v);
+    k_xent_ref(&l1, logits, t, n, v);
+    k_xent(&l2, logits, t, n, v);
+    close_to(what, &l2, &l1, 1, tol_loss);
+    snprintf(what, sizeof what, "xent_bwd n=%d v=%d", n, v);
+    k_xent_bwd_ref(d1, logits, t, &dloss, n, v);
+    k_xent_bwd(d2, logits, t, &dloss, n, v);
+    close_to(what, d2, d1, nx, 1e-5);
+    int zero = 1;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < v && t[i] < 0; j++)
+            zero &= d2[(size_t)i * v + j] == 0;
+    CHECK(zero, "%s [%s]: ignored rows have a gradient", what, isa_name(isa_get()));
+    free(logits), free(d1), free(d2), free(t);
+}
+
+static void test_embed(int n, int c, int v)
+{
+    float *table = rvec((size_t)c * v, 1), *dy = rvec((size_t)n * c, 1);
+    float *y1 = fvec((size_t)n * c), *y2 = fvec((size_t)n * c), *t1 = fvec((size_t)c * v), *t2 = fvec((size_t)c * v);
+    int32_t *idx = rtargets(n, v, 0);
+    char what[80];
+    snprintf(what, sizeof what, "embed n=%d c=%d v=%d", n, c, v);
+    k_embed_ref(y1, idx, table, n, c, v);
+    k_embed(y2, idx, table, n, c, v);
+    same_bits(what, y2, y1, sizeof(float) * n * c);
+    k_embed_bwd_ref(t1, idx, dy, n, c, v);
+    k_embed_bwd(t2, idx, dy, n, c, v); /* rows in order, as the header says: the same sums */
+    same_bits(what, t2, t1, sizeof(float) * c * v);
+    free(table), free(dy), free(y1), free(y2), free(t1), free(t2), free(idx);
+}
+
+static void test_paths(void)
+{
+    static const int mm[][3] = {
+        {1, 32, 96},  {2, 2, 2},     {7, 3, 17},    {13, 32, 40},  {37, 64, 96}, {130, 17, 3},
+        {257, 32, 128}, {100, 128, 32}, {6, 1, 16},  {5, 0, 8},     {4096, 32, 96}, {11, 33, 65},
+    };
+    static const int tn[][3] = {{1, 1, 1}, {3, 17, 5}, {7, 100, 40}, {13, 33, 3}, {64, 257, 32}, {96, 4096, 32}};
+    static const int att[][4] = {
+        {1, 1, 8, 1},  {2, 7, 32, 4},   {1, 33, 48, 4}, {2, 33, 64, 4},
+        {1, 128, 32, 4}, {3, 17, 24, 2}, {1, 130, 16, 2}, {2, 40, 40, 5},
+    };
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        for (size_t i = 0; i < sizeof mm / sizeof *mm; i++)
+            test_matmul(mm[i][0], mm[i][1], mm[i][2]);
+        for (size_t i = 0; i < sizeof tn / sizeof *tn; i++) /* p terms per sum: looser for 4096 */
+            test_matmul_tn(tn[i][0], tn[i][1], tn[i][2], tn[i][1] > 1000 ? 1e-4 : 1e-5);
+        test_transpose_sum_rows(1, 3, 1e-5);
+        test_transpose_sum_rows(64, 17, 1e-5);
+        test_transpose_sum_rows(65, 40, 1e-5);
+        test_transpose_sum_rows(1000, 96, 1e-4); /* sums of 1000 and 4096 terms */
+        test_transpose_sum_rows(4096, 32, 1e-4);
+        test_elementwise(1);
+        test_elementwise(15);
+        test_elementwise(17);
+        test_elementwise(1000);
+        test_elementwise(300007); /* big enough to run in parallel */
+        test_layernorm(1, 32, 1e-5);
+        test_layernorm(7, 17, 1e-5);
+        test_layernorm(3, 3, 1e-5);
+        test_layernorm(100, 40, 1e-5);
+        test_layernorm(5, 96, 1e-5);
+        test_layernorm(4096, 32, 1e-4); /* dw, db sum 4096 rows */
+        for (size_t i = 0; i < sizeof att / sizeof *att; i++)
+            test_attention(att[i][0], att[i][1], att[i][2], att[i][3]);
+        test_attention_step(3, 21, 24, 2);
+        test_attention_step(2, 40, 32, 4);
+        test_attention_step(1, 18, 32, 1); /* hs = 32: two vectors of channels */
+        test_xent(1, 128, 0, 1e-5);
+        test_xent(7, 3, 3, 1e-5);
+        test_xent(33, 17, 4, 1e-5);
+        test_xent(100, 40, 7, 1e-5);
+        test_xent(4096, 128, 128, 1e-5);
+        test_embed(1, 32, 128);
+        test_embed(37, 5, 3);
+        test_embed(4096, 32, 128);
+    }
+}
+
+/* ======================================================================
+ * 3. Determinism: the same bits whatever the thread count
+ * ====================================================================== */
+
+/* Runs `stmt` at 1, 2 and 3 threads; the `n` floats at `buf` must come out
+ * with the same bits each time. */
+#define SAME_AT_ANY_THREADS(name, buf, n, stmt)                                              \
+    do {                                                                                     \
+        size_t bytes_ = sizeof(float) * (n);                                                 \
+        float *first_ = fvec(n);                                                             \
+        omp_set_num_threads(1);                                                              \
+        stmt;                                                                                \
+        memcpy(first_, (buf), bytes_);                                                       \
+        for (int th_ = 2; th_ <= 3; th_++) {                                                 \
+            omp_set_num_threads(th_);                                                        \
+            memset((buf), 0x7f, bytes_);                                                     \
+            stmt;                                                                            \
+            CHECK(!memcmp(first_, (buf), bytes_), "%s [%s]: %d threads change the bits",     \
+                  name, isa_name(isa_get()), th_);                                           \
+        }                                                                                    \
+        free(first_);                                                                        \
+    } while (0)
+
+static void test_determinism(void)
+{
+    enum { N = 4096, P = 32, Q = 96, V = 128, B = 4, T = 64, C = 32, H = 4 };
+    float *x = rvec((size_t)N * Q, 1), *w = rvec((size_t)P * Q, 1), *bias = rvec(Q, 1);
+    float *dy = rvec((size_t)N * Q, 1), *logits = rvec((size_t)N * V, 3);
+    float *out = fvec((size_t)N * V), *mean = fvec(N), *rstd = fvec(N), dloss = 1;
+    float *qkv = rvec((size_t)B * T * 3 * C, 2), *att = fvec((size_t)B * T * C), *lse = fvec((size_t)B * H * T);
+    int32_t *t = rtargets(N, V, 10), *idx = rtargets(N, V, 0);
+    int saved = omp_get_max_threads();
+    k_layernorm_ref(out, mean, rstd, x, w, bias, N, C); /* a mean and rstd for x as [N,C] */
+    k_attention_ref(att, lse, qkv, B, T, C, H);
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        SAME_AT_ANY_THREADS("matmul", out, (size_t)N * Q, k_matmul(out, x, w, bias, N, P, Q));
+        SAME_AT_ANY_THREADS("matmul_ex", out, (size_t)N * Q,
+                            k_matmul_ex(out, x, w, bias, dy, NULL, 1, N, P, Q));
+        SAME_AT_ANY_THREADS("matmul_tn", out, (size_t)P * Q, k_matmul_tn(out, x, dy, P, N, Q));
+        SAME_AT_ANY_THREADS("sum_rows", out, Q, k_sum_rows(out, x, N, Q));
+        SAME_AT_ANY_THREADS("layernorm", out, (size_t)N * C,
+                            k_layernorm(out, mean, rstd, x, w, bias, N, C));
+        SAME_AT_ANY_THREADS("layernorm_bwd", out, (size_t)N * C + 2 * C,
+                            k_layernorm_bwd(out, out + N * C, out + N * C + C, dy, x, w, mean,
+                                            rstd, N, C));
+        SAME_AT_ANY_THREADS("xent", out, 1, k_xent(out, logits, t, N, V));
+        SAME_AT_ANY_THREADS("xent_bwd", out, (size_t)N * V, k_xent_bwd(out, logits, t, &dloss, N, V));
+        SAME_AT_ANY_THREADS("embed_bwd", out, (size_t)C * V, k_embed_bwd(out, idx, dy, N, C, V));
+        SAME_AT_ANY_THREADS("attention", out, (size_t)B * T * C,
+                            k_attention(out, out + B * T * C, qkv, B, T, C, H));
+        SAME_AT_ANY_THREADS("attention_bwd", out, (size_t)B * T * 3 * C,
+                            k_attention_bwd(out, dy, qkv, att, lse, B, T, C, H));
+    }
+    omp_set_num_threads(saved);
+    free(x), free(w), free(bias), free(dy), free(logits), free(out), free(mean), free(rstd);
+    free(qkv), free(att), free(lse), free(t), free(idx);
+}
+
+static void test_isa_choice(void)
+{
+    isa_set(99);
+    CHECK(isa_get() == isa_best(), "isa_set(99) gives %d, not the best %d", isa_get(), isa_best());
+    isa_set(-1);
+    CHECK(isa_get() == ISA_SCALAR, "isa_set(-1) gives %d, not scalar", isa_get());
+    CHECK(!strcmp(isa_name(ISA_SCALAR), "scalar") && !strcmp(isa_name(ISA_AVX2), "avx2") &&
+              !strcmp(isa_name(ISA_AVX512), "avx512"),
+          "isa names");
+}
+
+void test_kernels(void)
+{
+    int isa = isa_get();
+    test_isa_choice();
+    test_hand_values();
+    test_attention_twin(1, 1, 4, 1);
+    test_attention_twin(2, 7, 8, 2);
+    test_attention_twin(1, 9, 24, 2); /* hs = 12 */
+    test_layernorm_twin(3, 5);
+    test_paths();
+    test_determinism();
+    isa_set(isa);
+}
