@@ -506,7 +506,12 @@ static char *jstring(struct jp *p)
 {
     if (jeat(p, '"'))
         return NULL;
-    char *out = xcalloc((size_t)(p->end - p->s) + 1, 1);
+    /* size the copy by the quoted span, not the rest of the header: a
+     * header of many strings must cost linear, not quadratic, time */
+    const char *q = p->s;
+    while (q < p->end && *q != '"')
+        q += *q == '\\' && q + 1 < p->end ? 2 : 1;
+    char *out = xcalloc((size_t)(q - p->s) + 1, 1);
     size_t n = 0;
     while (p->s < p->end && *p->s != '"') {
         unsigned char c = (unsigned char)*p->s++;

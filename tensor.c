@@ -1,9 +1,11 @@
 /* tensor.c: the compute kernels, the bottom layer (see tensor.h).
  *
- * Layout of this file: dispatch, then the plain-C twins (*_ref, the oracle the
- * tests trust), then the AVX2 paths, then the AVX-512 paths, then the k_*
- * entry points. The SIMD paths are compiled with target attributes, not
- * -march, so one binary runs everywhere and picks its path at run time.
+ * Layout of this file: dispatch; the plain-C twins (*_ref, the oracle the
+ * tests trust, and the scalar path); plain kernels every path shares (data
+ * movement, where SIMD buys nothing); the AVX2 paths; the AVX-512 paths;
+ * drivers that split attention heads over threads; the k_* entry points.
+ * The SIMD paths are compiled with target attributes, not -march, so one
+ * binary runs everywhere and picks its path at run time.
  *
  * Determinism: every output element is produced by one thread, by a sequence
  * of operations that does not depend on how work is split among threads.
@@ -14,6 +16,7 @@
 #include "tensor.h"
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,12 @@
 
 #define LN_EPS 1e-5f
 
+/* matmul_tn runs its long k loop in passes of this many rows of a and b:
+ * one pass's rows (at most 64 x (n + q) floats for the model's widths) stay
+ * in L1 while every tile of c uses them, instead of streaming all of b from
+ * L2 once per tile. */
+#define TN_KBLOCK 64
+
 static void *xmalloc(size_t bytes)
 {
     void *p = malloc(bytes ? bytes : 1);
@@ -47,6 +56,16 @@ static void *xmalloc(size_t bytes)
 }
 
 static int min_int(int a, int b) { return a < b ? a : b; }
+
+/* This thread's contiguous share [*i0, *i1) of n items. Used where a thread
+ * must keep its items across several passes; which thread computes an item
+ * never changes how it is computed. */
+static void my_share(int n, int *i0, int *i1)
+{
+    int nth = omp_get_num_threads(), me = omp_get_thread_num();
+    *i0 = (int)((long)n * me / nth);
+    *i1 = (int)((long)n * (me + 1) / nth);
+}
 
 /* ======================================================================
  * ISA dispatch
@@ -117,10 +136,9 @@ void isa_set(int isa)
  * output rows, so they keep the determinism contract trivially.
  * ====================================================================== */
 
-void k_matmul_ex_ref(float *c /* [n,q] */, const float *a /* [n,p] */,
-                     const float *b /* [p,q] */, const float *bias /* [q] or NULL */,
-                     const float *r1 /* [n,q] or NULL */, const float *r2 /* [n,q] or NULL */,
-                     int relu, int n, int p, int q)
+void k_matmul_ex_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
+                     const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
+                     const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
 #pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
     for (int i = 0; i < n; i++) {
@@ -265,8 +283,8 @@ void k_layernorm_bwd_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /
 /* One query of one head against keys 0..nk-1: fills s [nk] with the
  * probabilities, returns the log-sum-exp of the scaled scores. */
 static float softmax_row_ref(float *s /* [nk] */, const float *q /* [hs] */,
-                             const float *k0 /* key 0's [hs], rows ld apart */, size_t ld,
-                             int nk, int hs)
+                             const float *k0 /* key 0's [hs], rows ld apart */, size_t ld, int nk,
+                             int hs)
 {
     float scale = 1.0f / sqrtf((float)hs), mx = -INFINITY, l = 0.0f;
     for (int j = 0; j < nk; j++) {
@@ -297,9 +315,10 @@ void k_attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
             int b = bh / H, h = bh % H;
             const float *base = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q, row 0 */
             for (int i = 0; i < T; i++) {
-                const float *q = base + (size_t)i * 3 * C; /* [hs] */
+                const float *q = base + (size_t)i * 3 * C;         /* [hs] */
                 float *o = out + ((size_t)b * T + i) * C + hs * h; /* [hs] */
-                lse[(size_t)bh * T + i] = softmax_row_ref(s, q, base + hs, 3 * (size_t)C, i + 1, hs);
+                lse[(size_t)bh * T + i] =
+                    softmax_row_ref(s, q, base + hs, 3 * (size_t)C, i + 1, hs);
                 for (int d = 0; d < hs; d++) {
                     float acc = 0.0f;
                     for (int j = 0; j <= i; j++)
@@ -335,7 +354,7 @@ static void attention_bwd_head_ref(float *dqkv /* [T,3C], head's q col */,
             D += g[d] * o[d];
         for (int j = 0; j <= i; j++) {
             const float *k = qkv + j * ld3 + hs, *v = qkv + j * ld3 + 2 * hs; /* [hs] each */
-            float *dk = dqkv + j * ld3 + hs, *dv = dqkv + j * ld3 + 2 * hs;  /* [hs] each */
+            float *dk = dqkv + j * ld3 + hs, *dv = dqkv + j * ld3 + 2 * hs;   /* [hs] each */
             float dot = 0.0f, dp = 0.0f;
             for (int d = 0; d < hs; d++) {
                 dot += q[d] * k[d];
@@ -361,8 +380,8 @@ void k_attention_bwd_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         size_t r3 = (size_t)b * T * 3 * C + 3 * hs * h, r1 = (size_t)b * T * C + hs * h;
-        attention_bwd_head_ref(dqkv + r3, dout + r1, qkv + r3, out + r1, lse + (size_t)bh * T,
-                               T, C, hs);
+        attention_bwd_head_ref(dqkv + r3, dout + r1, qkv + r3, out + r1, lse + (size_t)bh * T, T, C,
+                               hs);
     }
 }
 
@@ -390,9 +409,9 @@ void k_attention_step_ref(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
     kv_append(kc, vc, qkv, nb, pos, tmax, C, H);
     for (int b = 0; b < nb; b++)
         for (int h = 0; h < H; h++) {
-            const float *q = qkv + (size_t)b * 3 * C + 3 * hs * h;      /* [hs] */
-            const float *k0 = kc + (size_t)b * tmax * C + hs * h;      /* row 0 of [tmax,C] */
-            const float *v0 = vc + (size_t)b * tmax * C + hs * h;      /* row 0 of [tmax,C] */
+            const float *q = qkv + (size_t)b * 3 * C + 3 * hs * h; /* [hs] */
+            const float *k0 = kc + (size_t)b * tmax * C + hs * h;  /* row 0 of [tmax,C] */
+            const float *v0 = vc + (size_t)b * tmax * C + hs * h;  /* row 0 of [tmax,C] */
             softmax_row_ref(s, q, k0, (size_t)C, pos + 1, hs);
             for (int d = 0; d < hs; d++) {
                 float acc = 0.0f;
@@ -504,8 +523,8 @@ static inline void adam_one(float *p, float *m, float *v, float g, const struct 
     *p = *p - k->step * *m / denom;
 }
 
-void k_adam_ref(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const float *g /* [n] */,
-                size_t n, float lr, float b1, float b2, float eps, int t)
+void k_adam_ref(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
+                const float *g /* [n] */, size_t n, float lr, float b1, float b2, float eps, int t)
 {
     struct adam_k k = adam_consts(lr, b1, b2, eps, t);
     for (size_t i = 0; i < n; i++)
@@ -552,8 +571,8 @@ static void embed_scatter(float *dtable /* [c,v] */, const int32_t *idx /* [n] *
     float *acc = xmalloc(sizeof(float) * (size_t)v * c); /* [v,c] */
     memset(acc, 0, sizeof(float) * (size_t)v * c);
     for (int i = 0; i < n; i++) {
-        float *row = acc + (size_t)idx[i] * c;   /* [c] */
-        const float *g = dy + (size_t)i * c;     /* [c] */
+        float *row = acc + (size_t)idx[i] * c; /* [c] */
+        const float *g = dy + (size_t)i * c;   /* [c] */
         for (int ch = 0; ch < c; ch++)
             row[ch] += g[ch];
     }
@@ -589,6 +608,32 @@ static void kv_transpose(float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
 }
 
 static int round16(int x) { return (x + 15) / 16 * 16; }
+
+/* Row stride of the transposed per-head buffers: room for whole vectors
+ * past T, plus 16 floats so rows are never a multiple of 4 KiB apart (loads
+ * and stores that far apart falsely alias in the store buffer). */
+static int key_stride(int T) { return round16(T) + 16; }
+
+/* The forward pass puts W queries in the lanes of a vector: qt[d,r] is
+ * channel d of query i0+r, zero past the last query so the spare lanes
+ * compute harmless numbers that are never stored. */
+static void q_block_transpose(float *qt /* [hs,W] */, const float *q0 /* query i0, rows ld apart */,
+                              size_t ld, int w, int W, int hs)
+{
+    for (int d = 0; d < hs; d++)
+        for (int r = 0; r < W; r++)
+            qt[d * W + r] = r < w ? q0[r * ld + d] : 0.0f;
+}
+
+/* vt[d,j] = channel d of value j, for channels padded with zeros to a
+ * multiple of 8, so the output can be summed 8 channels at a time. */
+static void v_transpose(float *vt /* [round8(hs),tp] */,
+                        const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp)
+{
+    for (int d = 0; d < (hs + 7) / 8 * 8; d++)
+        for (int j = 0; j < T; j++)
+            vt[(size_t)d * tp + j] = d < hs ? qkv[(size_t)j * 3 * C + 2 * hs + d] : 0.0f;
+}
 
 /* ======================================================================
  * AVX2 + FMA: 8 floats per vector
@@ -634,47 +679,58 @@ INLINE_AVX2 __m256 exp8(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e)); /* p * 2^n */
 }
 
 /* ---- matmul: c = epilogue(a @ b + bias) ---- */
 
 /* Everything a matmul tile needs. The same tiles serve matmul (a is [n,p],
- * row stride p) and matmul_tn (a is [p,n], read as its transpose). */
+ * row stride p) and matmul_tn (a is [p,n], read as its transpose). A tile
+ * runs k over [k0, k1): from k0 = 0 it starts at the bias (or 0), later it
+ * resumes from the partial sums stored in c, so splitting the k loop into
+ * passes changes no bits. */
 struct mm {
-    float *c;                 /* [n,q] */
-    const float *a;           /* [n,p] or [p,n] */
-    const float *b;           /* [p,q] */
-    const float *bias;        /* [q] or NULL */
-    const float *r1, *r2;     /* [n,q] or NULL, added after the optional ReLU */
+    float *c;             /* [n,q] */
+    const float *a;       /* [n,p] or [p,n] */
+    const float *b;       /* [p,q] */
+    const float *bias;    /* [q] or NULL */
+    const float *r1, *r2; /* [n,q] or NULL, added after the optional ReLU */
     int relu, p, q;
+    int k0, k1; /* this pass's range of k */
 };
 
 #define MR_AVX2 6 /* rows per tile: 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
 
 /* An R x 8V tile of c at (i, j): element (r, k) of a is a[(i+r)*ars + k*aks].
  * Every element is bias (or 0) followed by one FMA per k, in k order, for
- * any R: so tiles and the 1-row remainder give the same bits. tail masks the
- * last vector's columns. */
-INLINE_AVX2 void mm_tile_avx2(const struct mm *m, int i, int j, int R, int V, __m256i tail,
+ * any R: so tiles and the 1-row remainder give the same bits. The last
+ * vector holds last_w columns; a partial one is read and written through a
+ * mask (masked stores are slow on AMD, so a full one is not). */
+INLINE_AVX2 void mm_tile_avx2(const struct mm *m, int i, int j, int R, int V, int last_w,
                               size_t ars, size_t aks)
 {
     __m256 acc[MR_AVX2][2];
     const float *a = m->a + i * ars; /* tile's row 0 */
     const float *b = m->b + j;       /* tile's column 0 */
-    int full = V - 1;                /* vectors before the (maybe partial) last one */
+    const __m256i tail = lanes8(last_w);
+    int full = last_w == 8 ? V : V - 1; /* vectors needing no mask */
 #pragma GCC unroll 2
     for (int v = 0; v < V; v++) {
         __m256 init = _mm256_setzero_ps();
-        if (m->bias)
+        if (m->bias && m->k0 == 0)
             init = v < full ? _mm256_loadu_ps(m->bias + j + 8 * v)
                             : _mm256_maskload_ps(m->bias + j + 8 * v, tail);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
-            acc[r][v] = init;
+        for (int r = 0; r < R; r++) {
+            const float *cr = m->c + (size_t)(i + r) * m->q + j + 8 * v;
+            acc[r][v] = m->k0 == 0 ? init
+                        : v < full ? _mm256_loadu_ps(cr)
+                                   : _mm256_maskload_ps(cr, tail);
+        }
     }
-    for (int k = 0; k < m->p; k++) {
+    for (int k = m->k0; k < m->k1; k++) {
         const float *bk = b + (size_t)k * m->q; /* [8V] */
         __m256 bv[2];
 #pragma GCC unroll 2
@@ -713,18 +769,17 @@ INLINE_AVX2 void mm_tile_avx2(const struct mm *m, int i, int j, int R, int V, __
 INLINE_AVX2 void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, size_t aks)
 {
     for (int j = 0; j < m->q; j += 16) {
-        int w = min_int(16, m->q - j), V = (w + 7) / 8;
-        __m256i tail = lanes8(w - 8 * (V - 1));
+        int w = min_int(16, m->q - j), V = (w + 7) / 8, last_w = w - 8 * (V - 1);
         if (R == MR_AVX2 && V == 2)
-            mm_tile_avx2(m, i, j, MR_AVX2, 2, tail, ars, aks);
+            mm_tile_avx2(m, i, j, MR_AVX2, 2, last_w, ars, aks);
         else if (R == MR_AVX2)
-            mm_tile_avx2(m, i, j, MR_AVX2, 1, tail, ars, aks);
+            mm_tile_avx2(m, i, j, MR_AVX2, 1, last_w, ars, aks);
         else
             for (int r = 0; r < R; r++) {
                 if (V == 2)
-                    mm_tile_avx2(m, i + r, j, 1, 2, tail, ars, aks);
+                    mm_tile_avx2(m, i + r, j, 1, 2, last_w, ars, aks);
                 else
-                    mm_tile_avx2(m, i + r, j, 1, 1, tail, ars, aks);
+                    mm_tile_avx2(m, i + r, j, 1, 1, last_w, ars, aks);
             }
     }
 }
@@ -740,9 +795,18 @@ T_AVX2 static void matmul_avx2(const struct mm *m, int n)
 T_AVX2 static void matmul_tn_avx2(const struct mm *m, int n)
 {
     int tiles = (n + MR_AVX2 - 1) / MR_AVX2;
-#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
-    for (int t = 0; t < tiles; t++)
-        mm_rows_avx2(m, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), 1, (size_t)n);
+#pragma omp parallel if ((long)n * m->p * m->q >= PAR_WORK)
+    {
+        int t0, t1;
+        my_share(tiles, &t0, &t1);
+        struct mm pass = *m;
+        for (int k = 0; k == 0 || k < m->p; k += TN_KBLOCK) { /* p = 0: one empty pass */
+            pass.k0 = k;
+            pass.k1 = min_int(k + TN_KBLOCK, m->p);
+            for (int t = t0; t < t1; t++)
+                mm_rows_avx2(&pass, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), 1, (size_t)n);
+        }
+    }
 }
 
 /* ---- element-wise: vectors, then a scalar tail doing the same operation ---- */
@@ -835,7 +899,8 @@ T_AVX2 static void sum_block_avx2(float *part /* [q] */, const float *x /* [n,q]
     for (int i = i0; i < i1; i++) {
         const float *xi = x + (size_t)i * q; /* [q] */
         for (int j = 0; j < qv; j += 8)
-            _mm256_storeu_ps(part + j, _mm256_add_ps(_mm256_loadu_ps(part + j), _mm256_loadu_ps(xi + j)));
+            _mm256_storeu_ps(part + j,
+                             _mm256_add_ps(_mm256_loadu_ps(part + j), _mm256_loadu_ps(xi + j)));
         for (int j = qv; j < q; j++)
             part[j] += xi[j];
     }
@@ -880,7 +945,8 @@ T_AVX2 static void layernorm_row_avx2(float *y /* [c] */, float *mean, float *rs
     __m256 rsv = _mm256_set1_ps(rs);
     for (int j = 0; j < cv; j += 8) {
         __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), muv), rsv);
-        _mm256_storeu_ps(y + j, _mm256_fmadd_ps(xh, _mm256_loadu_ps(w + j), _mm256_loadu_ps(b + j)));
+        _mm256_storeu_ps(y + j,
+                         _mm256_fmadd_ps(xh, _mm256_loadu_ps(w + j), _mm256_loadu_ps(b + j)));
     }
     for (int j = cv; j < c; j++)
         y[j] = (x[j] - mu) * rs * w[j] + b[j];
@@ -888,9 +954,9 @@ T_AVX2 static void layernorm_row_avx2(float *y /* [c] */, float *mean, float *rs
     *rstd = rs;
 }
 
-T_AVX2 static void layernorm_avx2(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
-                                  const float *x /* [n,c] */, const float *w /* [c] */,
-                                  const float *b /* [c] */, int n, int c)
+T_AVX2 static void layernorm_avx2(float *y /* [n,c] */, float *mean /* [n] */,
+                                  float *rstd /* [n] */, const float *x /* [n,c] */,
+                                  const float *w /* [c] */, const float *b /* [c] */, int n, int c)
 {
 #pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
     for (int i = 0; i < n; i++)
@@ -901,8 +967,8 @@ T_AVX2 static void layernorm_avx2(float *y /* [n,c] */, float *mean /* [n] */, f
 T_AVX2 static void layernorm_bwd_block_avx2(float *dx /* [n,c] */, float *pw /* [c] */,
                                             float *pb /* [c] */, const float *dy /* [n,c] */,
                                             const float *x /* [n,c] */, const float *w /* [c] */,
-                                            const float *mean /* [n] */, const float *rstd /* [n] */,
-                                            int i0, int i1, int c)
+                                            const float *mean /* [n] */,
+                                            const float *rstd /* [n] */, int i0, int i1, int c)
 {
     int cv = c / 8 * 8;
     for (int j = 0; j < c; j++)
@@ -947,18 +1013,18 @@ T_AVX2 static void layernorm_bwd_block_avx2(float *dx /* [n,c] */, float *pw /* 
 }
 
 /* Blocked layernorm backward for any ISA: the block function differs. */
-typedef void ln_bwd_block_fn(float *, float *, float *, const float *, const float *,
-                             const float *, const float *, const float *, int, int, int);
+typedef void ln_bwd_block_fn(float *, float *, float *, const float *, const float *, const float *,
+                             const float *, const float *, int, int, int);
 
-static void layernorm_bwd_blocked(ln_bwd_block_fn *block, float *dx /* [n,c] */, float *dw /* [c] */,
-                                  float *db /* [c] */, const float *dy /* [n,c] */,
-                                  const float *x /* [n,c] */, const float *w /* [c] */,
-                                  const float *mean /* [n] */, const float *rstd /* [n] */, int n,
-                                  int c)
+static void layernorm_bwd_blocked(ln_bwd_block_fn *block, float *dx /* [n,c] */,
+                                  float *dw /* [c] */, float *db /* [c] */,
+                                  const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                                  const float *w /* [c] */, const float *mean /* [n] */,
+                                  const float *rstd /* [n] */, int n, int c)
 {
     int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
     float *pw = xmalloc(sizeof(float) * 2 * (size_t)nblk * c); /* [nblk,c] partial dw */
-    float *pb = pw + (size_t)nblk * c;                          /* [nblk,c] partial db */
+    float *pb = pw + (size_t)nblk * c;                         /* [nblk,c] partial db */
 #pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
     for (int b = 0; b < nblk; b++)
         block(dx, pw + (size_t)b * c, pb + (size_t)b * c, dy, x, w, mean, rstd, b * ROW_BLOCK,
@@ -970,50 +1036,75 @@ static void layernorm_bwd_blocked(ln_bwd_block_fn *block, float *dx /* [n,c] */,
 
 /* ---- attention ---- */
 
-/* One (batch, head) forward. For each query the scores over keys 0..i are
- * computed 8 keys at a time from the transposed keys, exponentiated with
- * max subtraction, and the output is the probability-weighted sum of the
- * transposed values. Lanes past key i are excluded (max) or zeroed (exp). */
+/* 8 output channels of a block of 8 queries: the sum over keys of
+ * probability times value, in 8 independent accumulators. vt's rows past
+ * hs are zero, so a partial group costs time but no care. */
+INLINE_AVX2 void pv_group_avx2(float *o /* [w,C], at channel d0 */, int C,
+                               const float *p /* [nk,8] */, const float *vt /* [8,tp], from d0 */,
+                               int tp, int nk, __m256 l, int w, int nd)
+{
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        acc[g] = _mm256_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+        __m256 pj = _mm256_loadu_ps(p + 8 * j);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++)
+            acc[g] = _mm256_fmadd_ps(pj, _mm256_broadcast_ss(vt + (size_t)g * tp + j), acc[g]);
+    }
+    float tmp[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) /* constant indices keep acc in registers */
+        if (g < nd) {
+            _mm256_storeu_ps(tmp, _mm256_div_ps(acc[g], l));
+            for (int r = 0; r < w; r++)
+                o[(size_t)r * C + g] = tmp[r];
+        }
+}
+
+/* One (batch, head) forward, 8 queries at a time, one per lane: the scores
+ * of key j against the block's queries form one vector, so the softmax and
+ * the weighted sum run down the keys with no horizontal sums. Scores are
+ * kept for the whole block (two passes: max, then exp). */
 T_AVX2 static void attention_head_avx2(float *o /* [T,C], head's col */, float *lse /* [T] */,
                                        const float *qkv /* [T,3C], head's q col */, int T, int C,
-                                       int hs, float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
-                                       float *pr /* [tp] */, int tp)
+                                       int hs, float *qt /* [hs,8] */,
+                                       float *vt /* [round8(hs),tp] */, float *sc /* [tp,8] */,
+                                       int tp)
 {
-    const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)hs));
-    kv_transpose(kt, vt, qkv, T, C, hs, tp);
-    for (int i = 0; i < T; i++) {
-        const float *q = qkv + (size_t)i * 3 * C; /* [hs] */
-        int nc = i / 8 + 1;                       /* chunks holding keys 0..i */
-        __m256 last = _mm256_castsi256_ps(lanes8(i + 1 - 8 * (nc - 1)));
-        __m256 mx = _mm256_set1_ps(-INFINITY);
-        for (int c = 0; c < nc; c++) {
+    const size_t ld = 3 * (size_t)C;
+    const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)hs)), ninf = _mm256_set1_ps(-INFINITY);
+    v_transpose(vt, qkv, T, C, hs, tp);
+    for (int i0 = 0; i0 < T; i0 += 8) {
+        int w = min_int(8, T - i0), nk = i0 + w; /* queries i0.., keys 0..nk-1 */
+        q_block_transpose(qt, qkv + i0 * ld, ld, w, 8, hs);
+        __m256 mx = ninf;
+        for (int j = 0; j < nk; j++) {
+            const float *k = qkv + j * ld + hs; /* [hs] */
             __m256 s = _mm256_setzero_ps();
             for (int d = 0; d < hs; d++)
-                s = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kt + (size_t)d * tp + 8 * c), s);
-            s = _mm256_mul_ps(s, scale);
-            _mm256_storeu_ps(pr + 8 * c, s);
-            if (c == nc - 1)
-                s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, last);
+                s = _mm256_fmadd_ps(_mm256_loadu_ps(qt + 8 * d), _mm256_broadcast_ss(k + d), s);
+            __m256 hide = _mm256_castsi256_ps(lanes8(j - i0)); /* queries before key j */
+            s = _mm256_blendv_ps(_mm256_mul_ps(s, scale), ninf, hide);
+            _mm256_storeu_ps(sc + 8 * j, s);
             mx = _mm256_max_ps(mx, s);
         }
-        float m = hmax8(mx);
-        __m256 sum = _mm256_setzero_ps();
-        for (int c = 0; c < nc; c++) {
-            __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(pr + 8 * c), _mm256_set1_ps(m)));
-            if (c == nc - 1)
-                e = _mm256_and_ps(e, last);
-            _mm256_storeu_ps(pr + 8 * c, e);
-            sum = _mm256_add_ps(sum, e);
+        __m256 l = _mm256_setzero_ps();
+        for (int j = 0; j < nk; j++) {
+            __m256 hide = _mm256_castsi256_ps(lanes8(j - i0));
+            __m256 p = _mm256_andnot_ps(hide, exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + 8 * j), mx)));
+            _mm256_storeu_ps(sc + 8 * j, p);
+            l = _mm256_add_ps(l, p);
         }
-        float l = hsum8(sum);
-        for (int d = 0; d < hs; d++) {
-            __m256 acc = _mm256_setzero_ps();
-            for (int c = 0; c < nc; c++)
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(pr + 8 * c),
-                                      _mm256_loadu_ps(vt + (size_t)d * tp + 8 * c), acc);
-            o[(size_t)i * C + d] = hsum8(acc) / l;
-        }
-        lse[i] = m + logf(l);
+        for (int d0 = 0; d0 < hs; d0 += 8)
+            pv_group_avx2(o + (size_t)i0 * C + d0, C, sc, vt + (size_t)d0 * tp, tp, nk, l, w,
+                          min_int(8, hs - d0));
+        float mf[8], lf[8];
+        _mm256_storeu_ps(mf, mx);
+        _mm256_storeu_ps(lf, l);
+        for (int r = 0; r < w; r++)
+            lse[i0 + r] = mf[r] + logf(lf[r]);
     }
 }
 
@@ -1045,8 +1136,10 @@ T_AVX2 static void attention_bwd_head_avx2(float *dqkv /* [T,3C], head's q col *
         for (int c = 0; c < nc; c++) {
             __m256 s = _mm256_setzero_ps(), dp = _mm256_setzero_ps();
             for (int d = 0; d < hs; d++) {
-                s = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kt + (size_t)d * tp + 8 * c), s);
-                dp = _mm256_fmadd_ps(_mm256_set1_ps(g[d]), _mm256_loadu_ps(vt + (size_t)d * tp + 8 * c), dp);
+                s = _mm256_fmadd_ps(_mm256_set1_ps(q[d]),
+                                    _mm256_loadu_ps(kt + (size_t)d * tp + 8 * c), s);
+                dp = _mm256_fmadd_ps(_mm256_set1_ps(g[d]),
+                                     _mm256_loadu_ps(vt + (size_t)d * tp + 8 * c), dp);
             }
             __m256 p = exp8(_mm256_sub_ps(_mm256_mul_ps(s, _mm256_set1_ps(scale)), li));
             if (c == nc - 1)
@@ -1055,8 +1148,10 @@ T_AVX2 static void attention_bwd_head_avx2(float *dqkv /* [T,3C], head's q col *
             _mm256_storeu_ps(ds + 8 * c, dsv);
             for (int d = 0; d < hs; d++) {
                 float *dvc = dvt + (size_t)d * tp + 8 * c, *dkc = dkt + (size_t)d * tp + 8 * c;
-                _mm256_storeu_ps(dvc, _mm256_fmadd_ps(p, _mm256_set1_ps(g[d]), _mm256_loadu_ps(dvc)));
-                _mm256_storeu_ps(dkc, _mm256_fmadd_ps(dsv, _mm256_set1_ps(q[d]), _mm256_loadu_ps(dkc)));
+                _mm256_storeu_ps(dvc,
+                                 _mm256_fmadd_ps(p, _mm256_set1_ps(g[d]), _mm256_loadu_ps(dvc)));
+                _mm256_storeu_ps(dkc,
+                                 _mm256_fmadd_ps(dsv, _mm256_set1_ps(q[d]), _mm256_loadu_ps(dkc)));
             }
         }
         for (int d = 0; d < hs; d++) {
@@ -1107,7 +1202,8 @@ T_AVX2 static void attention_step_head_avx2(float *o /* [hs] */, const float *q 
         __m256i msk = lanes8(hs - d);
         __m256 acc = _mm256_setzero_ps();
         for (int j = 0; j < nk; j++)
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), _mm256_maskload_ps(v0 + (size_t)j * C + d, msk), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(s[j]),
+                                  _mm256_maskload_ps(v0 + (size_t)j * C + d, msk), acc);
         float tmp[8];
         _mm256_storeu_ps(tmp, _mm256_div_ps(acc, _mm256_set1_ps(l)));
         for (int e = 0; e < 8 && d + e < hs; e++)
@@ -1232,12 +1328,15 @@ INLINE_AVX512 void mm_tile_avx512(const struct mm *m, int i, int j, int R, int V
 #pragma GCC unroll 4
     for (int v = 0; v < V; v++) {
         __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
-        __m512 init = m->bias ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v) : _mm512_setzero_ps();
+        __m512 init = m->bias && m->k0 == 0 ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v)
+                                            : _mm512_setzero_ps();
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            acc[r][v] = init;
+            acc[r][v] =
+                m->k0 == 0 ? init
+                           : _mm512_maskz_loadu_ps(msk, m->c + (size_t)(i + r) * m->q + j + 16 * v);
     }
-    for (int k = 0; k < m->p; k++) {
+    for (int k = m->k0; k < m->k1; k++) {
         const float *bk = b + (size_t)k * m->q; /* [16V] */
         __m512 bv[4];
 #pragma GCC unroll 4
@@ -1307,9 +1406,19 @@ T_AVX512 static void matmul_avx512(const struct mm *m, int n)
 T_AVX512 static void matmul_tn_avx512(const struct mm *m, int n)
 {
     int tiles = (n + MR_AVX512 - 1) / MR_AVX512;
-#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
-    for (int t = 0; t < tiles; t++)
-        mm_rows_avx512(m, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), 1, (size_t)n);
+#pragma omp parallel if ((long)n * m->p * m->q >= PAR_WORK)
+    {
+        int t0, t1;
+        my_share(tiles, &t0, &t1);
+        struct mm pass = *m;
+        for (int k = 0; k == 0 || k < m->p; k += TN_KBLOCK) { /* p = 0: one empty pass */
+            pass.k0 = k;
+            pass.k1 = min_int(k + TN_KBLOCK, m->p);
+            for (int t = t0; t < t1; t++)
+                mm_rows_avx512(&pass, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), 1,
+                               (size_t)n);
+        }
+    }
 }
 
 /* ---- element-wise: whole vectors in parallel, then one masked vector ---- */
@@ -1322,8 +1431,9 @@ T_AVX512 static void add_avx512(float *y /* [n] */, const float *a /* [n] */,
     for (size_t i = 0; i < nv; i += 16)
         _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
     __mmask16 t = lanes16((int)(n - nv));
-    _mm512_mask_storeu_ps(y + nv, t, _mm512_add_ps(_mm512_maskz_loadu_ps(t, a + nv),
-                                                   _mm512_maskz_loadu_ps(t, b + nv)));
+    _mm512_mask_storeu_ps(
+        y + nv, t,
+        _mm512_add_ps(_mm512_maskz_loadu_ps(t, a + nv), _mm512_maskz_loadu_ps(t, b + nv)));
 }
 
 T_AVX512 static void add_n_avx512(float *y /* [n] */, const float *const *x /* m x [n] */, int m,
@@ -1351,7 +1461,8 @@ T_AVX512 static void relu_avx512(float *y /* [n] */, const float *x /* [n] */, s
     for (size_t i = 0; i < nv; i += 16) /* max(x, 0) returns 0 for NaN, like x > 0 ? x : 0 */
         _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), _mm512_setzero_ps()));
     __mmask16 t = lanes16((int)(n - nv));
-    _mm512_mask_storeu_ps(y + nv, t, _mm512_max_ps(_mm512_maskz_loadu_ps(t, x + nv), _mm512_setzero_ps()));
+    _mm512_mask_storeu_ps(y + nv, t,
+                          _mm512_max_ps(_mm512_maskz_loadu_ps(t, x + nv), _mm512_setzero_ps()));
 }
 
 T_AVX512 static void relu_bwd_avx512(float *dx /* [n] */, const float *dy /* [n] */,
@@ -1364,7 +1475,8 @@ T_AVX512 static void relu_bwd_avx512(float *dx /* [n] */, const float *dy /* [n]
         _mm512_storeu_ps(dx + i, _mm512_maskz_loadu_ps(on, dy + i));
     }
     __mmask16 t = lanes16((int)(n - nv));
-    __mmask16 on = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(t, y + nv), _mm512_setzero_ps(), _CMP_GT_OQ);
+    __mmask16 on =
+        _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(t, y + nv), _mm512_setzero_ps(), _CMP_GT_OQ);
     _mm512_mask_storeu_ps(dx + nv, t, _mm512_maskz_loadu_ps(on, dy + nv));
 }
 
@@ -1406,7 +1518,8 @@ T_AVX512 static void sum_block_avx512(float *part /* [q] */, const float *x /* [
         const float *xi = x + (size_t)i * q; /* [q] */
         for (int j = 0; j < q; j += 16) {
             __mmask16 t = lanes16(q - j);
-            __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(t, part + j), _mm512_maskz_loadu_ps(t, xi + j));
+            __m512 s =
+                _mm512_add_ps(_mm512_maskz_loadu_ps(t, part + j), _mm512_maskz_loadu_ps(t, xi + j));
             _mm512_mask_storeu_ps(part + j, t, s);
         }
     }
@@ -1418,7 +1531,8 @@ T_AVX512 static void sum_rows_avx512(float *out /* [q] */, const float *x /* [n,
     float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
 #pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
     for (int b = 0; b < nblk; b++)
-        sum_block_avx512(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK), q);
+        sum_block_avx512(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK),
+                         q);
     sum_blocks(out, part, nblk, q);
     free(part);
 }
@@ -1445,7 +1559,8 @@ T_AVX512 static void layernorm_row_avx512(float *y /* [c] */, float *mean, float
     for (int j = 0; j < c; j += 16) {
         __mmask16 t = lanes16(c - j);
         __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + j), muv), rsv);
-        __m512 yv = _mm512_fmadd_ps(xh, _mm512_maskz_loadu_ps(t, w + j), _mm512_maskz_loadu_ps(t, b + j));
+        __m512 yv =
+            _mm512_fmadd_ps(xh, _mm512_maskz_loadu_ps(t, w + j), _mm512_maskz_loadu_ps(t, b + j));
         _mm512_mask_storeu_ps(y + j, t, yv);
     }
     *mean = mu;
@@ -1464,7 +1579,8 @@ T_AVX512 static void layernorm_avx512(float *y /* [n,c] */, float *mean /* [n] *
 
 T_AVX512 static void layernorm_bwd_block_avx512(float *dx /* [n,c] */, float *pw /* [c] */,
                                                 float *pb /* [c] */, const float *dy /* [n,c] */,
-                                                const float *x /* [n,c] */, const float *w /* [c] */,
+                                                const float *x /* [n,c] */,
+                                                const float *w /* [c] */,
                                                 const float *mean /* [n] */,
                                                 const float *rstd /* [n] */, int i0, int i1, int c)
 {
@@ -1478,11 +1594,13 @@ T_AVX512 static void layernorm_bwd_block_avx512(float *dx /* [n,c] */, float *pw
         for (int j = 0; j < c; j += 16) { /* masked lanes load 0, so add 0 everywhere */
             __mmask16 t = lanes16(c - j);
             __m512 gy = _mm512_maskz_loadu_ps(t, gi + j);
-            __m512 xh = _mm512_maskz_mul_ps(t, _mm512_sub_ps(_mm512_maskz_loadu_ps(t, xi + j), muv), rsv);
+            __m512 xh =
+                _mm512_maskz_mul_ps(t, _mm512_sub_ps(_mm512_maskz_loadu_ps(t, xi + j), muv), rsv);
             __m512 g = _mm512_mul_ps(gy, _mm512_maskz_loadu_ps(t, w + j));
             s1v = _mm512_add_ps(s1v, g);
             s2v = _mm512_fmadd_ps(g, xh, s2v);
-            _mm512_mask_storeu_ps(pw + j, t, _mm512_fmadd_ps(gy, xh, _mm512_maskz_loadu_ps(t, pw + j)));
+            _mm512_mask_storeu_ps(pw + j, t,
+                                  _mm512_fmadd_ps(gy, xh, _mm512_maskz_loadu_ps(t, pw + j)));
             _mm512_mask_storeu_ps(pb + j, t, _mm512_add_ps(gy, _mm512_maskz_loadu_ps(t, pb + j)));
         }
         __m512 s1c = _mm512_set1_ps(_mm512_reduce_add_ps(s1v) / (float)c);
@@ -1490,7 +1608,8 @@ T_AVX512 static void layernorm_bwd_block_avx512(float *dx /* [n,c] */, float *pw
         for (int j = 0; j < c; j += 16) {
             __mmask16 t = lanes16(c - j);
             __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, xi + j), muv), rsv);
-            __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gi + j), _mm512_maskz_loadu_ps(t, w + j));
+            __m512 g =
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gi + j), _mm512_maskz_loadu_ps(t, w + j));
             __m512 d = _mm512_sub_ps(_mm512_sub_ps(g, s1c), _mm512_mul_ps(xh, s2c));
             _mm512_mask_storeu_ps(dxi + j, t, _mm512_mul_ps(rsv, d));
         }
@@ -1499,43 +1618,69 @@ T_AVX512 static void layernorm_bwd_block_avx512(float *dx /* [n,c] */, float *pw
 
 /* ---- attention: the AVX-512 twins of the AVX2 head functions ---- */
 
+INLINE_AVX512 void pv_group_avx512(float *o /* [w,C], at channel d0 */, int C,
+                                   const float *p /* [nk,16] */,
+                                   const float *vt /* [8,tp], from d0 */, int tp, int nk, __m512 l,
+                                   int w, int nd)
+{
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        acc[g] = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+        __m512 pj = _mm512_loadu_ps(p + 16 * j);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++)
+            acc[g] = _mm512_fmadd_ps(pj, _mm512_set1_ps(vt[(size_t)g * tp + j]), acc[g]);
+    }
+    float tmp[16];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        if (g < nd) {
+            _mm512_storeu_ps(tmp, _mm512_div_ps(acc[g], l));
+            for (int r = 0; r < w; r++)
+                o[(size_t)r * C + g] = tmp[r];
+        }
+}
+
 T_AVX512 static void attention_head_avx512(float *o /* [T,C], head's col */, float *lse /* [T] */,
                                            const float *qkv /* [T,3C], head's q col */, int T,
-                                           int C, int hs, float *kt /* [hs,tp] */,
-                                           float *vt /* [hs,tp] */, float *pr /* [tp] */, int tp)
+                                           int C, int hs, float *qt /* [hs,16] */,
+                                           float *vt /* [round8(hs),tp] */, float *sc /* [tp,16] */,
+                                           int tp)
 {
-    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hs));
-    kv_transpose(kt, vt, qkv, T, C, hs, tp);
-    for (int i = 0; i < T; i++) {
-        const float *q = qkv + (size_t)i * 3 * C; /* [hs] */
-        int nc = i / 16 + 1;                      /* chunks holding keys 0..i */
-        __mmask16 last = lanes16(i + 1 - 16 * (nc - 1));
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int c = 0; c < nc; c++) {
+    const size_t ld = 3 * (size_t)C;
+    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hs)), ninf = _mm512_set1_ps(-INFINITY);
+    v_transpose(vt, qkv, T, C, hs, tp);
+    for (int i0 = 0; i0 < T; i0 += 16) {
+        int w = min_int(16, T - i0), nk = i0 + w; /* queries i0.., keys 0..nk-1 */
+        q_block_transpose(qt, qkv + i0 * ld, ld, w, 16, hs);
+        __m512 mx = ninf;
+        for (int j = 0; j < nk; j++) {
+            const float *k = qkv + j * ld + hs; /* [hs] */
             __m512 s = _mm512_setzero_ps();
             for (int d = 0; d < hs; d++)
-                s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + (size_t)d * tp + 16 * c), s);
-            s = _mm512_mul_ps(s, scale);
-            _mm512_storeu_ps(pr + 16 * c, s);
-            mx = _mm512_mask_max_ps(mx, c == nc - 1 ? last : (__mmask16)0xFFFF, mx, s);
+                s = _mm512_fmadd_ps(_mm512_loadu_ps(qt + 16 * d), _mm512_set1_ps(k[d]), s);
+            /* queries before key j do not see it */
+            s = _mm512_mask_mov_ps(_mm512_mul_ps(s, scale), lanes16(j - i0), ninf);
+            _mm512_storeu_ps(sc + 16 * j, s);
+            mx = _mm512_max_ps(mx, s);
         }
-        float m = _mm512_reduce_max_ps(mx);
-        __m512 sum = _mm512_setzero_ps();
-        for (int c = 0; c < nc; c++) {
-            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(pr + 16 * c), _mm512_set1_ps(m)));
-            e = _mm512_maskz_mov_ps(c == nc - 1 ? last : (__mmask16)0xFFFF, e);
-            _mm512_storeu_ps(pr + 16 * c, e);
-            sum = _mm512_add_ps(sum, e);
+        __m512 l = _mm512_setzero_ps();
+        for (int j = 0; j < nk; j++) {
+            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + 16 * j), mx));
+            __m512 p = _mm512_maskz_mov_ps((__mmask16)~lanes16(j - i0), e);
+            _mm512_storeu_ps(sc + 16 * j, p);
+            l = _mm512_add_ps(l, p);
         }
-        float l = _mm512_reduce_add_ps(sum);
-        for (int d = 0; d < hs; d++) {
-            __m512 acc = _mm512_setzero_ps();
-            for (int c = 0; c < nc; c++)
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(pr + 16 * c),
-                                      _mm512_loadu_ps(vt + (size_t)d * tp + 16 * c), acc);
-            o[(size_t)i * C + d] = _mm512_reduce_add_ps(acc) / l;
-        }
-        lse[i] = m + logf(l);
+        for (int d0 = 0; d0 < hs; d0 += 8)
+            pv_group_avx512(o + (size_t)i0 * C + d0, C, sc, vt + (size_t)d0 * tp, tp, nk, l, w,
+                            min_int(8, hs - d0));
+        float mf[16], lf[16];
+        _mm512_storeu_ps(mf, mx);
+        _mm512_storeu_ps(lf, l);
+        for (int r = 0; r < w; r++)
+            lse[i0 + r] = mf[r] + logf(lf[r]);
     }
 }
 
@@ -1564,8 +1709,10 @@ T_AVX512 static void attention_bwd_head_avx512(float *dqkv /* [T,3C], head's q c
         for (int c = 0; c < nc; c++) {
             __m512 s = _mm512_setzero_ps(), dp = _mm512_setzero_ps();
             for (int d = 0; d < hs; d++) {
-                s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + (size_t)d * tp + 16 * c), s);
-                dp = _mm512_fmadd_ps(_mm512_set1_ps(g[d]), _mm512_loadu_ps(vt + (size_t)d * tp + 16 * c), dp);
+                s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
+                                    _mm512_loadu_ps(kt + (size_t)d * tp + 16 * c), s);
+                dp = _mm512_fmadd_ps(_mm512_set1_ps(g[d]),
+                                     _mm512_loadu_ps(vt + (size_t)d * tp + 16 * c), dp);
             }
             __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(s, _mm512_set1_ps(scale)), li));
             p = _mm512_maskz_mov_ps(c == nc - 1 ? last : (__mmask16)0xFFFF, p);
@@ -1573,8 +1720,10 @@ T_AVX512 static void attention_bwd_head_avx512(float *dqkv /* [T,3C], head's q c
             _mm512_storeu_ps(ds + 16 * c, dsv);
             for (int d = 0; d < hs; d++) {
                 float *dvc = dvt + (size_t)d * tp + 16 * c, *dkc = dkt + (size_t)d * tp + 16 * c;
-                _mm512_storeu_ps(dvc, _mm512_fmadd_ps(p, _mm512_set1_ps(g[d]), _mm512_loadu_ps(dvc)));
-                _mm512_storeu_ps(dkc, _mm512_fmadd_ps(dsv, _mm512_set1_ps(q[d]), _mm512_loadu_ps(dkc)));
+                _mm512_storeu_ps(dvc,
+                                 _mm512_fmadd_ps(p, _mm512_set1_ps(g[d]), _mm512_loadu_ps(dvc)));
+                _mm512_storeu_ps(dkc,
+                                 _mm512_fmadd_ps(dsv, _mm512_set1_ps(q[d]), _mm512_loadu_ps(dkc)));
             }
         }
         for (int d = 0; d < hs; d++) {
@@ -1612,8 +1761,8 @@ T_AVX512 static void attention_step_head_avx512(float *o /* [hs] */, const float
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < nk; j += 16) {
         __mmask16 t = lanes16(nk - j);
-        __m512 e = _mm512_maskz_mov_ps(t, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, s + j),
-                                                              _mm512_set1_ps(mx))));
+        __m512 e = _mm512_maskz_mov_ps(
+            t, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, s + j), _mm512_set1_ps(mx))));
         _mm512_mask_storeu_ps(s + j, t, e);
         sum = _mm512_add_ps(sum, e);
     }
@@ -1622,7 +1771,8 @@ T_AVX512 static void attention_step_head_avx512(float *o /* [hs] */, const float
         __mmask16 t = lanes16(hs - d);
         __m512 acc = _mm512_setzero_ps();
         for (int j = 0; j < nk; j++)
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), _mm512_maskz_loadu_ps(t, v0 + (size_t)j * C + d), acc);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(s[j]),
+                                  _mm512_maskz_loadu_ps(t, v0 + (size_t)j * C + d), acc);
         _mm512_mask_storeu_ps(o + d, t, _mm512_div_ps(acc, l));
     }
 }
@@ -1635,12 +1785,14 @@ T_AVX512 static void row_stats_avx512(const float *x /* [v] */, int v, float *mx
 {
     __m512 m16 = _mm512_set1_ps(-INFINITY);
     for (int j = 0; j < v; j += 16)
-        m16 = _mm512_mask_max_ps(m16, lanes16(v - j), m16, _mm512_maskz_loadu_ps(lanes16(v - j), x + j));
+        m16 = _mm512_mask_max_ps(m16, lanes16(v - j), m16,
+                                 _mm512_maskz_loadu_ps(lanes16(v - j), x + j));
     float m = _mm512_reduce_max_ps(m16);
     __m512 s16 = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
     for (int j = 0; j < v; j += 16) {
         __mmask16 t = lanes16(v - j);
-        s16 = _mm512_add_ps(s16, _mm512_maskz_mov_ps(t, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + j), mv))));
+        s16 = _mm512_add_ps(
+            s16, _mm512_maskz_mov_ps(t, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + j), mv))));
     }
     *mx = m;
     *sum = _mm512_reduce_add_ps(s16);
@@ -1685,7 +1837,8 @@ T_AVX512 static void xent_bwd_avx512(float *dlogits /* [n,v] */, const float *lo
         __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         for (int j = 0; j < v; j += 16) {
             __mmask16 msk = lanes16(v - j);
-            __m512 p = _mm512_mul_ps(exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(msk, x + j), mv)), iv);
+            __m512 p =
+                _mm512_mul_ps(exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(msk, x + j), mv)), iv);
             __mmask16 hit = _mm512_cmpeq_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(j)),
                                                     _mm512_set1_epi32(t));
             p = _mm512_mask_sub_ps(p, hit, p, _mm512_set1_ps(1.0f));
@@ -1702,8 +1855,8 @@ T_AVX512 static void xent_bwd_avx512(float *dlogits /* [n,v] */, const float *lo
 typedef void attention_head_fn(float *, float *, const float *, int, int, int, float *, float *,
                                float *, int);
 typedef void attention_bwd_head_fn(float *, const float *, const float *, const float *,
-                                   const float *, int, int, int, float *, float *, float *,
-                                   float *, float *, int);
+                                   const float *, int, int, int, float *, float *, float *, float *,
+                                   float *, int);
 typedef void attention_step_head_fn(float *, const float *, const float *, const float *, int, int,
                                     int, float *);
 
@@ -1711,19 +1864,20 @@ static void attention_heads(attention_head_fn *head, float *out /* [B,T,C] */,
                             float *lse /* [B,H,T] */, const float *qkv /* [B,T,3C] */, int B, int T,
                             int C, int H)
 {
-    int hs = C / H, tp = round16(T);
+    int hs = C / H, tp = key_stride(T), hs8 = (hs + 7) / 8 * 8;
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
-        float *kt = xmalloc(sizeof(float) * (2 * (size_t)hs + 1) * tp); /* [hs,tp] */
-        float *vt = kt + (size_t)hs * tp;                                /* [hs,tp] */
-        float *pr = vt + (size_t)hs * tp;                                /* [tp] */
+        size_t nqt = 16 * (size_t)hs, nvt = (size_t)hs8 * tp;
+        float *qt = xmalloc(sizeof(float) * (nqt + nvt + 16 * (size_t)tp)); /* [hs,16] (or 8) */
+        float *vt = qt + nqt;                                               /* [hs8,tp] */
+        float *sc = vt + nvt; /* [tp,16] scores, then probabilities */
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             int b = bh / H, h = bh % H;
             head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T,
-                 qkv + (size_t)b * T * 3 * C + 3 * hs * h, T, C, hs, kt, vt, pr, tp);
+                 qkv + (size_t)b * T * 3 * C + 3 * hs * h, T, C, hs, qt, vt, sc, tp);
         }
-        free(kt);
+        free(qt);
     }
 }
 
@@ -1732,14 +1886,14 @@ static void attention_bwd_heads(attention_bwd_head_fn *head, float *dqkv /* [B,T
                                 const float *out /* [B,T,C] */, const float *lse /* [B,H,T] */,
                                 int B, int T, int C, int H)
 {
-    int hs = C / H, tp = round16(T);
+    int hs = C / H, tp = key_stride(T);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
         float *kt = xmalloc(sizeof(float) * (4 * (size_t)hs + 1) * tp); /* [hs,tp] */
-        float *vt = kt + (size_t)hs * tp;                                /* [hs,tp] */
-        float *dkt = vt + (size_t)hs * tp;                               /* [hs,tp] */
-        float *dvt = dkt + (size_t)hs * tp;                              /* [hs,tp] */
-        float *ds = dvt + (size_t)hs * tp;                               /* [tp] */
+        float *vt = kt + (size_t)hs * tp;                               /* [hs,tp] */
+        float *dkt = vt + (size_t)hs * tp;                              /* [hs,tp] */
+        float *dvt = dkt + (size_t)hs * tp;                             /* [hs,tp] */
+        float *ds = dvt + (size_t)hs * tp;                              /* [tp] */
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             int b = bh / H, h = bh % H;
@@ -1777,18 +1931,18 @@ static void attention_step_heads(attention_step_head_fn *head, float *out /* [nb
  * ====================================================================== */
 
 /* Calls name_avx512, name_avx2 or the twin k_name_ref by the current path. */
-#define DISPATCH(name, ...)                                                   \
-    switch (isa_get()) {                                                      \
-    case ISA_AVX512: name##_avx512(__VA_ARGS__); break;                       \
-    case ISA_AVX2: name##_avx2(__VA_ARGS__); break;                           \
-    default: k_##name##_ref(__VA_ARGS__); break;                              \
+#define DISPATCH(name, ...)                             \
+    switch (isa_get()) {                                \
+    case ISA_AVX512: name##_avx512(__VA_ARGS__); break; \
+    case ISA_AVX2: name##_avx2(__VA_ARGS__); break;     \
+    default: k_##name##_ref(__VA_ARGS__); break;        \
     }
 
 void k_matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
                  const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
                  const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
-    struct mm m = {c, a, b, bias, r1, r2, relu, p, q};
+    struct mm m = {c, a, b, bias, r1, r2, relu, p, q, 0, p};
     switch (isa_get()) {
     case ISA_AVX512: matmul_avx512(&m, n); break;
     case ISA_AVX2: matmul_avx2(&m, n); break;
@@ -1805,7 +1959,7 @@ void k_matmul(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /
 void k_matmul_tn(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
                  int n, int p, int q)
 {
-    struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q};
+    struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p};
     switch (isa_get()) {
     case ISA_AVX512: matmul_tn_avx512(&m, n); break;
     case ISA_AVX2: matmul_tn_avx2(&m, n); break;
@@ -1863,8 +2017,8 @@ void k_layernorm_bwd(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c
     }
 }
 
-void k_attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */, const float *qkv /* [B,T,3C] */,
-                 int B, int T, int C, int H)
+void k_attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                 const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
 {
     switch (isa_get()) {
     case ISA_AVX512: attention_heads(attention_head_avx512, out, lse, qkv, B, T, C, H); break;
@@ -1903,8 +2057,8 @@ void k_attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
     }
 }
 
-void k_xent(float *loss /* [1] */, const float *logits /* [n,v] */, const int32_t *targets /* [n] */,
-            int n, int v)
+void k_xent(float *loss /* [1] */, const float *logits /* [n,v] */,
+            const int32_t *targets /* [n] */, int n, int v)
 {
     DISPATCH(xent, loss, logits, targets, n, v)
 }
@@ -1921,8 +2075,8 @@ void k_embed(float *y /* [n,c] */, const int32_t *idx /* [n] */, const float *ta
     embed_gather(y, idx, table, n, c, v);
 }
 
-void k_embed_bwd(float *dtable /* [c,v] */, const int32_t *idx /* [n] */, const float *dy /* [n,c] */,
-                 int n, int c, int v)
+void k_embed_bwd(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                 const float *dy /* [n,c] */, int n, int c, int v)
 {
     embed_scatter(dtable, idx, dy, n, c, v);
 }

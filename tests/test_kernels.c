@@ -14,13 +14,13 @@
  * by the result). The paths sum in different orders and the SIMD paths
  * fuse multiply-adds, so they agree to a few float ulps times the length
  * of the sums: 1e-5 for sums of up to ~100 terms, looser where said. */
+#include "tensor.h"
+#include "test.h"
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "tensor.h"
-#include "test.h"
 
 /* ---- inputs ---- */
 
@@ -121,7 +121,8 @@ static void test_hand_values(void)
         want[j] = (float)((x[j] - 2.5) * rs * 2 + 1);
     k_layernorm_ref(y, &mean, &rstd, x, w, b1, 1, 4);
     close_to("layernorm_ref of [1,2,3,4]", y, want, 4, 1e-6);
-    CHECK(mean == 2.5f && fabs(rstd - rs) < 1e-6 * rs, "layernorm_ref: mean %g rstd %g", mean, rstd);
+    CHECK(mean == 2.5f && fabs(rstd - rs) < 1e-6 * rs, "layernorm_ref: mean %g rstd %g", mean,
+          rstd);
 
     /* Uniform logits: the loss is log(v) and the gradient (1/v - onehot) / count */
     enum { N = 5, V = 7 };
@@ -248,16 +249,16 @@ static void test_attention_twin(int B, int T, int C, int H)
         fd[i] = (float)((lp - lm) / (2 * h));
     }
     k_attention_bwd_ref(dqkv, r, qkv, out, lse, B, T, C, H);
-    snprintf(what, sizeof what, "attention_bwd_ref vs finite differences B=%d T=%d C=%d H=%d", B,
-             T, C, H);
+    snprintf(what, sizeof what, "attention_bwd_ref vs finite differences B=%d T=%d C=%d H=%d", B, T,
+             C, H);
     close_to(what, dqkv, fd, nq, 1e-4); /* float gradient against a double derivative */
     free(qkv), free(out), free(lse), free(r), free(dqkv), free(fo), free(fl), free(fd);
     free(dq), free(dout), free(dlse);
 }
 
 /* layernorm_bwd_ref against central differences of sum(y * r), in double. */
-static double layernorm_objective(const double *x, const double *w, const double *b,
-                                  const float *r, int n, int c)
+static double layernorm_objective(const double *x, const double *w, const double *b, const float *r,
+                                  int n, int c)
 {
     double L = 0;
     for (int i = 0; i < n; i++) {
@@ -297,8 +298,10 @@ static void test_layernorm_twin(int n, int c)
     k_layernorm_ref(y, mean, rstd, x, w, b, n, c);
     k_layernorm_bwd_ref(an, an + nx, an + nx + c, r, x, w, mean, rstd, n, c);
     close_to("layernorm_bwd_ref dx vs finite differences", an, fd, nx, 1e-4);
-    close_to("layernorm_bwd_ref dw, db vs finite differences", an + nx, fd + nx, 2 * (size_t)c, 1e-4);
-    free(x), free(w), free(b), free(r), free(y), free(mean), free(rstd), free(an), free(fd), free(all);
+    close_to("layernorm_bwd_ref dw, db vs finite differences", an + nx, fd + nx, 2 * (size_t)c,
+             1e-4);
+    free(x), free(w), free(b), free(r), free(y), free(mean), free(rstd), free(an), free(fd),
+        free(all);
 }
 
 /* ======================================================================
@@ -309,7 +312,8 @@ static void test_matmul(int n, int p, int q)
 {
     size_t nc = (size_t)n * q;
     float *a = rvec((size_t)n * p, 1), *b = rvec((size_t)p * q, 1), *bias = rvec(q, 1);
-    float *r1 = rvec(nc, 1), *r2 = rvec(nc, 1), *got = fvec(nc), *want = fvec(nc), *fused = fvec(nc);
+    float *r1 = rvec(nc, 1), *r2 = rvec(nc, 1), *got = fvec(nc), *want = fvec(nc),
+          *fused = fvec(nc);
     char what[80];
     snprintf(what, sizeof what, "matmul n=%d p=%d q=%d", n, p, q);
     k_matmul_ref(want, a, b, bias, n, p, q);
@@ -347,7 +351,8 @@ static void test_matmul(int n, int p, int q)
 static void test_matmul_tn(int n, int p, int q, double tol)
 {
     size_t nc = (size_t)n * q;
-    float *a = rvec((size_t)p * n, 1), *b = rvec((size_t)p * q, 1), *got = fvec(nc), *want = fvec(nc);
+    float *a = rvec((size_t)p * n, 1), *b = rvec((size_t)p * q, 1), *got = fvec(nc),
+          *want = fvec(nc);
     char what[80];
     snprintf(what, sizeof what, "matmul_tn n=%d p=%d q=%d", n, p, q);
     k_matmul_tn_ref(want, a, b, n, p, q);
@@ -413,7 +418,8 @@ static void test_elementwise(size_t n)
     float *p2 = fvec(n), *m2 = fvec(n), *v2 = fvec(n);
     for (size_t i = 0; i < n; i++)
         v1[i] = 0.01f * fabsf(c[i]);
-    memcpy(p2, p1, sizeof(float) * n), memcpy(m2, m1, sizeof(float) * n), memcpy(v2, v1, sizeof(float) * n);
+    memcpy(p2, p1, sizeof(float) * n), memcpy(m2, m1, sizeof(float) * n),
+        memcpy(v2, v1, sizeof(float) * n);
     for (int t = 1; t <= 3; t++) {
         k_adam_ref(p1, m1, v1, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, t);
         k_adam(p2, m2, v2, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, t);
@@ -430,7 +436,8 @@ static void test_layernorm(int n, int c, double tol_reduce)
 {
     size_t nx = (size_t)n * c;
     float *x = rvec(nx, 2), *w = rvec(c, 1), *b = rvec(c, 1), *dy = rvec(nx, 1);
-    float *y1 = fvec(nx), *y2 = fvec(nx), *mu1 = fvec(n), *mu2 = fvec(n), *rs1 = fvec(n), *rs2 = fvec(n);
+    float *y1 = fvec(nx), *y2 = fvec(nx), *mu1 = fvec(n), *mu2 = fvec(n), *rs1 = fvec(n),
+          *rs2 = fvec(n);
     float *g1 = fvec(nx + 2 * (size_t)c), *g2 = fvec(nx + 2 * (size_t)c); /* dx, dw, db */
     char what[80];
     for (size_t i = 0; i < nx; i += 5)
@@ -454,7 +461,8 @@ static void test_attention(int B, int T, int C, int H)
 {
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * H * T;
     float *qkv = rvec(nq, 2), *dout = rvec(no, 1);
-    float *o1 = fvec(no), *o2 = fvec(no), *l1 = fvec(nl), *l2 = fvec(nl), *d1 = fvec(nq), *d2 = fvec(nq);
+    float *o1 = fvec(no), *o2 = fvec(no), *l1 = fvec(nl), *l2 = fvec(nl), *d1 = fvec(nq),
+          *d2 = fvec(nq);
     char what[80];
     snprintf(what, sizeof what, "attention B=%d T=%d C=%d H=%d", B, T, C, H);
     k_attention_ref(o1, l1, qkv, B, T, C, H);
@@ -485,7 +493,8 @@ static void test_attention_step(int nb, int T, int C, int H)
     double worst_full = 0, worst_ref = 0;
     for (int pos = 0; pos < T; pos++) {
         for (int b = 0; b < nb; b++) {
-            memcpy(in + (size_t)b * 3 * C, qkv + ((size_t)b * T + pos) * 3 * C, sizeof(float) * 3 * C);
+            memcpy(in + (size_t)b * 3 * C, qkv + ((size_t)b * T + pos) * 3 * C,
+                   sizeof(float) * 3 * C);
             memcpy(row + (size_t)b * C, full + ((size_t)b * T + pos) * C, sizeof(float) * C);
         }
         k_attention_step_ref(s1, kc1, vc1, in, nb, pos, tmax, C, H);
@@ -495,7 +504,8 @@ static void test_attention_step(int nb, int T, int C, int H)
         worst_ref = fmax(worst_ref, max_rel_err(s2, s1, (size_t)nb * C, fl));
     }
     snprintf(what, sizeof what, "attention_step nb=%d T=%d C=%d H=%d", nb, T, C, H);
-    CHECK(worst_full <= 1e-5, "%s [%s]: %.3g from k_attention's rows", what, isa_name(isa_get()), worst_full);
+    CHECK(worst_full <= 1e-5, "%s [%s]: %.3g from k_attention's rows", what, isa_name(isa_get()),
+          worst_full);
     CHECK(worst_ref <= 1e-5, "%s [%s]: %.3g from the twin", what, isa_name(isa_get()), worst_ref);
     for (int b = 0; b < nb; b++)
         for (int t = 0; t < T; t++)
@@ -505,7 +515,8 @@ static void test_attention_step(int nb, int T, int C, int H)
                         qkv[((size_t)b * T + t) * 3 * C + 3 * hs * h + hs + d];
     int cache_ok = 1;
     for (int b = 0; b < nb; b++)
-        cache_ok &= !memcmp(kc2 + (size_t)b * tmax * C, kwant + (size_t)b * tmax * C, sizeof(float) * T * C);
+        cache_ok &= !memcmp(kc2 + (size_t)b * tmax * C, kwant + (size_t)b * tmax * C,
+                            sizeof(float) * T * C);
     CHECK(cache_ok, "%s [%s]: key cache rows are not the k columns", what, isa_name(isa_get()));
     free(qkv), free(full), free(lse), free(kc1), free(vc1), free(kc2), free(vc2);
     free(in), free(s1), free(s2), free(row), free(kwant);
@@ -536,7 +547,8 @@ static void test_xent(int n, int v, int skip, double tol_loss)
 static void test_embed(int n, int c, int v)
 {
     float *table = rvec((size_t)c * v, 1), *dy = rvec((size_t)n * c, 1);
-    float *y1 = fvec((size_t)n * c), *y2 = fvec((size_t)n * c), *t1 = fvec((size_t)c * v), *t2 = fvec((size_t)c * v);
+    float *y1 = fvec((size_t)n * c), *y2 = fvec((size_t)n * c), *t1 = fvec((size_t)c * v),
+          *t2 = fvec((size_t)c * v);
     int32_t *idx = rtargets(n, v, 0);
     char what[80];
     snprintf(what, sizeof what, "embed n=%d c=%d v=%d", n, c, v);
@@ -552,12 +564,13 @@ static void test_embed(int n, int c, int v)
 static void test_paths(void)
 {
     static const int mm[][3] = {
-        {1, 32, 96},  {2, 2, 2},     {7, 3, 17},    {13, 32, 40},  {37, 64, 96}, {130, 17, 3},
-        {257, 32, 128}, {100, 128, 32}, {6, 1, 16},  {5, 0, 8},     {4096, 32, 96}, {11, 33, 65},
+        {1, 32, 96},    {2, 2, 2},      {7, 3, 17}, {13, 32, 40}, {37, 64, 96},   {130, 17, 3},
+        {257, 32, 128}, {100, 128, 32}, {6, 1, 16}, {5, 0, 8},    {4096, 32, 96}, {11, 33, 65},
     };
-    static const int tn[][3] = {{1, 1, 1}, {3, 17, 5}, {7, 100, 40}, {13, 33, 3}, {64, 257, 32}, {96, 4096, 32}};
+    static const int tn[][3] = {{1, 1, 1},     {3, 17, 5},     {7, 100, 40}, {13, 33, 3},
+                                {64, 257, 32}, {96, 4096, 32}, {4, 0, 5},    {32, 130, 128}};
     static const int att[][4] = {
-        {1, 1, 8, 1},  {2, 7, 32, 4},   {1, 33, 48, 4}, {2, 33, 64, 4},
+        {1, 1, 8, 1},    {2, 7, 32, 4},  {1, 33, 48, 4},  {2, 33, 64, 4},
         {1, 128, 32, 4}, {3, 17, 24, 2}, {1, 130, 16, 2}, {2, 40, 40, 5},
     };
     for (int isa = 0; isa < isa_count(); isa++) {
@@ -604,21 +617,21 @@ static void test_paths(void)
 
 /* Runs `stmt` at 1, 2 and 3 threads; the `n` floats at `buf` must come out
  * with the same bits each time. */
-#define SAME_AT_ANY_THREADS(name, buf, n, stmt)                                              \
-    do {                                                                                     \
-        size_t bytes_ = sizeof(float) * (n);                                                 \
-        float *first_ = fvec(n);                                                             \
-        omp_set_num_threads(1);                                                              \
-        stmt;                                                                                \
-        memcpy(first_, (buf), bytes_);                                                       \
-        for (int th_ = 2; th_ <= 3; th_++) {                                                 \
-            omp_set_num_threads(th_);                                                        \
-            memset((buf), 0x7f, bytes_);                                                     \
-            stmt;                                                                            \
-            CHECK(!memcmp(first_, (buf), bytes_), "%s [%s]: %d threads change the bits",     \
-                  name, isa_name(isa_get()), th_);                                           \
-        }                                                                                    \
-        free(first_);                                                                        \
+#define SAME_AT_ANY_THREADS(name, buf, n, stmt)                                                \
+    do {                                                                                       \
+        size_t bytes_ = sizeof(float) * (n);                                                   \
+        float *first_ = fvec(n);                                                               \
+        omp_set_num_threads(1);                                                                \
+        stmt;                                                                                  \
+        memcpy(first_, (buf), bytes_);                                                         \
+        for (int th_ = 2; th_ <= 3; th_++) {                                                   \
+            omp_set_num_threads(th_);                                                          \
+            memset((buf), 0x7f, bytes_);                                                       \
+            stmt;                                                                              \
+            CHECK(!memcmp(first_, (buf), bytes_), "%s [%s]: %d threads change the bits", name, \
+                  isa_name(isa_get()), th_);                                                   \
+        }                                                                                      \
+        free(first_);                                                                          \
     } while (0)
 
 static void test_determinism(void)
@@ -627,7 +640,8 @@ static void test_determinism(void)
     float *x = rvec((size_t)N * Q, 1), *w = rvec((size_t)P * Q, 1), *bias = rvec(Q, 1);
     float *dy = rvec((size_t)N * Q, 1), *logits = rvec((size_t)N * V, 3);
     float *out = fvec((size_t)N * V), *mean = fvec(N), *rstd = fvec(N), dloss = 1;
-    float *qkv = rvec((size_t)B * T * 3 * C, 2), *att = fvec((size_t)B * T * C), *lse = fvec((size_t)B * H * T);
+    float *qkv = rvec((size_t)B * T * 3 * C, 2), *att = fvec((size_t)B * T * C),
+          *lse = fvec((size_t)B * H * T);
     int32_t *t = rtargets(N, V, 10), *idx = rtargets(N, V, 0);
     int saved = omp_get_max_threads();
     k_layernorm_ref(out, mean, rstd, x, w, bias, N, C); /* a mean and rstd for x as [N,C] */
@@ -641,11 +655,12 @@ static void test_determinism(void)
         SAME_AT_ANY_THREADS("sum_rows", out, Q, k_sum_rows(out, x, N, Q));
         SAME_AT_ANY_THREADS("layernorm", out, (size_t)N * C,
                             k_layernorm(out, mean, rstd, x, w, bias, N, C));
-        SAME_AT_ANY_THREADS("layernorm_bwd", out, (size_t)N * C + 2 * C,
-                            k_layernorm_bwd(out, out + N * C, out + N * C + C, dy, x, w, mean,
-                                            rstd, N, C));
+        SAME_AT_ANY_THREADS(
+            "layernorm_bwd", out, (size_t)N * C + 2 * C,
+            k_layernorm_bwd(out, out + N * C, out + N * C + C, dy, x, w, mean, rstd, N, C));
         SAME_AT_ANY_THREADS("xent", out, 1, k_xent(out, logits, t, N, V));
-        SAME_AT_ANY_THREADS("xent_bwd", out, (size_t)N * V, k_xent_bwd(out, logits, t, &dloss, N, V));
+        SAME_AT_ANY_THREADS("xent_bwd", out, (size_t)N * V,
+                            k_xent_bwd(out, logits, t, &dloss, N, V));
         SAME_AT_ANY_THREADS("embed_bwd", out, (size_t)C * V, k_embed_bwd(out, idx, dy, N, C, V));
         SAME_AT_ANY_THREADS("attention", out, (size_t)B * T * C,
                             k_attention(out, out + B * T * C, qkv, B, T, C, H));

@@ -23,6 +23,8 @@ def main(ckpt, data_path):
         data = f.read()
     test = data[len(data) * 8 // 10:]
     T = cfg["context"]
+    if len(test) < T:
+        sys.exit(f"torch_check: {data_path}: test split has {len(test)} bytes, fewer than context {T}")
     windows = torch.tensor(list(test[:len(test) // T * T]), dtype=torch.int64).reshape(-1, T)
     total, count = 0.0, 0
     with torch.no_grad():
