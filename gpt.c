@@ -1747,6 +1747,16 @@ static void final_passage(struct trainer *tr)
     free(text);
 }
 
+/* A fresh run into a directory of another run's checkpoints would replace
+ * them step by step; the user must say which they mean. */
+static void refuse_overwrite(const struct settings *s)
+{
+    static int steps[4096];
+    if (!s->resume && list_ckpts(s->out, steps, 4096) > 0)
+        die(2, "%s already holds checkpoints (newest ckpt-%08d); --resume continues that run, "
+            "or choose another --out", s->out, steps[0]);
+}
+
 static void run_training(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
@@ -1815,6 +1825,7 @@ static int cmd_train(int argc, char **argv)
     load_data(&tr.data, s->data, s->seq);
     tr.data_hash = fnv1a64(tr.data.bytes, tr.data.n);
     make_out_dir(s->out);
+    refuse_overwrite(s);
     init_weights(&tr);
     if (s->resume)
         resume_state(&tr, &rf, rpath);

@@ -311,10 +311,11 @@ static void print_duration(FILE *f, double s)
 {
     long us = (long)(s * 1e6 + 0.5);
     if (us >= 1000000)
-        fprintf(f, "%lds", us / 1000000);
-    if (us >= 1000)
-        fprintf(f, "%03ldms", us / 1000 % 1000);
-    fprintf(f, "%03ldus", us % 1000);
+        fprintf(f, "%lds%03ldms%03ldus", us / 1000000, us / 1000 % 1000, us % 1000);
+    else if (us >= 1000)
+        fprintf(f, "%ldms%03ldus", us / 1000, us % 1000);
+    else
+        fprintf(f, "%ldus", us);
 }
 
 static void report_metric(FILE *f, int m)

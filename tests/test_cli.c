@@ -48,7 +48,8 @@ static void make_data(void)
         const char *s = w[(x >> 33) % 16];
         n += (size_t)sprintf(buf + n, "%s ", s);
     }
-    mkdir("tests/tmp", 0755);
+    char out[256];
+    run("rm -rf tests/tmp/t? tests/tmp/k? && mkdir -p tests/tmp", out, sizeof out);
     write_file("tests/tmp/d.txt", buf, n);
     free(buf);
 }
@@ -123,6 +124,7 @@ static void check_refusals(void)
         {"./gpt train " SMALL " --data tests/tmp/utf8.txt", 1, "offset 10"},
         {"./gpt train " SMALL " --out /proc/nope", 1, "/proc/nope"},
         {"./gpt sample --ckpt tests/tmp/garbage.safetensors", 1, "garbage.safetensors"},
+        {"./gpt train " SMALL " --out tests/tmp/t1", 2, "tests/tmp/t1 already holds checkpoints"},
         {"./gpt sample --ckpt tests/tmp/nothing", 1, "tests/tmp/nothing"},
         {"./gpt eval --ckpt tests/tmp/t1 --data tests/tmp/empty.txt", 1, "empty"},
     };
