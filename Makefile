@@ -57,7 +57,7 @@ fuzz: $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c
 	./tests/tmp/fuzz-seed
 	clang -O1 -g -std=c11 -D_GNU_SOURCE -fopenmp=libgomp -fsanitize=fuzzer,address,undefined \
 	    -DGPT_NO_MAIN -I. -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(LDLIBS)
-	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=10 \
+	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=60 \
 	    -artifact_prefix=tests/tmp/ \
 	    tests/tmp/fuzz tests/fuzz-corpus
 

@@ -1106,30 +1106,32 @@ static int meta_int(const StFile *f, const char *key, int fallback)
     return v && (*end || x < 1 || x > 1 << 20) ? -1 : (int)x;
 }
 
-/* The config a file was trained with: from its metadata when we wrote it,
- * else read off the tensor shapes (heads cannot be, so it comes from the
- * --heads flag). */
+/* The config a file describes, read off its tensor shapes (heads cannot
+ * be, so it comes from the metadata or the argument). Metadata that
+ * disagrees with the shapes makes the file invalid. Deriving the config
+ * from the tensors bounds the model we allocate by the file's own size. */
 int ckpt_config(const StFile *f, Config *c, int heads)
 {
     const StEntry *tok = st_find(f, "decode_transformer.token_embedding.weight");
     const StEntry *pos = st_find(f, "decode_transformer.postn_embedding.weight");
     const StEntry *fc = st_find(f, "decode_transformer.blocks.0.compute.0.weight");
-    int layers = 0;
     char name[96];
     if (!tok || !pos || !fc || tok->ndim != 2 || pos->ndim != 2 || fc->ndim != 2)
         return -1;
+    int64_t C = tok->shape[0], T = pos->shape[1], M = fc->shape[0];
+    if (tok->shape[1] != VOCAB || C < 1 || C > 4096 || pos->shape[0] != C || T < 2 ||
+        T > 1024 || fc->shape[1] != C || M < 1 || M > 16384)
+        return -1;
+    *c = (Config){VOCAB, (int)T, (int)C, (int)M, meta_int(f, "heads", heads), 0};
     do
-        snprintf(name, sizeof name, "decode_transformer.blocks.%d.compute.0.weight", layers);
-    while (st_find(f, name) && ++layers < MAX_LAYERS);
-    c->vocab = meta_int(f, "vocab", (int)tok->shape[1]);
-    c->embed = meta_int(f, "embed", (int)tok->shape[0]);
-    c->context = meta_int(f, "context", (int)pos->shape[1]);
-    c->mlp = meta_int(f, "mlp", (int)fc->shape[0]);
-    c->heads = meta_int(f, "heads", heads);
-    c->layers = meta_int(f, "layers", layers);
-    return c->vocab == VOCAB && c->embed > 0 && c->context >= 2 && c->context <= 1024 &&
-           c->mlp > 0 && c->heads > 0 && c->embed % c->heads == 0 && c->layers > 0 &&
-           c->layers <= MAX_LAYERS ? 0 : -1;
+        snprintf(name, sizeof name, "decode_transformer.blocks.%d.compute.0.weight", c->layers);
+    while (st_find(f, name) && ++c->layers < MAX_LAYERS);
+    const char *keys[] = {"vocab", "context", "embed", "mlp", "layers"};
+    const int vals[] = {c->vocab, c->context, c->embed, c->mlp, c->layers};
+    for (int i = 0; i < 5; i++)
+        if (meta_int(f, keys[i], vals[i]) != vals[i])
+            return -1;
+    return c->heads > 0 && c->embed % c->heads == 0 ? 0 : -1;
 }
 
 /* Everything below is the command line; tests link the code above. */
