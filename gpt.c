@@ -1589,8 +1589,9 @@ static void save_checkpoint(struct trainer *tr, int steps_done)
     if (ckpt_save(&tr->model, path, m.key, val, m.n, err, sizeof err))
         die(1, "%s", err);
     prune(tr->s.out, tr->s.keep, steps_done);
-    if (!tr->tty)
-        printf("saved %s\n", path);
+    clear_progress(tr);
+    printf("saved %s\n", path);
+    fflush(stdout);
 }
 
 static void make_out_dir(const char *dir)
