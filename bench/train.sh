@@ -17,6 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 # ms/step of one gpt run (training steps only: evals are excluded).
 gpt_ms() {
+    rm -rf "$tmp/out-$1"
     ./gpt train --device "$1" --steps "$steps" --eval-every 1000000 --final-bytes 0 \
         --data "$data" --out "$tmp/out-$1" | awk '/ms\/step over/ {print $1}'
 }
