@@ -39,7 +39,7 @@ MEMRUN := --embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 \
 VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
             --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect
 
-check-mem: debug
+check-mem: gpt debug
 	rm -rf tests/tmp/mem tests/tmp/mem-cpu && mkdir -p tests/tmp
 	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(SRC) $(LDLIBS)
 	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | head -c 20000 > tests/tmp/mem.txt
