@@ -1771,7 +1771,6 @@ static void run_training(struct trainer *tr)
            tr->model.nw, s->device, isa_name(isa_get()), omp_get_max_threads(),
            tr->data.n_train, tr->data.n - tr->data.n_train);
     tr->t_start = now_seconds();
-    catch_signals();
     train_loop(tr);
     if (tr->start < s->steps)
         save_checkpoint(tr, s->steps);
@@ -1819,6 +1818,7 @@ static int cmd_train(int argc, char **argv)
     };
     parse_opts("train", "Trains the model and writes a checkpoint.", argc, argv, o,
                (int)(sizeof o / sizeof *o));
+    catch_signals(); /* early: a signal during set-up still ends in a checkpoint */
     StFile rf = {0};
     char rpath[4096];
     if (s->resume)
