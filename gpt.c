@@ -476,7 +476,7 @@ static int jpeek(struct jp *p, char c)
     return p->s < p->end && *p->s == c;
 }
 
-/* \uXXXX escapes of ASCII only: names and metadata here are ASCII. */
+/* \u escapes (four hex digits) of ASCII only: names and metadata here are ASCII. */
 static int jescape(struct jp *p, char *out)
 {
     static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
