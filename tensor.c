@@ -11,7 +11,10 @@
  * of operations that does not depend on how work is split among threads.
  * Register-blocked tiles and their remainder paths do the same FMAs in the
  * same order per element; reductions over rows use blocks of a fixed size
- * (ROW_BLOCK), combined in block order.
+ * (ROW_BLOCK), combined in block order. The *_seg kernels instead sum
+ * leaves of `seg` rows and combine the leaves by the balanced tree of
+ * tensor.h, which also makes them independent of how rows are sharded
+ * over simulated cores.
  */
 #include "tensor.h"
 #include <immintrin.h>
@@ -65,6 +68,98 @@ static void my_share(int n, int *i0, int *i1)
     int nth = omp_get_num_threads(), me = omp_get_thread_num();
     *i0 = (int)((long)n * me / nth);
     *i1 = (int)((long)n * (me + 1) / nth);
+}
+
+/* ---- leaves and the tree (the rule is stated in tensor.h) ---- */
+
+/* Number of leaves of seg rows over n rows; seg < 1 means one leaf. */
+static int leaf_count(int n, int seg)
+{
+    if (n <= 0)
+        return 0;
+    return seg < 1 ? 1 : (int)(((long)n + seg - 1) / seg);
+}
+
+/* Leaf l's rows are [leaf_lo, leaf_hi). */
+static int leaf_lo(int l, int n, int seg) { return seg < 1 ? 0 : (int)((long)l * seg); }
+
+static int leaf_hi(int l, int n, int seg)
+{
+    long hi = seg < 1 ? n : ((long)l + 1) * seg;
+    return hi < n ? (int)hi : n;
+}
+
+/* Levels of a tree over m leaves: ceil(log2 m), 0 for m <= 1. A subtree
+ * evaluated with one scratch array per level for its right children
+ * needs this many scratch arrays. */
+static int tree_depth(int m)
+{
+    int d = 0;
+    while (d < 31 && (1L << d) < m)
+        d++;
+    return d;
+}
+
+/* dst = dst + src, element-wise: the tree's one operation. One rounding
+ * per element, so any vector width gives the same bits; the twins use this
+ * plain loop, the fast paths add_into (below), which picks the widest. */
+static void add_plain(float *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dst[i] + src[i];
+}
+
+T_AVX2 static void add_into_avx2(float *restrict dst, const float *restrict src, size_t n)
+{
+    size_t nv = n / 8 * 8;
+    for (size_t i = 0; i < nv; i += 8)
+        _mm256_storeu_ps(dst + i,
+                         _mm256_add_ps(_mm256_loadu_ps(dst + i), _mm256_loadu_ps(src + i)));
+    add_plain(dst + nv, src + nv, n - nv);
+}
+
+T_AVX512 static void add_into_avx512(float *restrict dst, const float *restrict src, size_t n)
+{
+    size_t nv = n / 16 * 16;
+    for (size_t i = 0; i < nv; i += 16)
+        _mm512_storeu_ps(dst + i,
+                         _mm512_add_ps(_mm512_loadu_ps(dst + i), _mm512_loadu_ps(src + i)));
+    add_plain(dst + nv, src + nv, n - nv);
+}
+
+static void add_into(float *restrict dst, const float *restrict src, size_t n)
+{
+    switch (isa_get()) {
+    case ISA_AVX512: add_into_avx512(dst, src, n); break;
+    case ISA_AVX2: add_into_avx2(dst, src, n); break;
+    default: add_plain(dst, src, n); break;
+    }
+}
+
+typedef void add_fn(float *restrict, const float *restrict, size_t);
+
+/* The tree over the arrays part[lo..hi-1] (each len floats, contiguous),
+ * in place: the result lands in part[lo]. */
+static void tree_inplace(add_fn *add, float *part /* [hi,len] */, int lo, int hi, size_t len)
+{
+    if (hi - lo < 2)
+        return;
+    int mid = lo + (hi - lo) / 2;
+    tree_inplace(add, part, lo, mid, len);
+    tree_inplace(add, part, mid, hi, len);
+    add(part + (size_t)lo * len, part + (size_t)mid * len, len);
+}
+
+/* out = the tree over m leaf partials part[m,len] (destroyed); 0 if m = 0. */
+static void tree_finish(add_fn *add, float *out /* [len] */, float *part /* [m,len] */, int m,
+                        size_t len)
+{
+    if (m < 1) {
+        memset(out, 0, sizeof(float) * len);
+        return;
+    }
+    tree_inplace(add, part, 0, m, len);
+    memcpy(out, part, sizeof(float) * len);
 }
 
 /* ======================================================================
@@ -185,6 +280,30 @@ void k_matmul_tn_ref(float *c /* [n,q] */, const float *a /* [p,n] */, const flo
     }
 }
 
+/* Every leaf's partial c[n,q] in scratch, then the tree. */
+void k_matmul_tn_seg_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
+                         const float *b /* [p,q] */, int n, int p, int q, int seg)
+{
+    int L = leaf_count(p, seg);
+    size_t nc = (size_t)n * q;
+    float *part = xmalloc(sizeof(float) * (size_t)L * nc); /* [L,n,q] */
+#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < L; l++) {
+            float *ci = part + (size_t)l * nc + (size_t)i * q; /* [q] */
+            for (int j = 0; j < q; j++)
+                ci[j] = 0.0f;
+            for (int k = leaf_lo(l, p, seg); k < leaf_hi(l, p, seg); k++) {
+                float aki = a[(size_t)k * n + i];
+                const float *bk = b + (size_t)k * q; /* [q] */
+                for (int j = 0; j < q; j++)
+                    ci[j] += aki * bk[j];
+            }
+        }
+    tree_finish(add_plain, c, part, L, nc);
+    free(part);
+}
+
 void k_transpose_ref(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
 {
     for (int i = 0; i < r; i++)
@@ -199,6 +318,48 @@ void k_sum_rows_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int
     for (int i = 0; i < n; i++)
         for (int j = 0; j < q; j++)
             out[j] += x[(size_t)i * q + j];
+}
+
+void k_sum_rows_seg_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)
+{
+    int L = leaf_count(n, seg);
+    float *part = xmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
+    for (int l = 0; l < L; l++) {
+        float *pl = part + (size_t)l * q; /* [q] */
+        for (int j = 0; j < q; j++)
+            pl[j] = 0.0f;
+        for (int i = leaf_lo(l, n, seg); i < leaf_hi(l, n, seg); i++)
+            for (int j = 0; j < q; j++)
+                pl[j] += x[(size_t)i * q + j];
+    }
+    tree_finish(add_plain, out, part, L, (size_t)q);
+    free(part);
+}
+
+/* out = the tree over parts[lo..hi-1]; out may be parts[lo] itself. */
+static void tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int lo,
+                         int hi, size_t len)
+{
+    if (hi - lo == 1) {
+        if (out != parts[lo])
+            memcpy(out, parts[lo], sizeof(float) * len);
+        return;
+    }
+    int mid = lo + (hi - lo) / 2;
+    float *right = xmalloc(sizeof(float) * len); /* [len] */
+    tree_sum_ref(out, parts, lo, mid, len);
+    tree_sum_ref(right, parts, mid, hi, len);
+    add_plain(out, right, len);
+    free(right);
+}
+
+void k_tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
+                    size_t len)
+{
+    if (m < 1)
+        memset(out, 0, sizeof(float) * len);
+    else
+        tree_sum_ref(out, parts, 0, m, len);
 }
 
 void k_add_ref(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
@@ -253,14 +414,15 @@ void k_layernorm_ref(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /*
     }
 }
 
-void k_layernorm_bwd_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
-                         const float *dy /* [n,c] */, const float *x /* [n,c] */,
-                         const float *w /* [c] */, const float *mean /* [n] */,
-                         const float *rstd /* [n] */, int n, int c)
+/* Rows [i0, i1): their dx, and dw, db summed over them in order from 0. */
+static void layernorm_bwd_rows_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                                   const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                                   const float *w /* [c] */, const float *mean /* [n] */,
+                                   const float *rstd /* [n] */, int i0, int i1, int c)
 {
     for (int j = 0; j < c; j++)
         dw[j] = db[j] = 0.0f;
-    for (int i = 0; i < n; i++) {
+    for (int i = i0; i < i1; i++) {
         const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
         float *dxi = dx + (size_t)i * c;                               /* [c] */
         float mu = mean[i], rs = rstd[i], s1 = 0.0f, s2 = 0.0f;
@@ -278,6 +440,30 @@ void k_layernorm_bwd_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /
             dxi[j] = rs * (g - s1 - xh * s2);
         }
     }
+}
+
+void k_layernorm_bwd_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                         const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                         const float *w /* [c] */, const float *mean /* [n] */,
+                         const float *rstd /* [n] */, int n, int c)
+{
+    layernorm_bwd_rows_ref(dx, dw, db, dy, x, w, mean, rstd, 0, n, c);
+}
+
+void k_layernorm_bwd_seg_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                             const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                             const float *w /* [c] */, const float *mean /* [n] */,
+                             const float *rstd /* [n] */, int n, int c, int seg)
+{
+    int L = leaf_count(n, seg);
+    float *pw = xmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
+    float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
+    for (int l = 0; l < L; l++)
+        layernorm_bwd_rows_ref(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd,
+                               leaf_lo(l, n, seg), leaf_hi(l, n, seg), c);
+    tree_finish(add_plain, dw, pw, L, (size_t)c);
+    tree_finish(add_plain, db, pb, L, (size_t)c);
+    free(pw);
 }
 
 /* One query of one head against keys 0..nk-1: fills s [nk] with the
@@ -500,6 +686,23 @@ void k_embed_bwd_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
             dtable[(size_t)ch * v + idx[i]] += dy[(size_t)i * c + ch];
 }
 
+void k_embed_bwd_seg_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                         const float *dy /* [n,c] */, int n, int c, int v, int seg)
+{
+    int L = leaf_count(n, seg);
+    size_t cv = (size_t)c * v;
+    float *part = xmalloc(sizeof(float) * (size_t)L * cv); /* [L,c,v] */
+    for (int l = 0; l < L; l++) {
+        float *pl = part + (size_t)l * cv; /* [c,v] */
+        memset(pl, 0, sizeof(float) * cv);
+        for (int i = leaf_lo(l, n, seg); i < leaf_hi(l, n, seg); i++)
+            for (int ch = 0; ch < c; ch++)
+                pl[(size_t)ch * v + idx[i]] += dy[(size_t)i * c + ch];
+    }
+    tree_finish(add_plain, dtable, part, L, cv);
+    free(part);
+}
+
 /* Bias corrections as torch computes them (in double), reduced to the two
  * floats the per-element update needs. */
 struct adam_k {
@@ -578,6 +781,124 @@ static void embed_scatter(float *dtable /* [c,v] */, const int32_t *idx /* [n] *
     }
     transpose_blocked(dtable, acc, v, c);
     free(acc);
+}
+
+/* embed_bwd_seg, sparse: a leaf of seg rows touches at most seg of the v
+ * table entries, so each tree level keeps a [v,c] buffer (a row's gradient
+ * contiguous) plus a flag per entry, and only touched entries are zeroed,
+ * summed and merged. Skipping the rest changes no bits: the twin's partial
+ * for an untouched entry is +0, and x + (+0) == x for every x that a sum
+ * starting from +0 can produce (never -0 under round-to-nearest). Threads
+ * split the channels, so each has the whole tree for its channels. */
+struct embed_tree {
+    float *buf;          /* [levels,v,c] */
+    unsigned char *seen; /* [levels,v]: entry touched at this level */
+    const int32_t *idx;  /* [n] */
+    const float *dy;     /* [n,c] */
+    int n, c, v, seg, c0, c1; /* this thread's channels [c0, c1) */
+};
+
+static void embed_subtree(const struct embed_tree *e, int lo, int hi, int d)
+{
+    size_t vc = (size_t)e->v * e->c, w = (size_t)(e->c1 - e->c0);
+    float *buf = e->buf + (size_t)d * vc; /* [v,c] */
+    unsigned char *seen = e->seen + (size_t)d * e->v;
+    if (hi - lo == 1) {
+        memset(seen, 0, (size_t)e->v);
+        for (int i = leaf_lo(lo, e->n, e->seg); i < leaf_hi(lo, e->n, e->seg); i++) {
+            int u = e->idx[i];
+            float *row = buf + (size_t)u * e->c + e->c0; /* [w] */
+            if (!seen[u]) {
+                memset(row, 0, sizeof(float) * w);
+                seen[u] = 1;
+            }
+            add_into(row, e->dy + (size_t)i * e->c + e->c0, w);
+        }
+        return;
+    }
+    int mid = lo + (hi - lo) / 2;
+    embed_subtree(e, lo, mid, d);      /* left child: this level's buffer */
+    embed_subtree(e, mid, hi, d + 1); /* right child: the next level's */
+    const float *rbuf = buf + vc;
+    const unsigned char *rseen = seen + e->v;
+    for (int u = 0; u < e->v; u++) {
+        if (!rseen[u])
+            continue;
+        float *row = buf + (size_t)u * e->c + e->c0;
+        const float *r = rbuf + (size_t)u * e->c + e->c0;
+        if (seen[u])
+            add_into(row, r, w);
+        else /* +0 + r == r */
+            memcpy(row, r, sizeof(float) * w);
+        seen[u] = 1;
+    }
+}
+
+static void embed_scatter_seg(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                              const float *dy /* [n,c] */, int n, int c, int v, int seg)
+{
+    int L = leaf_count(n, seg), levels = tree_depth(L) + 1, groups = (c + 15) / 16;
+    float *buf = xmalloc(sizeof(float) * (size_t)levels * v * c); /* [levels,v,c] */
+#pragma omp parallel if ((long)n * c >= PAR_WORK)
+    {
+        int g0, g1;
+        my_share(groups, &g0, &g1); /* 16-channel groups: one cache line each */
+        struct embed_tree e = {buf, NULL, idx, dy, n, c, v, seg, min_int(c, 16 * g0),
+                               min_int(c, 16 * g1)};
+        if (e.c0 < e.c1) {
+            e.seen = xmalloc((size_t)levels * v);
+            if (L > 0)
+                embed_subtree(&e, 0, L, 0);
+            else
+                memset(e.seen, 0, (size_t)v);
+            for (int ch = e.c0; ch < e.c1; ch++)
+                for (int u = 0; u < v; u++)
+                    dtable[(size_t)ch * v + u] = e.seen[u] ? buf[(size_t)u * c + ch] : 0.0f;
+            free(e.seen);
+        }
+    }
+    free(buf);
+}
+
+/* k_tree_sum in chunks of TREE_CHUNK elements, each chunk's tree with one
+ * scratch chunk per level, chunks in parallel. */
+#define TREE_CHUNK 2048
+
+static void tree_chunk(float *out /* [len] */, const float *const *parts, int lo, int hi,
+                       size_t off, size_t len, float *tmp /* [levels,TREE_CHUNK] */, int d)
+{
+    if (hi - lo == 1) {
+        if (out != parts[lo] + off)
+            memcpy(out, parts[lo] + off, sizeof(float) * len);
+        return;
+    }
+    int mid = lo + (hi - lo) / 2;
+    float *right = tmp + (size_t)d * TREE_CHUNK;
+    tree_chunk(out, parts, lo, mid, off, len, tmp, d + 1);
+    tree_chunk(right, parts, mid, hi, off, len, tmp, d + 1);
+    add_into(out, right, len);
+}
+
+static void tree_sum_chunked(float *out /* [len] */, const float *const *parts /* m x [len] */,
+                             int m, size_t len)
+{
+    if (m < 1) {
+        memset(out, 0, sizeof(float) * len);
+        return;
+    }
+    long nch = (long)((len + TREE_CHUNK - 1) / TREE_CHUNK);
+    int depth = tree_depth(m);
+#pragma omp parallel if (len * (size_t)m >= 4 * PAR_WORK)
+    {
+        float *tmp = xmalloc(sizeof(float) * (size_t)(depth ? depth : 1) * TREE_CHUNK);
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < nch; ch++) {
+            size_t off = (size_t)ch * TREE_CHUNK;
+            size_t l = len - off < TREE_CHUNK ? len - off : TREE_CHUNK;
+            tree_chunk(out + off, parts, 0, m, off, l, tmp, 0);
+        }
+        free(tmp);
+    }
 }
 
 /* Final step of a blocked row reduction: out[q] = sum of part[nblk,q] over
@@ -699,6 +1020,8 @@ struct mm {
     const float *r1, *r2; /* [n,q] or NULL, added after the optional ReLU */
     int relu, p, q;
     int k0, k1; /* this pass's range of k */
+    int kinit;  /* where the sums start: a pass from k0 == kinit initialises
+                 * (bias or 0), a later one resumes from c */
 };
 
 #define MR_AVX2 6 /* rows per tile: 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
@@ -719,13 +1042,13 @@ INLINE_AVX2 void mm_tile_avx2(const struct mm *m, int i, int j, int R, int V, in
 #pragma GCC unroll 2
     for (int v = 0; v < V; v++) {
         __m256 init = _mm256_setzero_ps();
-        if (m->bias && m->k0 == 0)
+        if (m->bias && m->k0 == m->kinit)
             init = v < full ? _mm256_loadu_ps(m->bias + j + 8 * v)
                             : _mm256_maskload_ps(m->bias + j + 8 * v, tail);
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const float *cr = m->c + (size_t)(i + r) * m->q + j + 8 * v;
-            acc[r][v] = m->k0 == 0 ? init
+            acc[r][v] = m->k0 == m->kinit ? init
                         : v < full ? _mm256_loadu_ps(cr)
                                    : _mm256_maskload_ps(cr, tail);
         }
@@ -792,20 +1115,16 @@ T_AVX2 static void matmul_avx2(const struct mm *m, int n)
         mm_rows_avx2(m, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), (size_t)m->p, 1);
 }
 
-T_AVX2 static void matmul_tn_avx2(const struct mm *m, int n)
+/* One leaf of matmul_tn for row tiles [t0, t1) of c: k from leaf->kinit
+ * to k_end, in passes of TN_KBLOCK rows of a and b. */
+T_AVX2 static void tn_leaf_avx2(const struct mm *leaf, int n, int t0, int t1, int k_end)
 {
-    int tiles = (n + MR_AVX2 - 1) / MR_AVX2;
-#pragma omp parallel if ((long)n * m->p * m->q >= PAR_WORK)
-    {
-        int t0, t1;
-        my_share(tiles, &t0, &t1);
-        struct mm pass = *m;
-        for (int k = 0; k == 0 || k < m->p; k += TN_KBLOCK) { /* p = 0: one empty pass */
-            pass.k0 = k;
-            pass.k1 = min_int(k + TN_KBLOCK, m->p);
-            for (int t = t0; t < t1; t++)
-                mm_rows_avx2(&pass, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), 1, (size_t)n);
-        }
+    struct mm pass = *leaf;
+    for (int k = leaf->kinit; k < k_end; k += TN_KBLOCK) {
+        pass.k0 = k;
+        pass.k1 = min_int(k + TN_KBLOCK, k_end);
+        for (int t = t0; t < t1; t++)
+            mm_rows_avx2(&pass, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), 1, (size_t)n);
     }
 }
 
@@ -1328,13 +1647,14 @@ INLINE_AVX512 void mm_tile_avx512(const struct mm *m, int i, int j, int R, int V
 #pragma GCC unroll 4
     for (int v = 0; v < V; v++) {
         __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
-        __m512 init = m->bias && m->k0 == 0 ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v)
-                                            : _mm512_setzero_ps();
+        int fresh = m->k0 == m->kinit;
+        __m512 init = m->bias && fresh ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v)
+                                       : _mm512_setzero_ps();
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
-            acc[r][v] =
-                m->k0 == 0 ? init
-                           : _mm512_maskz_loadu_ps(msk, m->c + (size_t)(i + r) * m->q + j + 16 * v);
+        for (int r = 0; r < R; r++) {
+            const float *cr = m->c + (size_t)(i + r) * m->q + j + 16 * v;
+            acc[r][v] = fresh ? init : _mm512_maskz_loadu_ps(msk, cr);
+        }
     }
     for (int k = m->k0; k < m->k1; k++) {
         const float *bk = b + (size_t)k * m->q; /* [16V] */
@@ -1403,21 +1723,15 @@ T_AVX512 static void matmul_avx512(const struct mm *m, int n)
         mm_rows_avx512(m, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), (size_t)m->p, 1);
 }
 
-T_AVX512 static void matmul_tn_avx512(const struct mm *m, int n)
+T_AVX512 static void tn_leaf_avx512(const struct mm *leaf, int n, int t0, int t1, int k_end)
 {
-    int tiles = (n + MR_AVX512 - 1) / MR_AVX512;
-#pragma omp parallel if ((long)n * m->p * m->q >= PAR_WORK)
-    {
-        int t0, t1;
-        my_share(tiles, &t0, &t1);
-        struct mm pass = *m;
-        for (int k = 0; k == 0 || k < m->p; k += TN_KBLOCK) { /* p = 0: one empty pass */
-            pass.k0 = k;
-            pass.k1 = min_int(k + TN_KBLOCK, m->p);
-            for (int t = t0; t < t1; t++)
-                mm_rows_avx512(&pass, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), 1,
-                               (size_t)n);
-        }
+    struct mm pass = *leaf;
+    for (int k = leaf->kinit; k < k_end; k += TN_KBLOCK) {
+        pass.k0 = k;
+        pass.k1 = min_int(k + TN_KBLOCK, k_end);
+        for (int t = t0; t < t1; t++)
+            mm_rows_avx512(&pass, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), 1,
+                           (size_t)n);
     }
 }
 
@@ -1927,6 +2241,92 @@ static void attention_step_heads(attention_step_head_fn *head, float *out /* [nb
 }
 
 /* ======================================================================
+ * Drivers for the *_seg reductions: leaf partials by an ISA's block
+ * function, then the tree.
+ * ====================================================================== */
+
+typedef void tn_leaf_fn(const struct mm *, int, int, int, int);
+
+/* One thread's part of matmul_tn_seg: its row tiles [t0, t1) of c, for
+ * every leaf. A subtree's left child writes to the subtree's own output,
+ * its right child to the scratch array of the subtree's level, so the whole
+ * tree needs tree_depth(L) arrays of [n,q] and adds each leaf in while it
+ * is still in cache. */
+struct tn_tree {
+    const struct mm *m;
+    tn_leaf_fn *leaf;
+    float *tmp; /* [depth,n,q] */
+    int n, seg, mr, t0, t1;
+};
+
+static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, int hi, int d)
+{
+    if (hi - lo == 1) {
+        struct mm leaf = *t->m;
+        leaf.c = dst;
+        leaf.kinit = leaf_lo(lo, t->m->p, t->seg);
+        t->leaf(&leaf, t->n, t->t0, t->t1, leaf_hi(lo, t->m->p, t->seg));
+        return;
+    }
+    int mid = lo + (hi - lo) / 2, q = t->m->q;
+    float *right = t->tmp + (size_t)d * t->n * q; /* [n,q] */
+    tn_subtree(t, dst, lo, mid, d + 1);
+    tn_subtree(t, right, mid, hi, d + 1);
+    size_t r0 = (size_t)t->t0 * t->mr, r1 = (size_t)min_int(t->n, t->t1 * t->mr);
+    add_into(dst + r0 * q, right + r0 * q, (r1 - r0) * q);
+}
+
+static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, int n, int seg)
+{
+    int L = leaf_count(m->p, seg), depth = tree_depth(L), tiles = (n + mr - 1) / mr;
+    if (L == 0) {
+        memset(m->c, 0, sizeof(float) * (size_t)n * m->q);
+        return;
+    }
+    float *tmp = depth ? xmalloc(sizeof(float) * (size_t)depth * n * m->q) : NULL;
+#pragma omp parallel if ((long)n * m->p * m->q >= PAR_WORK)
+    {
+        struct tn_tree t = {m, leaf, tmp, n, seg, mr, 0, 0};
+        my_share(tiles, &t.t0, &t.t1);
+        if (t.t0 < t.t1)
+            tn_subtree(&t, m->c, 0, L, 0);
+    }
+    free(tmp);
+}
+
+typedef void sum_block_fn(float *, const float *, int, int, int);
+
+static void sum_rows_leaves(sum_block_fn *block, float *out /* [q] */, const float *x /* [n,q] */,
+                            int n, int q, int seg)
+{
+    int L = leaf_count(n, seg);
+    float *part = xmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
+#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
+    for (int l = 0; l < L; l++)
+        block(part + (size_t)l * q, x, leaf_lo(l, n, seg), leaf_hi(l, n, seg), q);
+    tree_finish(add_into, out, part, L, (size_t)q);
+    free(part);
+}
+
+static void layernorm_bwd_leaves(ln_bwd_block_fn *block, float *dx /* [n,c] */,
+                                 float *dw /* [c] */, float *db /* [c] */,
+                                 const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                                 const float *w /* [c] */, const float *mean /* [n] */,
+                                 const float *rstd /* [n] */, int n, int c, int seg)
+{
+    int L = leaf_count(n, seg);
+    float *pw = xmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
+    float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int l = 0; l < L; l++)
+        block(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd,
+              leaf_lo(l, n, seg), leaf_hi(l, n, seg), c);
+    tree_finish(add_into, dw, pw, L, (size_t)c);
+    tree_finish(add_into, db, pb, L, (size_t)c);
+    free(pw);
+}
+
+/* ======================================================================
  * Entry points
  * ====================================================================== */
 
@@ -1942,7 +2342,7 @@ void k_matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *
                  const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
                  const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
-    struct mm m = {c, a, b, bias, r1, r2, relu, p, q, 0, p};
+    struct mm m = {c, a, b, bias, r1, r2, relu, p, q, 0, p, 0};
     switch (isa_get()) {
     case ISA_AVX512: matmul_avx512(&m, n); break;
     case ISA_AVX2: matmul_avx2(&m, n); break;
@@ -1956,15 +2356,32 @@ void k_matmul(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /
     k_matmul_ex(c, a, b, bias, NULL, NULL, 0, n, p, q);
 }
 
+void k_matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
+                     int n, int p, int q, int seg)
+{
+    struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p, 0};
+    switch (isa_get()) {
+    case ISA_AVX512: matmul_tn_seg_tiles(tn_leaf_avx512, MR_AVX512, &m, n, seg); break;
+    case ISA_AVX2: matmul_tn_seg_tiles(tn_leaf_avx2, MR_AVX2, &m, n, seg); break;
+    default: k_matmul_tn_seg_ref(c, a, b, n, p, q, seg); break;
+    }
+}
+
+/* One leaf of all p rows: the SIMD paths are the seg kernel's, with no
+ * tree; the twin needs no scratch. */
 void k_matmul_tn(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
                  int n, int p, int q)
 {
-    struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p};
-    switch (isa_get()) {
-    case ISA_AVX512: matmul_tn_avx512(&m, n); break;
-    case ISA_AVX2: matmul_tn_avx2(&m, n); break;
-    default: k_matmul_tn_ref(c, a, b, n, p, q); break;
-    }
+    if (isa_get() == ISA_SCALAR)
+        k_matmul_tn_ref(c, a, b, n, p, q);
+    else
+        k_matmul_tn_seg(c, a, b, n, p, q, 0);
+}
+
+void k_tree_sum(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
+                size_t len)
+{
+    tree_sum_chunked(out, parts, m, len);
 }
 
 void k_transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
@@ -1975,6 +2392,15 @@ void k_transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int
 void k_sum_rows(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
 {
     DISPATCH(sum_rows, out, x, n, q)
+}
+
+void k_sum_rows_seg(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)
+{
+    switch (isa_get()) {
+    case ISA_AVX512: sum_rows_leaves(sum_block_avx512, out, x, n, q, seg); break;
+    case ISA_AVX2: sum_rows_leaves(sum_block_avx2, out, x, n, q, seg); break;
+    default: k_sum_rows_seg_ref(out, x, n, q, seg); break;
+    }
 }
 
 void k_add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
@@ -2014,6 +2440,24 @@ void k_layernorm_bwd(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c
         layernorm_bwd_blocked(layernorm_bwd_block_avx2, dx, dw, db, dy, x, w, mean, rstd, n, c);
         break;
     default: k_layernorm_bwd_ref(dx, dw, db, dy, x, w, mean, rstd, n, c); break;
+    }
+}
+
+void k_layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                         const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                         const float *w /* [c] */, const float *mean /* [n] */,
+                         const float *rstd /* [n] */, int n, int c, int seg)
+{
+    switch (isa_get()) {
+    case ISA_AVX512:
+        layernorm_bwd_leaves(layernorm_bwd_block_avx512, dx, dw, db, dy, x, w, mean, rstd, n, c,
+                             seg);
+        break;
+    case ISA_AVX2:
+        layernorm_bwd_leaves(layernorm_bwd_block_avx2, dx, dw, db, dy, x, w, mean, rstd, n, c,
+                             seg);
+        break;
+    default: k_layernorm_bwd_seg_ref(dx, dw, db, dy, x, w, mean, rstd, n, c, seg); break;
     }
 }
 
@@ -2079,6 +2523,12 @@ void k_embed_bwd(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
                  const float *dy /* [n,c] */, int n, int c, int v)
 {
     embed_scatter(dtable, idx, dy, n, c, v);
+}
+
+void k_embed_bwd_seg(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                     const float *dy /* [n,c] */, int n, int c, int v, int seg)
+{
+    embed_scatter_seg(dtable, idx, dy, n, c, v, seg);
 }
 
 void k_adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const float *g /* [n] */,

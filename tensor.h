@@ -35,6 +35,36 @@ void k_matmul_ref(float *c, const float *a, const float *b, const float *bias,
 void k_matmul_tn(float *c, const float *a, const float *b, int n, int p, int q);
 void k_matmul_tn_ref(float *c, const float *a, const float *b, int n, int p, int q);
 
+/* ---- reductions over rows as a fixed tree of leaves (the *_seg kernels) ----
+ *
+ * Why: data-parallel training splits the batch's rows over N cores and sums
+ * the per-core gradients; the result must have the same bits for every N
+ * (1, 2, 4, 8) and thread count. So a reduction over n rows is done as:
+ * leaves of `seg` rows each (rows [l*seg, (l+1)*seg), the last one shorter
+ * if seg does not divide n; seg < 1 means one leaf of all rows), each leaf
+ * summed over its rows in row order from 0 exactly as a plain loop adds
+ * them; then the L = ceil(n/seg) leaf partials combined by the balanced tree
+ *   reduce(lo,hi) = hi-lo == 1 ? leaf[lo] : reduce(lo,mid) + reduce(mid,hi),
+ *   mid = lo + (hi-lo)/2,
+ * added element-wise in float, left operand first. mid depends only on
+ * hi-lo, so a core holding leaves [c*L/N, (c+1)*L/N) computes exactly that
+ * subtree, and k_tree_sum over the N core results gives the single-core
+ * bits whenever N is a power of two dividing L. With seg = the rows of one
+ * example, no leaf straddles two examples. No rows (n = 0): zeros. */
+
+/* c[n,q] = a^T @ b, a[p,n], b[p,q], reduced over the p rows by the tree. */
+void k_matmul_tn_seg(float *c, const float *a, const float *b, int n, int p, int q, int seg);
+void k_matmul_tn_seg_ref(float *c, const float *a, const float *b, int n, int p, int q, int seg);
+
+/* out[q] = sum over rows of x[n,q], by the tree. */
+void k_sum_rows_seg(float *out, const float *x, int n, int q, int seg);
+void k_sum_rows_seg_ref(float *out, const float *x, int n, int q, int seg);
+
+/* out[len] = the tree over the m >= 0 arrays parts[0..m-1] (each [len]):
+ * the all-reduce's combine step. out may be parts[0], no other part. */
+void k_tree_sum(float *out, const float *const *parts, int m, size_t len);
+void k_tree_sum_ref(float *out, const float *const *parts, int m, size_t len);
+
 /* out[s,r] = in[r,s]^T */
 void k_transpose(float *out, const float *in, int r, int s);
 void k_transpose_ref(float *out, const float *in, int r, int s);
@@ -66,6 +96,14 @@ void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
 void k_layernorm_bwd_ref(float *dx, float *dw, float *db, const float *dy,
                          const float *x, const float *w, const float *mean,
                          const float *rstd, int n, int c);
+/* The same, dw and db [c] reduced over the n rows by the tree; dx [n,c]
+ * exactly as k_layernorm_bwd computes it. */
+void k_layernorm_bwd_seg(float *dx, float *dw, float *db, const float *dy,
+                         const float *x, const float *w, const float *mean,
+                         const float *rstd, int n, int c, int seg);
+void k_layernorm_bwd_seg_ref(float *dx, float *dw, float *db, const float *dy,
+                             const float *x, const float *w, const float *mean,
+                             const float *rstd, int n, int c, int seg);
 
 /* Causal self-attention, fused: never holds all B*H*T*T scores.
  * qkv [B,T,3C], per head h (hs = C/H): q = cols [3hs*h, 3hs*h+hs), k the
@@ -106,6 +144,12 @@ void k_embed_ref(float *y, const int32_t *idx, const float *table, int n, int c,
 /* dtable [c,v] overwritten: dtable[:, idx[i]] += dy[i,:], rows i in order. */
 void k_embed_bwd(float *dtable, const int32_t *idx, const float *dy, int n, int c, int v);
 void k_embed_bwd_ref(float *dtable, const int32_t *idx, const float *dy, int n, int c, int v);
+/* dtable [c,v] overwritten: the scatter-add above per leaf of seg rows
+ * (rows in order, from 0), the leaves' tables combined by the tree. */
+void k_embed_bwd_seg(float *dtable, const int32_t *idx, const float *dy, int n, int c, int v,
+                     int seg);
+void k_embed_bwd_seg_ref(float *dtable, const int32_t *idx, const float *dy, int n, int c, int v,
+                         int seg);
 
 /* torch.optim.Adam (no weight decay, no amsgrad), step t >= 1, in place:
  * m += (1-b1)(g-m); v = b2 v + (1-b2) g^2;

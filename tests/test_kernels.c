@@ -7,6 +7,8 @@
  *    awkward shapes (rows not a multiple of the tile, widths not a multiple
  *    of the vector, T = 1, head sizes 8, 12, 16, ignored targets).
  * 3. The determinism contract: the same bits at 1, 2 and 3 threads.
+ * 4. Sharding: the *_seg reductions over N = 2, 4, 8 shards of the rows,
+ *    combined by k_tree_sum, give the bits of one call over all rows.
  *
  * Tolerances are relative per element, with elements smaller than the
  * tensor's RMS compared against the RMS instead (a sum of signed terms may
@@ -561,6 +563,262 @@ static void test_embed(int n, int c, int v)
     free(table), free(dy), free(y1), free(y2), free(t1), free(t2), free(idx);
 }
 
+/* ---- the *_seg reductions: leaves of seg rows, combined by the tree ---- */
+
+static int nleaves(int n, int seg) { return n <= 0 ? 0 : seg < 1 ? 1 : (n + seg - 1) / seg; }
+static int leaf0(int l, int seg) { return seg < 1 ? 0 : l * seg; }
+static int leaf1(int l, int n, int seg) { return seg < 1 || (l + 1) * seg > n ? n : (l + 1) * seg; }
+
+/* m pointers to the arrays base, base + len, ... */
+static const float **parts_of(float *base, int m, size_t len)
+{
+    const float **p = malloc(sizeof(*p) * (size_t)(m ? m : 1));
+    for (int k = 0; k < m; k++)
+        p[k] = base + (size_t)k * len;
+    return p;
+}
+
+/* The tree spelled out for 3, 5 and 6 arrays, on values where the order
+ * shows: 1 + (1e8 + -1e8) = 1 but (1 + 1e8) + -1e8 = 0 in float. Then the
+ * fast path against the twin at lengths around its chunk size, and out
+ * aliasing parts[0]. */
+static void test_tree_sum(void)
+{
+    enum { LEN = 5000 };
+    float *x = rvec(8 * (size_t)LEN, 1), *got = fvec(LEN), *want = fvec(LEN), *ref = fvec(LEN);
+    const float **p = parts_of(x, 8, LEN);
+    const float *const *pp = p;
+    char what[80];
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        const float h0[1] = {1}, h1[1] = {1e8f}, h2[1] = {-1e8f};
+        const float *hp[3] = {h0, h1, h2};
+        float o = -1;
+        k_tree_sum(&o, hp, 3, 1);
+        CHECK(o == 1, "tree_sum of (1, 1e8, -1e8) [%s]: %g, want 1 + (1e8 + -1e8) = 1",
+              isa_name(isa), o);
+        for (int i = 0; i < LEN; i++)
+            want[i] = p[0][i] + (p[1][i] + p[2][i]);
+        k_tree_sum(got, pp, 3, LEN);
+        same_bits("tree_sum m=3 = p0 + (p1 + p2)", got, want, sizeof(float) * LEN);
+        for (int i = 0; i < LEN; i++)
+            want[i] = (p[0][i] + p[1][i]) + (p[2][i] + (p[3][i] + p[4][i]));
+        k_tree_sum(got, pp, 5, LEN);
+        same_bits("tree_sum m=5 = (p0 + p1) + (p2 + (p3 + p4))", got, want, sizeof(float) * LEN);
+        for (int i = 0; i < LEN; i++)
+            want[i] = (p[0][i] + (p[1][i] + p[2][i])) + (p[3][i] + (p[4][i] + p[5][i]));
+        k_tree_sum(got, pp, 6, LEN);
+        same_bits("tree_sum m=6", got, want, sizeof(float) * LEN);
+        static const size_t lens[] = {0, 1, 17, 2047, 2048, 2049, LEN};
+        for (int m = 0; m <= 8; m++)
+            for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+                snprintf(what, sizeof what, "tree_sum m=%d len=%zu", m, lens[i]);
+                memset(got, 0x7f, sizeof(float) * LEN); /* m = 0 must write zeros */
+                k_tree_sum_ref(ref, pp, m, lens[i]);
+                k_tree_sum(got, pp, m, lens[i]);
+                same_bits(what, got, ref, sizeof(float) * lens[i]);
+            }
+        float *y = fvec(4 * (size_t)LEN);
+        memcpy(y, x, sizeof(float) * 4 * LEN);
+        const float **py = parts_of(y, 4, LEN);
+        k_tree_sum_ref(ref, pp, 4, LEN);
+        k_tree_sum(y, py, 4, LEN);
+        same_bits("tree_sum into parts[0]", y, ref, sizeof(float) * LEN);
+        memcpy(y, x, sizeof(float) * LEN);
+        k_tree_sum_ref(y, py, 4, LEN);
+        same_bits("tree_sum_ref into parts[0]", y, ref, sizeof(float) * LEN);
+        free(y), free(py);
+    }
+    free(x), free(got), free(want), free(ref), free(p);
+}
+
+/* Against the twin (FMA on the SIMD paths against the twin's multiply then
+ * add: close, not equal), and the rule spelled out: each leaf by the
+ * one-leaf kernel on its rows, then k_tree_sum, must give the same bits,
+ * on the twin (k_matmul_tn_ref leaves) and the current path (k_matmul_tn
+ * leaves, which are one leaf of all their rows). */
+static void test_matmul_tn_seg(int n, int p, int q, int seg, double tol)
+{
+    size_t nc = (size_t)n * q;
+    int L = nleaves(p, seg);
+    float *a = rvec((size_t)p * n, 1), *b = rvec((size_t)p * q, 1), *got = fvec(nc),
+          *want = fvec(nc), *rule = fvec(nc), *leaves = fvec((size_t)L * nc);
+    const float **lp = parts_of(leaves, L, nc);
+    char what[96];
+    snprintf(what, sizeof what, "matmul_tn_seg n=%d p=%d q=%d seg=%d", n, p, q, seg);
+    k_matmul_tn_seg_ref(want, a, b, n, p, q, seg);
+    memset(got, 0x7f, sizeof(float) * nc);
+    k_matmul_tn_seg(got, a, b, n, p, q, seg);
+    close_to(what, got, want, nc, tol);
+    for (int l = 0; l < L; l++) {
+        int k0 = leaf0(l, seg), k1 = leaf1(l, p, seg);
+        k_matmul_tn_ref(leaves + l * nc, a + (size_t)k0 * n, b + (size_t)k0 * q, n, k1 - k0, q);
+    }
+    k_tree_sum_ref(rule, lp, L, nc);
+    same_bits("matmul_tn_seg_ref = tree of matmul_tn_ref leaves", want, rule, sizeof(float) * nc);
+    for (int l = 0; l < L; l++) {
+        int k0 = leaf0(l, seg), k1 = leaf1(l, p, seg);
+        k_matmul_tn(leaves + l * nc, a + (size_t)k0 * n, b + (size_t)k0 * q, n, k1 - k0, q);
+    }
+    k_tree_sum(rule, lp, L, nc);
+    same_bits("matmul_tn_seg = tree of matmul_tn leaves", got, rule, sizeof(float) * nc);
+    if (L <= 1) { /* one leaf: the plain kernel's bits */
+        k_matmul_tn(rule, a, b, n, p, q);
+        same_bits("matmul_tn_seg with one leaf = matmul_tn", got, rule, sizeof(float) * nc);
+    }
+    free(a), free(b), free(got), free(want), free(rule), free(leaves), free(lp);
+}
+
+/* Additions only, in the same order on every path: equal to the twin. */
+static void test_sum_rows_seg(int n, int q, int seg)
+{
+    int L = nleaves(n, seg);
+    float *x = rvec((size_t)n * q, 1), *got = fvec(q), *want = fvec(q), *rule = fvec(q),
+          *leaves = fvec((size_t)L * q);
+    const float **lp = parts_of(leaves, L, (size_t)q);
+    char what[80];
+    snprintf(what, sizeof what, "sum_rows_seg n=%d q=%d seg=%d", n, q, seg);
+    k_sum_rows_seg_ref(want, x, n, q, seg);
+    memset(got, 0x7f, sizeof(float) * q);
+    k_sum_rows_seg(got, x, n, q, seg);
+    same_bits(what, got, want, sizeof(float) * q);
+    for (int l = 0; l < L; l++)
+        k_sum_rows_ref(leaves + (size_t)l * q, x + (size_t)leaf0(l, seg) * q,
+                       leaf1(l, n, seg) - leaf0(l, seg), q);
+    k_tree_sum_ref(rule, lp, L, (size_t)q);
+    same_bits("sum_rows_seg = tree of sum_rows_ref leaves", got, rule, sizeof(float) * q);
+    free(x), free(got), free(want), free(rule), free(leaves), free(lp);
+}
+
+/* db is additions only: equal to the twin. dw's SIMD leaves fuse the
+ * multiply-add and dx sums across a row in vectors: close to the twin. */
+static void test_layernorm_bwd_seg(int n, int c, int seg)
+{
+    size_t nx = (size_t)n * c;
+    int L = nleaves(n, seg);
+    float *x = rvec(nx, 2), *w = rvec(c, 1), *b = rvec(c, 1), *dy = rvec(nx, 1), *y = fvec(nx);
+    float *mean = fvec(n), *rstd = fvec(n), *dx1 = fvec(nx), *dx2 = fvec(nx), *dx3 = fvec(nx);
+    float *g1 = fvec(2 * (size_t)c), *g2 = fvec(2 * (size_t)c), *g3 = fvec(2 * (size_t)c);
+    float *lw = fvec((size_t)L * c), *lb = fvec((size_t)L * c);
+    const float **pw = parts_of(lw, L, (size_t)c), **pb = parts_of(lb, L, (size_t)c);
+    char what[80];
+    snprintf(what, sizeof what, "layernorm_bwd_seg n=%d c=%d seg=%d", n, c, seg);
+    k_layernorm_ref(y, mean, rstd, x, w, b, n, c);
+    k_layernorm_bwd_seg_ref(dx1, g1, g1 + c, dy, x, w, mean, rstd, n, c, seg);
+    memset(g2, 0x7f, sizeof(float) * 2 * c);
+    k_layernorm_bwd_seg(dx2, g2, g2 + c, dy, x, w, mean, rstd, n, c, seg);
+    close_to(what, dx2, dx1, nx, 1e-5);
+    close_to(what, g2, g1, (size_t)c, 1e-5); /* dw: leaves of up to 128 rows */
+    same_bits(what, g2 + c, g1 + c, sizeof(float) * c);
+    k_layernorm_bwd(dx3, g3, g3 + c, dy, x, w, mean, rstd, n, c);
+    same_bits("layernorm_bwd_seg dx = layernorm_bwd dx", dx2, dx3, sizeof(float) * nx);
+    for (int l = 0; l < L; l++) {
+        int i0 = leaf0(l, seg), i1 = leaf1(l, n, seg);
+        size_t at = (size_t)i0 * c;
+        k_layernorm_bwd_ref(dx3 + at, lw + (size_t)l * c, lb + (size_t)l * c, dy + at, x + at, w,
+                            mean + i0, rstd + i0, i1 - i0, c);
+    }
+    k_tree_sum_ref(g3, pw, L, (size_t)c);
+    k_tree_sum_ref(g3 + c, pb, L, (size_t)c);
+    same_bits("layernorm_bwd_seg_ref = tree of layernorm_bwd_ref leaves", g1, g3,
+              sizeof(float) * 2 * c);
+    same_bits("layernorm_bwd_seg_ref dx = layernorm_bwd_ref dx", dx1, dx3, sizeof(float) * nx);
+    for (int l = 0; l < L; l++) {
+        int i0 = leaf0(l, seg), i1 = leaf1(l, n, seg);
+        size_t at = (size_t)i0 * c;
+        k_layernorm_bwd_seg(dx3 + at, lw + (size_t)l * c, lb + (size_t)l * c, dy + at, x + at, w,
+                            mean + i0, rstd + i0, i1 - i0, c, 0);
+    }
+    k_tree_sum(g3, pw, L, (size_t)c);
+    k_tree_sum(g3 + c, pb, L, (size_t)c);
+    same_bits("layernorm_bwd_seg = tree of one-leaf layernorm_bwd_seg leaves", g2, g3,
+              sizeof(float) * 2 * c);
+    free(x), free(w), free(b), free(dy), free(y), free(mean), free(rstd), free(dx1), free(dx2),
+        free(dx3), free(g1), free(g2), free(g3), free(lw), free(lb), free(pw), free(pb);
+}
+
+/* Additions only, in the same order on every path: equal to the twin. */
+static void test_embed_bwd_seg(int n, int c, int v, int seg)
+{
+    size_t cv = (size_t)c * v;
+    int L = nleaves(n, seg);
+    float *dy = rvec((size_t)n * c, 1), *got = fvec(cv), *want = fvec(cv), *rule = fvec(cv),
+          *leaves = fvec((size_t)L * cv);
+    const float **lp = parts_of(leaves, L, cv);
+    int32_t *idx = rtargets(n, v, 0);
+    char what[80];
+    for (int i = 0; i < n; i += 3)
+        dy[(size_t)i * c] = -0.0f; /* a sum from +0 never ends at -0 */
+    for (int i = 1; i < n; i += 4)
+        idx[i] = idx[i - 1]; /* repeats inside a leaf */
+    snprintf(what, sizeof what, "embed_bwd_seg n=%d c=%d v=%d seg=%d", n, c, v, seg);
+    k_embed_bwd_seg_ref(want, idx, dy, n, c, v, seg);
+    memset(got, 0x7f, sizeof(float) * cv);
+    k_embed_bwd_seg(got, idx, dy, n, c, v, seg);
+    same_bits(what, got, want, sizeof(float) * cv);
+    for (int l = 0; l < L; l++)
+        k_embed_bwd_ref(leaves + l * cv, idx + leaf0(l, seg), dy + (size_t)leaf0(l, seg) * c,
+                        leaf1(l, n, seg) - leaf0(l, seg), c, v);
+    k_tree_sum_ref(rule, lp, L, cv);
+    same_bits("embed_bwd_seg = tree of embed_bwd_ref leaves", got, rule, sizeof(float) * cv);
+    free(dy), free(got), free(want), free(rule), free(leaves), free(lp), free(idx);
+}
+
+/* The two SIMD paths do the same FMAs and additions per element in the same
+ * order, so their matmul_tn_seg and layernorm_bwd_seg dw, db agree to the
+ * bit (only the twin, without FMA, differs). */
+static void test_seg_simd_agree(void)
+{
+    if (isa_best() < ISA_AVX512)
+        return;
+    enum { N = 4096, A = 37, Q = 65, C = 96 };
+    float *a = rvec((size_t)N * A, 1), *b = rvec((size_t)N * Q, 1), *x = rvec((size_t)N * C, 2);
+    float *w = rvec(C, 1), *mean = fvec(N), *rstd = fvec(N), *y = fvec((size_t)N * C),
+          *dy = rvec((size_t)N * C, 1);
+    float *c2 = fvec((size_t)A * Q), *c3 = fvec((size_t)A * Q), *g2 = fvec(2 * C),
+          *g3 = fvec(2 * C);
+    k_layernorm_ref(y, mean, rstd, x, w, w, N, C);
+    isa_set(ISA_AVX2);
+    k_matmul_tn_seg(c2, a, b, A, N, Q, 128);
+    k_layernorm_bwd_seg(y, g2, g2 + C, dy, x, w, mean, rstd, N, C, 128);
+    isa_set(ISA_AVX512);
+    k_matmul_tn_seg(c3, a, b, A, N, Q, 128);
+    k_layernorm_bwd_seg(y, g3, g3 + C, dy, x, w, mean, rstd, N, C, 128);
+    same_bits("matmul_tn_seg avx2 = avx512", c3, c2, sizeof(float) * A * Q);
+    same_bits("layernorm_bwd_seg dw, db avx2 = avx512", g3, g2, sizeof(float) * 2 * C);
+    free(a), free(b), free(x), free(w), free(mean), free(rstd), free(y), free(dy), free(c2),
+        free(c3), free(g2), free(g3);
+}
+
+static void test_seg_paths(void)
+{
+    static const int tn[][4] = {
+        {1, 1, 1, 1},      {7, 100, 40, 16},   {13, 33, 3, 5},   {64, 257, 32, 64},
+        {32, 4096, 64, 128}, {96, 4096, 32, 128}, {5, 0, 8, 3},     {4, 10, 5, 1},
+        {3, 17, 5, 100},   {37, 130, 65, 0},   {128, 1000, 64, 3}, {6, 200, 16, 64},
+    };
+    static const int sr[][3] = {{1, 3, 1},      {65, 40, 8}, {1000, 96, 128}, {4096, 32, 128},
+                                {0, 5, 3},      {100, 17, 0}, {100, 17, 7},   {77, 64, 200}};
+    static const int ln[][3] = {{1, 32, 1},  {7, 17, 3},      {100, 40, 16}, {4096, 32, 128},
+                                {0, 8, 4},   {130, 96, 128}, {50, 3, 0},    {33, 20, 64}};
+    static const int eb[][4] = {{1, 32, 128, 1},   {37, 5, 3, 4},    {4096, 32, 128, 128},
+                                {300, 40, 256, 7}, {0, 8, 16, 2},    {100, 17, 20, 0},
+                                {999, 96, 256, 128}};
+    test_tree_sum();
+    test_seg_simd_agree();
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        for (size_t i = 0; i < sizeof tn / sizeof *tn; i++)
+            test_matmul_tn_seg(tn[i][0], tn[i][1], tn[i][2], tn[i][3], 1e-5);
+        for (size_t i = 0; i < sizeof sr / sizeof *sr; i++)
+            test_sum_rows_seg(sr[i][0], sr[i][1], sr[i][2]);
+        for (size_t i = 0; i < sizeof ln / sizeof *ln; i++)
+            test_layernorm_bwd_seg(ln[i][0], ln[i][1], ln[i][2]);
+        for (size_t i = 0; i < sizeof eb / sizeof *eb; i++)
+            test_embed_bwd_seg(eb[i][0], eb[i][1], eb[i][2], eb[i][3]);
+    }
+}
+
 static void test_paths(void)
 {
     static const int mm[][3] = {
@@ -644,6 +902,7 @@ static void test_determinism(void)
           *lse = fvec((size_t)B * H * T);
     int32_t *t = rtargets(N, V, 10), *idx = rtargets(N, V, 0);
     int saved = omp_get_max_threads();
+    const float **parts = parts_of(x, 5, 65536); /* 5 x [65536]: big enough to run in parallel */
     k_layernorm_ref(out, mean, rstd, x, w, bias, N, C); /* a mean and rstd for x as [N,C] */
     k_attention_ref(att, lse, qkv, B, T, C, H);
     for (int isa = 0; isa < isa_count(); isa++) {
@@ -666,10 +925,89 @@ static void test_determinism(void)
                             k_attention(out, out + B * T * C, qkv, B, T, C, H));
         SAME_AT_ANY_THREADS("attention_bwd", out, (size_t)B * T * 3 * C,
                             k_attention_bwd(out, dy, qkv, att, lse, B, T, C, H));
+        SAME_AT_ANY_THREADS("matmul_tn_seg", out, (size_t)P * Q,
+                            k_matmul_tn_seg(out, x, dy, P, N, Q, 128));
+        SAME_AT_ANY_THREADS("matmul_tn_seg seg=3", out, (size_t)P * Q,
+                            k_matmul_tn_seg(out, x, dy, P, N, Q, 3));
+        SAME_AT_ANY_THREADS("sum_rows_seg", out, Q, k_sum_rows_seg(out, x, N, Q, 128));
+        SAME_AT_ANY_THREADS("layernorm_bwd_seg", out, (size_t)N * C + 2 * C,
+                            k_layernorm_bwd_seg(out, out + N * C, out + N * C + C, dy, x, w, mean,
+                                                rstd, N, C, 128));
+        SAME_AT_ANY_THREADS("embed_bwd_seg", out, (size_t)C * V,
+                            k_embed_bwd_seg(out, idx, dy, N, C, V, 128));
+        SAME_AT_ANY_THREADS("embed_bwd_seg c=96", out, (size_t)Q * V,
+                            k_embed_bwd_seg(out, idx, dy, N, Q, V, 128));
+        SAME_AT_ANY_THREADS("tree_sum", out, 65536, k_tree_sum(out, parts, 5, 65536));
     }
     omp_set_num_threads(saved);
     free(x), free(w), free(bias), free(dy), free(logits), free(out), free(mean), free(rstd);
-    free(qkv), free(att), free(lse), free(t), free(idx);
+    free(qkv), free(att), free(lse), free(t), free(idx), free(parts);
+}
+
+/* ======================================================================
+ * 4. Sharding: N simulated cores, the same bits as one
+ * ====================================================================== */
+
+/* The batch of B examples of T rows, [B*T, ...], split into N contiguous
+ * shards of B/N examples; each shard reduced on its own with the same seg,
+ * the N results combined by k_tree_sum: every bit must match the one call
+ * over all rows. Holds when N is a power of two dividing the leaf count. */
+static void test_shards(int B, int T, int seg)
+{
+    enum { A1 = 128, Q1 = 64, A2 = 37, Q2 = 33, C = 64, CE = 32, V = 256 };
+    int n = B * T;
+    size_t nx = (size_t)n * C;
+    float *a1 = rvec((size_t)n * A1, 1), *b1 = rvec((size_t)n * Q1, 1);
+    float *a2 = rvec((size_t)n * A2, 1), *b2 = rvec((size_t)n * Q2, 1);
+    float *x = rvec(nx, 2), *w = rvec(C, 1), *dy = rvec(nx, 1), *y = fvec(nx);
+    float *mean = fvec(n), *rstd = fvec(n), *dx = fvec(nx), *dxs = fvec(nx);
+    int32_t *idx = rtargets(n, V, 0);
+    size_t big = (size_t)A1 * Q1 > (size_t)CE * V ? (size_t)A1 * Q1 : (size_t)CE * V;
+    float *full = fvec(big), *got = fvec(big), *res = fvec(8 * big);
+    char what[96];
+    k_layernorm_ref(y, mean, rstd, x, w, w, n, C);
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        for (int N = 2; N <= 8; N *= 2) {
+            if (B % N)
+                continue;
+            int rows = n / N;
+            const float **parts = parts_of(res, N, big);
+#define SHARDED(name, len, whole, shard)                                                   \
+    do {                                                                                   \
+        whole;                                                                             \
+        for (int s = 0; s < N; s++) {                                                      \
+            float *out_ = res + (size_t)s * big;                                           \
+            size_t r0_ = (size_t)s * rows;                                                 \
+            (void)r0_;                                                                     \
+            shard;                                                                         \
+        }                                                                                  \
+        k_tree_sum(got, parts, N, (len));                                                  \
+        snprintf(what, sizeof what, "%d shards of %s B=%d T=%d seg=%d", N, name, B, T, seg); \
+        same_bits(what, got, full, sizeof(float) * (len));                                 \
+    } while (0)
+            SHARDED("matmul_tn_seg 128x64", (size_t)A1 * Q1,
+                    k_matmul_tn_seg(full, a1, b1, A1, n, Q1, seg),
+                    k_matmul_tn_seg(out_, a1 + r0_ * A1, b1 + r0_ * Q1, A1, rows, Q1, seg));
+            SHARDED("matmul_tn_seg 37x33", (size_t)A2 * Q2,
+                    k_matmul_tn_seg(full, a2, b2, A2, n, Q2, seg),
+                    k_matmul_tn_seg(out_, a2 + r0_ * A2, b2 + r0_ * Q2, A2, rows, Q2, seg));
+            SHARDED("sum_rows_seg", (size_t)Q1, k_sum_rows_seg(full, b1, n, Q1, seg),
+                    k_sum_rows_seg(out_, b1 + r0_ * Q1, rows, Q1, seg));
+            SHARDED("layernorm_bwd_seg dw, db", 2 * (size_t)C,
+                    k_layernorm_bwd_seg(dx, full, full + C, dy, x, w, mean, rstd, n, C, seg),
+                    k_layernorm_bwd_seg(dxs + r0_ * C, out_, out_ + C, dy + r0_ * C, x + r0_ * C,
+                                        w, mean + r0_, rstd + r0_, rows, C, seg));
+            snprintf(what, sizeof what, "%d shards of layernorm_bwd_seg dx", N);
+            same_bits(what, dxs, dx, sizeof(float) * nx);
+            SHARDED("embed_bwd_seg", (size_t)CE * V, k_embed_bwd_seg(full, idx, dy, n, CE, V, seg),
+                    k_embed_bwd_seg(out_, idx + r0_, dy + r0_ * CE, rows, CE, V, seg));
+#undef SHARDED
+            free(parts);
+        }
+    }
+    free(a1), free(b1), free(a2), free(b2), free(x), free(w), free(dy), free(y), free(mean),
+        free(rstd), free(dx), free(dxs), free(idx), free(full), free(got), free(res);
 }
 
 static void test_isa_choice(void)
@@ -693,6 +1031,9 @@ void test_kernels(void)
     test_attention_twin(1, 9, 24, 2); /* hs = 12 */
     test_layernorm_twin(3, 5);
     test_paths();
+    test_seg_paths();
     test_determinism();
+    test_shards(32, 128, 128); /* the default: one leaf per example */
+    test_shards(8, 3, 3);      /* leaves shorter than a tile or a pass */
     isa_set(isa);
 }
