@@ -193,6 +193,20 @@ static void check_kill_resume(void)
           "after %d SIGKILLs (seed %u) the resumed run's checkpoint differs (rc %d)", kills, seed, rc);
 }
 
+static int catches_sigterm(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    unsigned long long mask = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "SigCgt: %llx", &mask) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (mask >> (SIGTERM - 1)) & 1;
+}
+
 /* SIGTERM finishes the step, saves and exits 143; resuming (with another
  * thread count) ends where an uninterrupted run ends. */
 static void check_sigterm(void)
@@ -200,7 +214,10 @@ static void check_sigterm(void)
     char out[65536];
     run("rm -rf tests/tmp/k2", out, sizeof out);
     pid_t pid = spawn("exec ./gpt train " SMALL " --steps 400 --out tests/tmp/k2 --threads 2 >/dev/null 2>&1");
-    usleep(150000);
+    /* signal once the trainer has its handler installed (SigCgt in
+     * /proc), so the test does not race the run's start or its end */
+    for (int i = 0; i < 2000 && !catches_sigterm(pid); i++)
+        usleep(1000);
     kill(pid, SIGTERM);
     int st;
     waitpid(pid, &st, 0);
