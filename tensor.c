@@ -2541,3 +2541,695 @@ void k_adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const fl
     default: k_adam_ref(p, m, v, g, n, lr, b1, b2, eps, t); break;
     }
 }
+
+/* ======================================================================
+ * bf16 matmul: TPU matrix-unit numerics (bf16 inputs, fp32 sums)
+ *
+ * The native path is one vdpbf16ps per pair of k; the emulated paths must
+ * give its bits exactly, so its semantics were measured on the machine this
+ * was written on (AMD Zen 5, family 1Ah) with probe programs calling
+ * _mm512_dpbf16_ps: 32M random lanes against an exact (__float128) model,
+ * and edge cases made by hand. What they showed, which matches Intel's
+ * pseudo-code:
+ *  - lane i reads the pair (lo = bf16 element 2i, hi = 2i+1) of both
+ *    sources and makes two steps, hi first: acc = acc + a_hi*b_hi rounded
+ *    once (a fused multiply-add), then acc = acc + a_lo*b_lo rounded once.
+ *    1 + 2^-24 + 2^-24 gives 1 (one rounding of the sum would give
+ *    1 + 2^-23), and which of 2^-24 and 1.5*2^-24 sits in the hi half
+ *    changes the result (1 + 2^-23 against 1 + 2^-22);
+ *  - always round to nearest even; MXCSR's rounding, FTZ and DAZ bits make
+ *    no difference (all 16 combinations tried);
+ *  - denormal operands, the bf16 elements and the fp32 accumulator alike,
+ *    read as zero of their sign;
+ *  - a result tiny after rounding to 24 bits with unbounded exponent
+ *    becomes zero of its sign, after each step (so between the two too):
+ *    2^-126 - 3*2^-152 gives 0, 2^-126 - 2^-151 gives 2^-126;
+ *  - NaN: the first NaN operand in the order first multiplicand (the
+ *    intrinsic's second argument), second multiplicand, accumulator, with
+ *    its quiet bit set; an invalid step with no NaN operand (inf*0,
+ *    inf-inf) gives the default NaN 0xFFC00000.
+ * vcvtneps2bf16 and vcvtne2ps2bf16 were compared on all 2^32 inputs with
+ * bf16_bits below: no difference.
+ *
+ * In this file A = bf16(a) is always the second multiplicand and B =
+ * bf16(b) the first, so a NaN in B wins over one in A.
+ * ====================================================================== */
+
+static uint32_t f2u(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float u2f(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* bf16(x) as the upper half of a float's bits: what vcvtneps2bf16 gives. */
+static uint32_t bf16_bits(float x)
+{
+    uint32_t u = f2u(x);
+    if ((u & 0x7f800000u) == 0) /* the instruction reads denormals as zero */
+        return u & 0x80000000u;
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: quieted, payload truncated */
+        return (u | 0x00400000u) & 0xffff0000u;
+    return (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u; /* carries into inf past the top */
+}
+
+static float bf16_round(float x) { return u2f(bf16_bits(x)); }
+
+static float daz(float x)
+{
+    uint32_t u = f2u(x);
+    return (u & 0x7f800000u) ? x : u2f(u & 0x80000000u);
+}
+
+/* One vdpbf16ps step on one lane: acc + x*y, x the first multiplicand. */
+static float bf16_step(float acc, float x, float y)
+{
+    acc = daz(acc), x = daz(x), y = daz(y);
+    float r = fmaf(x, y, acc);
+    uint32_t m = f2u(r) & 0x7fffffffu;
+    if (m > 0x00800000u && m <= 0x7f800000u) /* normal or inf: nothing to flush */
+        return r;
+    if (m > 0x7f800000u) {
+        uint32_t nan = isnan(x) ? f2u(x) : isnan(y) ? f2u(y) : isnan(acc) ? f2u(acc) : 0xffc00000u;
+        return u2f(nan | 0x00400000u);
+    }
+    if (m < 0x00800000u) /* below 2^-126 on the denormal grid: tiny at 24 bits too */
+        return u2f(f2u(r) & 0x80000000u);
+    /* |r| == 2^-126 may have been rounded up from a value that 24 bits
+     * keep below 2^-126. Then |acc| and |x*y| are below 2^-60 (else the
+     * exact sum would be a multiple of 2^-84, not within 2^-150 of
+     * 2^-126), so scaling acc and the smaller factor by 2^64 is exact and
+     * puts the rounding where 24 bits are available. */
+    float s = fabsf(x) < fabsf(y) ? x : y, t = fabsf(x) < fabsf(y) ? y : x;
+    float rs = fmaf(s * 0x1p64f, t, acc * 0x1p64f);
+    return fabsf(rs) < 0x1p-62f ? copysignf(0.0f, rs) : rs * 0x1p-64f;
+}
+
+/* One element: acc after the steps over ar[p] (a row of A, stride 1) and
+ * bc (a column of B, stride ldb), pairs ascending, hi first, a missing hi
+ * partner (p odd) being the zero the packing pads with. */
+static float bf16_dot(float acc, const float *ar, const float *bc, size_t ldb, int p)
+{
+    for (int k = 0; k < p; k += 2) {
+        int hi = k + 1 < p;
+        acc = bf16_step(acc, hi ? bc[(size_t)(k + 1) * ldb] : 0.0f, hi ? ar[k + 1] : 0.0f);
+        acc = bf16_step(acc, bc[(size_t)k * ldb], ar[k]);
+    }
+    return acc;
+}
+
+/* The epilogue as the vector paths do it: max(y, 0) turns NaN and -0 into
+ * +0 like this comparison does. */
+static float bf16_epilogue(float y, const float *r1, const float *r2, int relu, size_t at)
+{
+    if (relu)
+        y = y > 0 ? y : 0.0f;
+    if (r1)
+        y += r1[at];
+    if (r2)
+        y += r2[at];
+    return y;
+}
+
+void k_round_bf16_ref(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = bf16_round(x[i]);
+}
+
+void k_matmul_bf16_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
+                       const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
+                       const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
+{
+    size_t na = (size_t)n * p, nb = (size_t)p * q;
+    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [n,p], [p,q] */
+    k_round_bf16_ref(ra, a, na);
+    k_round_bf16_ref(rb, b, nb);
+#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < q; j++) {
+            size_t at = (size_t)i * q + j;
+            float y = bf16_dot(bias ? bias[j] : 0.0f, ra + (size_t)i * p, rb + j, (size_t)q, p);
+            c[at] = bf16_epilogue(y, r1, r2, relu, at);
+        }
+    free(ra);
+}
+
+/* ---- shared by the blocked paths ---- */
+
+/* Rows of A made ready (rounded or packed) at a time: every tile height
+ * used below divides it. */
+#define BF_RB 24
+
+/* Everything a bf16 tile needs. A block's rows are in ab (ready form,
+ * stride lda, zero past p); B is ready in bb (stride ldb >= q, zero past q
+ * and past p). */
+struct bfmm {
+    float *c;                   /* [n,q] */
+    const void *ab, *bb;        /* per path: float [.,lda] and [pe,ldb], or
+                                 * uint32 pairs [.,lda] and [p2,ldb] */
+    const float *bias, *r1, *r2;
+    int relu, p, q;
+    size_t lda, ldb;
+};
+
+/* Column panels of at most 4 vectors of w lanes, split evenly so that
+ * q = 96 runs as 3 + 3 vectors, not 4 + 2. *v0 is panel t's first vector,
+ * the return value its width in vectors. */
+static int bf_panel(int q, int w, int t, int *v0)
+{
+    int nv = (q + w - 1) / w, np = (nv + 3) / 4, base = nv / np, extra = nv % np;
+    *v0 = t * base + min_int(t, extra);
+    return base + (t < extra);
+}
+
+static int bf_panels(int q, int w) { return ((q + w - 1) / w + 3) / 4; }
+
+/* The scalar fallback of the emulated tiles: rows [i, i+R) x cols [j, j1)
+ * of one block, from the same rounded floats, by bf16_dot. */
+static void bf_tile_exact(const struct bfmm *m, int i, int bi, int R, int j, int j1)
+{
+    const float *ab = m->ab, *bb = m->bb;
+    for (int r = 0; r < R; r++)
+        for (int col = j; col < j1; col++) {
+            size_t at = (size_t)(i + r) * m->q + col;
+            float y = bf16_dot(m->bias ? m->bias[col] : 0.0f, ab + (size_t)(bi + r) * m->lda,
+                               bb + col, m->ldb, m->p);
+            m->c[at] = bf16_epilogue(y, m->r1, m->r2, m->relu, at);
+        }
+}
+
+/* Rounds b[p,q] into bb[pe,ldb] (pe = p rounded up to even), zero-padded:
+ * the emulated paths' B. */
+static void bf_round_b(float *bb, const float *b, int p, int q, size_t ldb)
+{
+    int pe = p + (p & 1);
+    for (int k = 0; k < pe; k++)
+        for (size_t j = 0; j < ldb; j++)
+            bb[(size_t)k * ldb + j] =
+                k < p && j < (size_t)q ? bf16_round(b[(size_t)k * q + j]) : 0.0f;
+}
+
+/* Rounds rows [i0, i0+R) of a[.,p] into ab[R,lda], zero past p. */
+static void bf_round_a(float *ab, const float *a, int i0, int R, int p, size_t lda)
+{
+    for (int r = 0; r < R; r++)
+        for (size_t k = 0; k < lda; k++)
+            ab[(size_t)r * lda + k] =
+                k < (size_t)p ? bf16_round(a[(size_t)(i0 + r) * p + k]) : 0.0f;
+}
+
+/* ---- emulated, AVX2 ----
+ *
+ * A plain FMA per step gives vdpbf16ps's bits as long as no step result is
+ * tiny (|r| <= 2^-126, nonzero: flushing and the rounding boundary), no
+ * accumulator starts denormal, and nothing is NaN (payload choice). The
+ * tiles track the smallest 2*bits(r) - 1 (unsigned: zero maps to the top,
+ * tiny nonzero values below 2^24) and recompute a whole tile exactly by
+ * bf16_dot when it saw either; on real data that never happens. */
+
+#define BF_MR_AVX2 4 /* 4x2 accumulators + 2 b + broadcast + 2 trackers + 2 temps = 15 of 16 ymm */
+
+INLINE_AVX2 __m256i bf_track_avx2(__m256i lo, __m256 r)
+{
+    __m256i u = _mm256_castps_si256(r);
+    return _mm256_min_epu32(lo, _mm256_sub_epi32(_mm256_add_epi32(u, u), _mm256_set1_epi32(1)));
+}
+
+INLINE_AVX2 void bf_tile_avx2(const struct bfmm *m, int i, int bi, int j, int R, int V, int last_w)
+{
+    const float *ab = (const float *)m->ab + (size_t)bi * m->lda, *bb = (const float *)m->bb + j;
+    __m256 acc[BF_MR_AVX2][2];
+    __m256i lo[2] = {_mm256_set1_epi32(-1), _mm256_set1_epi32(-1)}; /* two min chains */
+    const __m256i tail = lanes8(last_w);
+    int full = last_w == 8 ? V : V - 1;
+#pragma GCC unroll 2
+    for (int v = 0; v < V; v++) {
+        __m256 init = _mm256_setzero_ps();
+        if (m->bias)
+            init = v < full ? _mm256_loadu_ps(m->bias + j + 8 * v)
+                            : _mm256_maskload_ps(m->bias + j + 8 * v, tail);
+        lo[0] = bf_track_avx2(lo[0], init); /* a denormal bias must be read as zero */
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r][v] = init;
+    }
+    int pe = m->p + (m->p & 1);
+    for (int k = 0; k < pe; k += 2)
+#pragma GCC unroll 2
+        for (int h = 1; h >= 0; h--) { /* the hi element of the pair first */
+            const float *bk = bb + (size_t)(k + h) * m->ldb;
+            __m256 bv[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < V; v++)
+                bv[v] = _mm256_loadu_ps(bk + 8 * v);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256 av = _mm256_broadcast_ss(ab + (size_t)r * m->lda + k + h);
+#pragma GCC unroll 2
+                for (int v = 0; v < V; v++) {
+                    acc[r][v] = _mm256_fmadd_ps(bv[v], av, acc[r][v]);
+                    lo[r & 1] = bf_track_avx2(lo[r & 1], acc[r][v]);
+                }
+            }
+        }
+    __m256i least = _mm256_min_epu32(lo[0], lo[1]);
+    __m256i tiny = _mm256_cmpeq_epi32(_mm256_min_epu32(least, _mm256_set1_epi32(0xffffff)), least);
+    __m256 nan = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++)
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(acc[r][v], acc[r][v], _CMP_UNORD_Q));
+    if (_mm256_movemask_ps(_mm256_or_ps(nan, _mm256_castsi256_ps(tiny)))) {
+        bf_tile_exact(m, i, bi, R, j, min_int(j + 8 * V, m->q));
+        return;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        size_t at = (size_t)(i + r) * m->q + j;
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++) {
+            __m256 y = acc[r][v];
+            __m256i msk = v < full ? _mm256_set1_epi32(-1) : tail;
+            if (m->relu)
+                y = _mm256_max_ps(y, _mm256_setzero_ps());
+            if (m->r1)
+                y = _mm256_add_ps(y, _mm256_maskload_ps(m->r1 + at + 8 * v, msk));
+            if (m->r2)
+                y = _mm256_add_ps(y, _mm256_maskload_ps(m->r2 + at + 8 * v, msk));
+            if (v < full)
+                _mm256_storeu_ps(m->c + at + 8 * v, y);
+            else
+                _mm256_maskstore_ps(m->c + at + 8 * v, msk, y);
+        }
+    }
+}
+
+/* R rows of one block (R == BF_MR_AVX2 or 1), all columns. */
+INLINE_AVX2 void bf_rows_avx2(const struct bfmm *m, int i, int bi, int R)
+{
+    for (int j = 0; j < m->q; j += 16) {
+        int w = min_int(16, m->q - j), V = (w + 7) / 8, last_w = w - 8 * (V - 1);
+        if (R == BF_MR_AVX2 && V == 2)
+            bf_tile_avx2(m, i, bi, j, BF_MR_AVX2, 2, last_w);
+        else if (R == BF_MR_AVX2)
+            bf_tile_avx2(m, i, bi, j, BF_MR_AVX2, 1, last_w);
+        else if (V == 2)
+            bf_tile_avx2(m, i, bi, j, 1, 2, last_w);
+        else
+            bf_tile_avx2(m, i, bi, j, 1, 1, last_w);
+    }
+}
+
+T_AVX2 static void matmul_bf16_avx2(struct bfmm *m, const float *a, const float *b, int n)
+{
+    int p = m->p, pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
+    m->lda = (size_t)pe;
+    m->ldb = (size_t)(m->q + 15) / 16 * 16;
+    float *bb = xmalloc(sizeof(float) * ((size_t)pe * m->ldb));
+    bf_round_b(bb, b, p, m->q, m->ldb);
+    m->bb = bb;
+#pragma omp parallel if ((long)n * p * m->q >= PAR_WORK)
+    {
+        float *ab = xmalloc(sizeof(float) * BF_RB * m->lda);
+        struct bfmm mine = *m;
+        mine.ab = ab;
+#pragma omp for schedule(static)
+        for (int t = 0; t < blocks; t++) {
+            int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0), r = 0;
+            bf_round_a(ab, a, i0, rows, p, mine.lda);
+            for (; r + BF_MR_AVX2 <= rows; r += BF_MR_AVX2)
+                bf_rows_avx2(&mine, i0 + r, r, BF_MR_AVX2);
+            for (; r < rows; r++)
+                bf_rows_avx2(&mine, i0 + r, r, 1);
+        }
+        free(ab);
+    }
+    free(bb);
+}
+
+/* ---- element-wise rounding (bf16_bits, 8 or 16 lanes at once) ---- */
+
+INLINE_AVX2 __m256i bf16_bits_avx2(__m256i u)
+{
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i rne = _mm256_add_epi32(
+        u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                            _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+    __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+    __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    __m256i isnan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
+    __m256i den = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)),
+                                     _mm256_setzero_si256());
+    __m256i y = _mm256_and_si256(_mm256_blendv_epi8(rne, quiet, isnan), top);
+    return _mm256_blendv_epi8(y, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), den);
+}
+
+T_AVX2 static void round_bf16_avx2(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    size_t nv = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            bf16_bits_avx2(_mm256_loadu_si256((const __m256i *)(x + i))));
+    k_round_bf16_ref(y + nv, x + nv, n - nv);
+}
+
+INLINE_AVX512 __m512i bf16_bits_avx512(__m512i u)
+{
+    __m512i rne = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                            _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    __mmask16 isnan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                               _mm512_set1_epi32(0x7f800000));
+    __mmask16 den = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    __m512i y = _mm512_mask_or_epi32(rne, isnan, u, _mm512_set1_epi32(0x00400000));
+    y = _mm512_and_si512(y, _mm512_set1_epi32((int)0xffff0000u));
+    return _mm512_mask_and_epi32(y, den, u, _mm512_set1_epi32((int)0x80000000u));
+}
+
+T_AVX512 static void round_bf16_avx512(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16)
+        _mm512_storeu_si512(y + i, bf16_bits_avx512(_mm512_loadu_si512(x + i)));
+    __mmask16 tail = lanes16((int)(n - nv));
+    _mm512_mask_storeu_epi32(y + nv, tail,
+                             bf16_bits_avx512(_mm512_maskz_loadu_epi32(tail, x + nv)));
+}
+
+/* ---- emulated, AVX-512F: the AVX2 tiles' scheme, 16 lanes ---- */
+
+INLINE_AVX512 __m512i bf_track_avx512(__m512i lo, __m512 r)
+{
+    __m512i u = _mm512_castps_si512(r);
+    return _mm512_min_epu32(lo, _mm512_sub_epi32(_mm512_add_epi32(u, u), _mm512_set1_epi32(1)));
+}
+
+/* An R x 16V tile (4x4, 6x3, 8x2, 12x1: the trackers need registers too),
+ * the row block's rounded A at ab. Four trackers, so that the chain of
+ * min operations does not outlast the FMAs. */
+INLINE_AVX512 void bf_tile_emu_avx512(const struct bfmm *m, int i, int bi, int j, int R, int V,
+                                      __mmask16 tail)
+{
+    const float *ab = (const float *)m->ab + (size_t)bi * m->lda, *bb = (const float *)m->bb + j;
+    __m512 acc[24];
+    __m512i lo[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++)
+        lo[t] = _mm512_set1_epi32(-1);
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) {
+        __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
+        __m512 init =
+            m->bias ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v) : _mm512_setzero_ps();
+        lo[0] = bf_track_avx512(lo[0], init);
+#pragma GCC unroll 24
+        for (int r = 0; r < R; r++)
+            acc[r * V + v] = init;
+    }
+    int pe = m->p + (m->p & 1);
+    for (int k = 0; k < pe; k += 2)
+#pragma GCC unroll 2
+        for (int h = 1; h >= 0; h--) {
+            const float *bk = bb + (size_t)(k + h) * m->ldb;
+            __m512 bv[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                bv[v] = _mm512_loadu_ps(bk + 16 * v);
+#pragma GCC unroll 24
+            for (int r = 0; r < R; r++) {
+                __m512 av = _mm512_set1_ps(ab[(size_t)r * m->lda + k + h]);
+#pragma GCC unroll 4
+                for (int v = 0; v < V; v++) {
+                    acc[r * V + v] = _mm512_fmadd_ps(bv[v], av, acc[r * V + v]);
+                    lo[(r * V + v) & 3] = bf_track_avx512(lo[(r * V + v) & 3], acc[r * V + v]);
+                }
+            }
+        }
+    __m512i least =
+        _mm512_min_epu32(_mm512_min_epu32(lo[0], lo[1]), _mm512_min_epu32(lo[2], lo[3]));
+    __mmask16 bad = _mm512_cmplt_epu32_mask(least, _mm512_set1_epi32(0x1000000));
+#pragma GCC unroll 24
+    for (int e = 0; e < R * V; e++)
+        bad |= _mm512_cmp_ps_mask(acc[e], acc[e], _CMP_UNORD_Q);
+    if (bad) {
+        bf_tile_exact(m, i, bi, R, j, min_int(j + 16 * V, m->q));
+        return;
+    }
+#pragma GCC unroll 24
+    for (int r = 0; r < R; r++) {
+        size_t at = (size_t)(i + r) * m->q + j;
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
+            __m512 y = acc[r * V + v];
+            if (m->relu)
+                y = _mm512_max_ps(y, _mm512_setzero_ps());
+            if (m->r1)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r1 + at + 16 * v));
+            if (m->r2)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r2 + at + 16 * v));
+            _mm512_mask_storeu_ps(m->c + at + 16 * v, msk, y);
+        }
+    }
+}
+
+/* One row block (rows [i0, i0+rows), ready at m->ab) in column panels;
+ * a panel of V vectors runs as tiles of hV rows (each divides BF_RB), the
+ * rows of a short last block one by one. A macro so that R and V are
+ * constants inside each tile. */
+#define BF_BLOCK(tile, m, i0, rows, h1, h2, h3, h4)                                        \
+    do {                                                                                   \
+        for (int pn_ = 0; pn_ < bf_panels((m)->q, 16); pn_++) {                            \
+            int v0_, V_ = bf_panel((m)->q, 16, pn_, &v0_), j_ = 16 * v0_;                  \
+            __mmask16 tl_ = lanes16(min_int((m)->q - j_, 16 * V_) - 16 * (V_ - 1));        \
+            int R_ = V_ == 1 ? (h1) : V_ == 2 ? (h2) : V_ == 3 ? (h3) : (h4), r_ = 0;      \
+            if ((rows) == BF_RB)                                                           \
+                for (; r_ < BF_RB; r_ += R_)                                               \
+                    switch (V_) {                                                          \
+                    case 1: tile(m, (i0) + r_, r_, j_, (h1), 1, tl_); break;               \
+                    case 2: tile(m, (i0) + r_, r_, j_, (h2), 2, tl_); break;               \
+                    case 3: tile(m, (i0) + r_, r_, j_, (h3), 3, tl_); break;               \
+                    default: tile(m, (i0) + r_, r_, j_, (h4), 4, tl_); break;              \
+                    }                                                                      \
+            for (; r_ < (rows); r_++)                                                      \
+                switch (V_) {                                                              \
+                case 1: tile(m, (i0) + r_, r_, j_, 1, 1, tl_); break;                      \
+                case 2: tile(m, (i0) + r_, r_, j_, 1, 2, tl_); break;                      \
+                case 3: tile(m, (i0) + r_, r_, j_, 1, 3, tl_); break;                      \
+                default: tile(m, (i0) + r_, r_, j_, 1, 4, tl_); break;                     \
+                }                                                                          \
+        }                                                                                  \
+    } while (0)
+
+T_AVX512 static void matmul_bf16_emu_avx512(struct bfmm *m, const float *a, const float *b, int n)
+{
+    int p = m->p, pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
+    m->lda = (size_t)pe;
+    m->ldb = (size_t)(m->q + 15) / 16 * 16;
+    float *bb = xmalloc(sizeof(float) * ((size_t)pe * m->ldb));
+    bf_round_b(bb, b, p, m->q, m->ldb);
+    m->bb = bb;
+#pragma omp parallel if ((long)n * p * m->q >= PAR_WORK)
+    {
+        float *ab = xmalloc(sizeof(float) * BF_RB * m->lda);
+        struct bfmm mine = *m;
+        mine.ab = ab;
+#pragma omp for schedule(static)
+        for (int t = 0; t < blocks; t++) {
+            int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
+            bf_round_a(ab, a, i0, rows, p, mine.lda);
+            BF_BLOCK(bf_tile_emu_avx512, &mine, i0, rows, 12, 8, 6, 4);
+        }
+        free(ab);
+    }
+    free(bb);
+}
+
+/* ---- native: vdpbf16ps ---- */
+
+#define BF16_TARGET "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma"
+#define T_BF16 __attribute__((target(BF16_TARGET)))
+#define INLINE_BF16 static inline __attribute__((always_inline, target(BF16_TARGET)))
+
+/* 16 floats at x (first `have` of them real, the rest read as zero) to bf16
+ * bits in the low halves of 16 lanes. */
+INLINE_BF16 __m512i bf_cvt16(const float *x, int have)
+{
+    __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes16(have), x));
+    return _mm512_cvtepu16_epi32((__m256i)h);
+}
+
+/* B as the instruction wants it: pairs [p2,ldb] of (b[2j][col] in the low
+ * half, b[2j+1][col] in the high half), zero past p and q. Once per call. */
+T_BF16 static void bf_pack_b(uint32_t *bp, const float *b, int p, int q, size_t ldb)
+{
+    int p2 = (p + 1) / 2;
+    for (int jp = 0; jp < p2; jp++)
+        for (size_t j = 0; j < ldb; j += 16) {
+            int have = q - (int)j;
+            __m512i lo = bf_cvt16(b + (size_t)2 * jp * q + j, have);
+            __m512i hi = 2 * jp + 1 < p ? bf_cvt16(b + (size_t)(2 * jp + 1) * q + j, have)
+                                        : _mm512_setzero_si512();
+            _mm512_storeu_si512(bp + (size_t)jp * ldb + j,
+                                _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        }
+}
+
+/* Rows [i0, i0+R) of a[.,p] as pairs [R,lda] (lda a multiple of 16 >= p2),
+ * zero past p: 32 floats make 16 pairs in one vcvtne2ps2bf16. */
+T_BF16 static void bf_pack_a(uint32_t *ap, const float *a, int i0, int R, int p, size_t lda)
+{
+    for (int r = 0; r < R; r++) {
+        const float *ar = a + (size_t)(i0 + r) * p;
+        for (size_t k = 0; k < 2 * lda; k += 32) {
+            int have = p - (int)k;
+            __m512 lo = _mm512_maskz_loadu_ps(lanes16(have), ar + k);
+            __m512 hi = _mm512_maskz_loadu_ps(lanes16(have - 16), ar + k + 16);
+            _mm512_storeu_si512(ap + (size_t)r * lda + k / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+    }
+}
+
+INLINE_BF16 void bf_tile_native(const struct bfmm *m, int i, int bi, int j, int R, int V,
+                                __mmask16 tail)
+{
+    const uint32_t *ap = (const uint32_t *)m->ab + (size_t)bi * m->lda;
+    const uint32_t *bp = (const uint32_t *)m->bb + j;
+    __m512 acc[24];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) {
+        __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
+        __m512 init =
+            m->bias ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v) : _mm512_setzero_ps();
+#pragma GCC unroll 24
+        for (int r = 0; r < R; r++)
+            acc[r * V + v] = init;
+    }
+    int p2 = (m->p + 1) / 2;
+    for (int k = 0; k < p2; k++) {
+        const uint32_t *bk = bp + (size_t)k * m->ldb;
+        __m512i bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            bv[v] = _mm512_loadu_si512(bk + 16 * v);
+#pragma GCC unroll 24
+        for (int r = 0; r < R; r++) {
+            __m512i av = _mm512_set1_epi32((int)ap[(size_t)r * m->lda + k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[r * V + v] = _mm512_dpbf16_ps(acc[r * V + v], (__m512bh)bv[v], (__m512bh)av);
+        }
+    }
+#pragma GCC unroll 24
+    for (int r = 0; r < R; r++) {
+        size_t at = (size_t)(i + r) * m->q + j;
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
+            __m512 y = acc[r * V + v];
+            if (m->relu)
+                y = _mm512_max_ps(y, _mm512_setzero_ps());
+            if (m->r1)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r1 + at + 16 * v));
+            if (m->r2)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r2 + at + 16 * v));
+            _mm512_mask_storeu_ps(m->c + at + 16 * v, msk, y);
+        }
+    }
+}
+
+T_BF16 static void matmul_bf16_native(struct bfmm *m, const float *a, const float *b, int n)
+{
+    int p = m->p, p2 = (p + 1) / 2, blocks = (n + BF_RB - 1) / BF_RB;
+    m->lda = (size_t)(p2 + 15) / 16 * 16;
+    m->ldb = (size_t)(m->q + 15) / 16 * 16;
+    uint32_t *bp = xmalloc(sizeof(uint32_t) * ((size_t)p2 * m->ldb));
+    bf_pack_b(bp, b, p, m->q, m->ldb);
+    m->bb = bp;
+#pragma omp parallel if ((long)n * p * m->q >= PAR_WORK)
+    {
+        uint32_t *ap = xmalloc(sizeof(uint32_t) * BF_RB * m->lda);
+        struct bfmm mine = *m;
+        mine.ab = ap;
+#pragma omp for schedule(static)
+        for (int t = 0; t < blocks; t++) {
+            int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
+            bf_pack_a(ap, a, i0, rows, p, mine.lda);
+            /* 16 to 24 accumulators (12 when q <= 16): vdpbf16ps needs
+             * 16 in flight to reach its peak here, 8 give two thirds;
+             * taller tiles run out of registers for their row pointers */
+            BF_BLOCK(bf_tile_native, &mine, i0, rows, 12, 8, 8, 6);
+        }
+        free(ap);
+    }
+    free(bp);
+}
+
+/* ---- entry points ---- */
+
+static int bf16_mode = -1; /* 1: vdpbf16ps allowed; decided once, on first use */
+
+/* GPT_BF16=emulate turns the instruction off (to time or check the
+ * emulation in a real run); the emulation is the only choice without it. */
+static int bf16_allowed(void)
+{
+    int mode = __atomic_load_n(&bf16_mode, __ATOMIC_ACQUIRE);
+    if (mode < 0) { /* a racing second caller computes the same value */
+        const char *e = getenv("GPT_BF16");
+        if (e && *e && strcmp(e, "emulate") && strcmp(e, "auto")) {
+            fprintf(stderr, "gpt: GPT_BF16=%s is not one of auto, emulate\n", e);
+            exit(2);
+        }
+        __builtin_cpu_init();
+        mode = __builtin_cpu_supports("avx512bf16") && !(e && !strcmp(e, "emulate"));
+        __atomic_store_n(&bf16_mode, mode, __ATOMIC_RELEASE);
+    }
+    return mode;
+}
+
+int bf16_native(void) { return isa_get() == ISA_AVX512 && bf16_allowed(); }
+
+void k_round_bf16(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    switch (isa_get()) {
+    case ISA_AVX512: round_bf16_avx512(y, x, n); break;
+    case ISA_AVX2: round_bf16_avx2(y, x, n); break;
+    default: k_round_bf16_ref(y, x, n); break;
+    }
+}
+
+void k_matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
+                       const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
+                       const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
+{
+    struct bfmm m = {c, NULL, NULL, bias, r1, r2, relu, p, q, 0, 0};
+    if (n <= 0 || q <= 0)
+        return;
+    switch (isa_get()) {
+    case ISA_AVX512: matmul_bf16_emu_avx512(&m, a, b, n); break;
+    case ISA_AVX2: matmul_bf16_avx2(&m, a, b, n); break;
+    default: k_matmul_bf16_ref(c, a, b, bias, r1, r2, relu, n, p, q); break;
+    }
+}
+
+void k_matmul_bf16(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
+                   const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
+                   const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
+{
+    struct bfmm m = {c, NULL, NULL, bias, r1, r2, relu, p, q, 0, 0};
+    if (n > 0 && q > 0 && bf16_native())
+        matmul_bf16_native(&m, a, b, n);
+    else
+        k_matmul_bf16_emu(c, a, b, bias, r1, r2, relu, n, p, q);
+}

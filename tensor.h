@@ -173,4 +173,36 @@ void k_matmul_ex_ref(float *c, const float *a, const float *b, const float *bias
 void k_add_n(float *y, const float *const *x, int m, size_t n);
 void k_add_n_ref(float *y, const float *const *x, int m, size_t n);
 
+/* ---- bf16 matmul: TPU matrix-unit numerics (bf16 inputs, fp32 sums) ---- */
+
+/* y[n] = x[n] rounded to bfloat16, kept as float (low 16 bits zero), bit
+ * for bit what vcvtneps2bf16 gives: nearest even; fp32 denormals become
+ * zero of their sign (the instruction reads them as zero, so the bf16
+ * matmul never sees a denormal input); NaN stays NaN, quieted, top payload
+ * bits kept; values rounding past the largest bf16 become inf. */
+void k_round_bf16(float *y, const float *x, size_t n);
+void k_round_bf16_ref(float *y, const float *x, size_t n);
+
+/* c[n,q] = relu?(A @ B + bias[q]) + r1[n,q] + r2[n,q] as k_matmul_ex
+ * (bias, r1, r2 may be NULL; the epilogue in that order), with A =
+ * k_round_bf16(a[n,p]), B = k_round_bf16(b[p,q]), and each dot product
+ * summed the way one vdpbf16ps per pair of k sums it: from bias (or 0),
+ * over the pairs (2j, 2j+1), j ascending (p odd: a zero partner), each pair
+ * as acc += A[2j+1]*B[2j+1], then acc += A[2j]*B[2j], each step one fused
+ * multiply-add rounded to nearest even, denormal operands read as zero and
+ * results tiny after rounding flushed to zero of their sign. Every path
+ * gives the same bits: vdpbf16ps on the avx512 path of a CPU with
+ * AVX512_BF16 (unless GPT_BF16=emulate, read once), an exact emulation
+ * otherwise; tensor.c records how the instruction's behaviour was measured. */
+void k_matmul_bf16(float *c, const float *a, const float *b, const float *bias,
+                   const float *r1, const float *r2, int relu, int n, int p, int q);
+void k_matmul_bf16_ref(float *c, const float *a, const float *b, const float *bias,
+                       const float *r1, const float *r2, int relu, int n, int p, int q);
+/* The current path's emulation even where the instruction exists: the
+ * tests hold it to the instruction's bits. */
+void k_matmul_bf16_emu(float *c, const float *a, const float *b, const float *bias,
+                       const float *r1, const float *r2, int relu, int n, int p, int q);
+/* 1 when k_matmul_bf16 runs vdpbf16ps on the current path. */
+int bf16_native(void);
+
 #endif

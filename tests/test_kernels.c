@@ -1021,6 +1021,285 @@ static void test_isa_choice(void)
           "isa names");
 }
 
+#include <immintrin.h>
+
+/* ======================================================================
+ * 5. bf16: the rounding against the instruction, the matmul's paths
+ *    against each other bit for bit, and against exact arithmetic
+ * ====================================================================== */
+
+static float bits_f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t f_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static int bf16_cpu(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+}
+
+/* What the instruction itself makes of x[n] (n a multiple of 16). */
+__attribute__((target("avx512f,avx512bf16"))) static void hw_round_bf16(float *y, const float *x,
+                                                                         size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+        __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16);
+        _mm512_storeu_si512(y + i, w);
+    }
+}
+
+/* Floats where rounding to bf16 is delicate: ties either side, the bf16
+ * grid's neighbours, denormals, the overflow edge, inf, NaNs. */
+static float bf16_edge(uint64_t r)
+{
+    uint32_t sign = (uint32_t)(r >> 63) << 31, lo = (uint32_t)(r >> 8) & 0xffff;
+    uint32_t e = (uint32_t)(r >> 24) % 254 + 1, man = (uint32_t)(r >> 32) & 0x7f0000;
+    static const uint32_t low[] = {0x8000, 0x7fff, 0x8001, 0x0000, 0x0001, 0xffff};
+    switch (r % 8) {
+    case 0: return bits_f(sign | e << 23 | man | low[(r >> 40) % 6]); /* ties, near ties */
+    case 1: return bits_f(sign | ((uint32_t)(r >> 8) & 0x7fffff));   /* denormal */
+    case 2: return bits_f(sign | 0x7f7f0000u | lo);                 /* near the top */
+    case 3: return bits_f(sign | 0x7f800000u | (lo ? lo << 7 : 0));  /* inf, NaNs */
+    case 4: return bits_f(sign | 0x00800000u | lo);                 /* smallest normals */
+    default: return bits_f((uint32_t)(r >> 16));                   /* any bits */
+    }
+}
+
+static void test_round_bf16(void)
+{
+    /* by hand: ties to even, the carry into inf, denormals, NaN */
+    const uint32_t in[] = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x7f7fffffu, 0x7f7f7fffu,
+                           0x807fffffu, 0x00000001u, 0x7f800001u, 0xff812345u, 0x7f800000u};
+    const uint32_t want[] = {0x3f800000u, 0x3f820000u, 0x3f810000u, 0x7f800000u, 0x7f7f0000u,
+                             0x80000000u, 0x00000000u, 0x7fc00000u, 0xffc10000u, 0x7f800000u};
+    enum { NE = sizeof in / sizeof *in };
+    float x[NE], y[NE];
+    for (int i = 0; i < NE; i++)
+        x[i] = bits_f(in[i]);
+    for (int isa = -1; isa < isa_count(); isa++) {
+        if (isa >= 0)
+            isa_set(isa);
+        if (isa < 0)
+            k_round_bf16_ref(y, x, NE);
+        else
+            k_round_bf16(y, x, NE);
+        for (int i = 0; i < NE; i++)
+            CHECK(f_bits(y[i]) == want[i], "round_bf16 [%s] of %08x: %08x, want %08x",
+                  isa < 0 ? "ref" : isa_name(isa), in[i], f_bits(y[i]), want[i]);
+    }
+
+    /* long enough to run in parallel, not a multiple of 16 */
+    size_t n = 100003, n16 = n / 16 * 16;
+    float *src = fvec(n), *ref = fvec(n), *got = fvec(n);
+    for (size_t i = 0; i < n; i++)
+        src[i] = bf16_edge(splitmix());
+    k_round_bf16_ref(ref, src, n);
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        memset(got, 0x55, sizeof(float) * n);
+        k_round_bf16(got, src, n);
+        same_bits("round_bf16 vs its twin", got, ref, sizeof(float) * n);
+        k_round_bf16(got, src, 13); /* only a tail */
+        same_bits("round_bf16 of 13", got, ref, sizeof(float) * 13);
+    }
+    if (bf16_cpu()) {
+        hw_round_bf16(got, src, n16);
+        same_bits("round_bf16_ref vs vcvtneps2bf16", ref, got, sizeof(float) * n16);
+    } else {
+        fprintf(stderr, "note: no AVX512_BF16 here, round_bf16 not compared with the "
+                        "instruction\n");
+    }
+    free(src), free(ref), free(got);
+}
+
+/* Single dot products worked out by hand from the semantics measured on
+ * the instruction (see tensor.c), so the twin is not only checked against
+ * itself: each one separates the right rule from a plausible wrong one. */
+static void test_bf16_hand(void)
+{
+    /* c = bias + pairs; each case: bias, a[2], b[2] (p = 2, n = q = 1), want */
+    static const struct {
+        float bias, a0, a1, b0, b1, want;
+    } cs[] = {
+        {1, 0x1p-24f, 0x1p-24f, 1, 1, 1},                /* two roundings, not one */
+        {1, 0x1.8p-24f, 0x1p-24f, 1, 1, 0x1.000002p0f},  /* k = 1 added first ... */
+        {1, 0x1p-24f, 0x1.8p-24f, 1, 1, 0x1.000004p0f},  /* ... and it matters */
+        {0x1p-126f, -0x1.8p-75f, 0, 0x1p-76f, 0, 0},      /* tiny after rounding: 0 */
+        {0x1p-126f, -0x1p-75f, 0, 0x1p-76f, 0, 0x1p-126f}, /* tie up to 2^-126: kept */
+        {0x1p-127f, 0x1p-126f, 0, 1, 0, 0x1p-126f},       /* denormal bias read as 0 */
+        {0, 0x1p-126f, 0x1p-65f, 1, 0x1p-65f, 0x1p-126f}, /* 2^-130 flushed before k = 0 */
+        {0, 0x1p-65f, 0x1p-126f, 0x1p-65f, 1, 0x1.1p-126f}, /* flushing is per step */
+        {-0.0f, -0.0f, -0.0f, 1, 1, -0.0f},               /* -0 + -0 stays -0 */
+        {0, 0x1p-127f, 0, 0x1p100f, 0, 0},               /* denormal a is 0 */
+        {3, 1, 1, 0x1p127f, 0x1p127f, INFINITY},          /* overflow */
+    };
+    enum { NC = sizeof cs / sizeof *cs };
+    typedef void mm_fn(float *, const float *, const float *, const float *, const float *,
+                       const float *, int, int, int, int);
+    /* p odd pads with a zero pair: -0 + (+0 * +0) = +0 before k = 0, so
+     * -0 + (-0 * 1) ends at +0; a NaN in B wins over one in A */
+    float a1 = -0.0f, b1 = 1, m0 = -0.0f, one = 1, c;
+    float an[2] = {bits_f(0x7fc12345u), 1}, bn[2] = {bits_f(0xff812345u), 1};
+    for (int isa = -1; isa < isa_count(); isa++) {
+        if (isa >= 0)
+            isa_set(isa);
+        for (int emu = 0; emu < 1 + (isa >= 0); emu++) {
+            mm_fn *mm = isa < 0 ? k_matmul_bf16_ref : emu ? k_matmul_bf16_emu : k_matmul_bf16;
+            const char *path = isa < 0 ? "ref" : isa_name(isa), *how = emu ? " emulated" : "";
+            for (int t = 0; t < NC; t++) {
+                float a[2] = {cs[t].a0, cs[t].a1}, b[2] = {cs[t].b0, cs[t].b1};
+                mm(&c, a, b, &cs[t].bias, NULL, NULL, 0, 1, 2, 1);
+                CHECK(f_bits(c) == f_bits(cs[t].want), "bf16 case %d [%s%s]: %a, want %a", t,
+                      path, how, c, cs[t].want);
+            }
+            mm(&c, &a1, &b1, &m0, NULL, NULL, 0, 1, 1, 1);
+            CHECK(f_bits(c) == 0, "bf16 p = 1 from -0 [%s%s]: %a, want +0", path, how, c);
+            mm(&c, an, bn, &one, NULL, NULL, 0, 1, 2, 1);
+            CHECK(f_bits(c) == 0xffc10000u, "bf16 NaN in A and B [%s%s]: %08x, want B's",
+                  path, how, f_bits(c));
+        }
+    }
+}
+
+/* bf16(x) as double, by bit arithmetic independent of the kernels. */
+static double bf16_exact(float x)
+{
+    uint32_t u = f_bits(x);
+    if ((u & 0x7f800000u) == 0)
+        return (u >> 31) ? -0.0 : 0.0;
+    return bits_f((u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u);
+}
+
+/* Inputs for test_bf16_shape: plain values, edge values (ties, denormals,
+ * inf, NaN, huge) mixed in, or sums that end next to 2^-126 (bias there,
+ * products of a few 2^-152), where the flush-to-zero decision is close. */
+enum { BF_PLAIN, BF_EDGES, BF_BOUNDARY };
+
+static void bf16_fill(float *x, size_t n, int kind, int is_bias)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = splitmix();
+        float sign = r & 1 ? -1.0f : 1.0f;
+        if (kind == BF_EDGES && r % 4 == 0)
+            x[i] = bf16_edge(r >> 2);
+        else if (kind == BF_EDGES && r % 4 == 1) /* products near 2^-126 */
+            x[i] = ldexpf(sign * (1 + (float)(r >> 8 & 127) / 128), -63 - (int)(r >> 40 & 1));
+        else if (kind == BF_BOUNDARY && is_bias)
+            x[i] = sign * ldexpf(1 + (float)(r >> 8 & 3) * 0x1p-23f, -126);
+        else if (kind == BF_BOUNDARY)
+            x[i] = r % 2 ? 0.0f
+                         : ldexpf(sign * (1 + (float)(r >> 8 & 127) / 128),
+                                  -75 - (int)(r >> 40 & 3));
+    }
+}
+
+/* All paths on one shape: bit-identical to the twin and to each other
+ * (native, emulated, every ISA), and the twin within the fp32 error bound
+ * of the exact sum of the bf16 products. */
+static void test_bf16_shape(int n, int p, int q, float scale, int kind)
+{
+    size_t nc = (size_t)n * q;
+    float *a = rvec((size_t)n * p, scale), *b = rvec((size_t)p * q, 1), *bias = rvec(q, scale);
+    float *r1 = rvec(nc, 1), *r2 = rvec(nc, 1), *want = fvec(nc), *got = fvec(nc), *nat = fvec(nc);
+    char what[96];
+    bf16_fill(a, (size_t)n * p, kind, 0);
+    bf16_fill(b, (size_t)p * q, kind, 0);
+    bf16_fill(bias, (size_t)q, kind, 1);
+    for (int variant = 0; variant < 3; variant++) {
+        const float *bs = variant == 1 ? NULL : bias, *x1 = variant == 2 ? r1 : NULL;
+        const float *x2 = variant == 2 ? r2 : NULL;
+        int relu = variant == 2;
+        k_matmul_bf16_ref(want, a, b, bs, x1, x2, relu, n, p, q);
+        for (int isa = 0; isa < isa_count(); isa++) {
+            isa_set(isa);
+            snprintf(what, sizeof what, "matmul_bf16%s n=%d p=%d q=%d variant %d",
+                     bf16_native() ? " (native)" : "", n, p, q, variant);
+            memset(nat, 0x55, sizeof(float) * nc);
+            k_matmul_bf16(nat, a, b, bs, x1, x2, relu, n, p, q);
+            same_bits(what, nat, want, sizeof(float) * nc);
+            snprintf(what, sizeof what, "matmul_bf16_emu n=%d p=%d q=%d variant %d", n, p, q,
+                     variant);
+            memset(got, 0x55, sizeof(float) * nc);
+            k_matmul_bf16_emu(got, a, b, bs, x1, x2, relu, n, p, q);
+            same_bits(what, got, want, sizeof(float) * nc);
+            if (bf16_native()) {
+                snprintf(what, sizeof what,
+                         "matmul_bf16 native vs emulated n=%d p=%d q=%d variant %d", n, p, q,
+                         variant);
+                same_bits(what, nat, got, sizeof(float) * nc);
+            }
+        }
+    }
+    if (kind == BF_PLAIN) { /* |err| <= (p+1) u (|bias| + sum |products|) with u = 2^-24, plus
+                     * under 2^-126 for each of the p+2 flushes at most */
+        double worst = 0;
+        k_matmul_bf16_ref(want, a, b, bias, NULL, NULL, 0, n, p, q);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < q; j++) {
+                double s = bias[j], mag = fabs(bias[j]);
+                for (int k = 0; k < p; k++) {
+                    double t = bf16_exact(a[(size_t)i * p + k]) * bf16_exact(b[(size_t)k * q + j]);
+                    s += t, mag += fabs(t);
+                }
+                double err = fabs(want[(size_t)i * q + j] - s);
+                double bound = (p + 1) * 0x1p-24 * mag + (p + 2) * 0x1p-126;
+                if (err > 0)
+                    worst = fmax(worst, bound > 0 ? err / bound : INFINITY);
+            }
+        CHECK(worst <= 1, "matmul_bf16_ref n=%d p=%d q=%d vs exact sums: %.3g of the fp32 bound",
+              n, p, q, worst);
+    }
+    free(a), free(b), free(bias), free(r1), free(r2), free(want), free(got), free(nat);
+}
+
+static void test_bf16(void)
+{
+    test_round_bf16();
+    test_bf16_hand();
+    isa_set(ISA_AVX512);
+    if (!bf16_native())
+        fprintf(stderr, "note: k_matmul_bf16 has no vdpbf16ps here (%s), native vs emulated "
+                        "not compared; the emulations are still held to the twin\n",
+                bf16_cpu() ? "GPT_ISA or GPT_BF16 turned it off" : "the CPU lacks AVX512_BF16");
+    static const int shapes[][3] = {
+        {1, 1, 1},     {3, 2, 5},      {7, 3, 17},  {25, 33, 31}, {24, 64, 64}, {49, 32, 96},
+        {30, 64, 128}, {100, 65, 130}, {23, 5, 48}, {48, 31, 80}, {5, 0, 7},    {73, 64, 33},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int kind = BF_PLAIN; kind <= BF_BOUNDARY; kind++)
+            test_bf16_shape(shapes[s][0], shapes[s][1], shapes[s][2], 1, kind);
+    test_bf16_shape(4096, 64, 96, 1, BF_PLAIN); /* the model's shape, in parallel */
+    test_bf16_shape(200, 64, 64, 3e-38f, BF_PLAIN); /* everything near 2^-126 */
+    test_bf16_shape(200, 65, 40, 3e-38f, BF_EDGES);
+
+    /* the same bits at any thread count, whatever the path */
+    enum { N = 4096, P = 33, Q = 96 };
+    float *a = rvec((size_t)N * P, 1), *b = rvec((size_t)P * Q, 1), *bias = rvec(Q, 1);
+    float *r1 = rvec((size_t)N * Q, 1), *out = fvec((size_t)N * Q);
+    int saved = omp_get_max_threads();
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        SAME_AT_ANY_THREADS("matmul_bf16", out, (size_t)N * Q,
+                            k_matmul_bf16(out, a, b, bias, r1, NULL, 1, N, P, Q));
+        SAME_AT_ANY_THREADS("matmul_bf16_emu", out, (size_t)N * Q,
+                            k_matmul_bf16_emu(out, a, b, bias, r1, NULL, 1, N, P, Q));
+        SAME_AT_ANY_THREADS("round_bf16", out, (size_t)N * Q, k_round_bf16(out, r1, (size_t)N * Q));
+    }
+    omp_set_num_threads(saved);
+    free(a), free(b), free(bias), free(r1), free(out);
+}
+
 void test_kernels(void)
 {
     int isa = isa_get();
@@ -1035,5 +1314,6 @@ void test_kernels(void)
     test_determinism();
     test_shards(32, 128, 128); /* the default: one leaf per example */
     test_shards(8, 3, 3);      /* leaves shorter than a tile or a pass */
+    test_bf16();
     isa_set(isa);
 }
