@@ -9,7 +9,7 @@ LDLIBS  := -lm
 SRC     := gpt.c graph.c xla_sim.c tensor.c
 HDR     := gpt.h graph.h xla_sim.h tensor.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
-           tests/test_ckpt.c tests/test_xla.c tests/test_cli.c
+           tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c
 
 all: gpt
 

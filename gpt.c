@@ -163,7 +163,26 @@ void model_free(Model *m)
     free(m->w);
     free(m->m);
     free(m->v);
-    m->w = m->m = m->v = NULL;
+    free(m->rep);
+    m->w = m->m = m->v = m->rep = NULL;
+    m->ncores = 0;
+}
+
+void model_set_cores(Model *m, int n)
+{
+    free(m->rep);
+    m->ncores = n;
+    m->rep = n > 1 ? xcalloc((size_t)(n - 1) * 3 * m->nw, sizeof(float)) : NULL;
+    for (int c = 1; c < n; c++)
+        for (int k = 0; k < 3; k++)
+            memcpy(model_replica(m, c, k), model_replica(m, 0, k), m->nw * sizeof(float));
+}
+
+float *model_replica(const Model *m, int core, int which)
+{
+    if (core == 0)
+        return which == 0 ? m->w : which == 1 ? m->m : m->v;
+    return m->rep + ((size_t)(core - 1) * 3 + (size_t)which) * m->nw;
 }
 
 float *model_param(Model *m, const char *name)
@@ -211,13 +230,43 @@ struct layer_leaves {
     Tensor *attn, *ln0w, *ln0b, *ln1w, *ln1b, *fc1w, *fc1b, *fc2w, *fc2b;
 };
 
+/* A leaf of buffers the cores hold each their own of: core c's is base[c]
+ * advanced by off elements (of 4 bytes). */
+static Tensor *rep_leaf(Graph *g, int kind, int dtype, void *const *base, size_t off,
+                        int rows, int cols)
+{
+    void *d[XS_MAX_CORES];
+    for (int c = 0; c < g_cores(g); c++)
+        d[c] = (char *)base[c] + 4 * off;
+    return g_leaf_rep(g, kind, dtype, d, rows, cols);
+}
+
+/* Every core's block `which` (see model_replica). */
+static void replica_bases(const Model *m, const Graph *g, int which, void **base)
+{
+    for (int c = 0; c < g_cores(g); c++)
+        base[c] = model_replica(m, c, which);
+}
+
 static void make_leaves(Model *m, Graph *g, Tensor **leaf, int with_grad)
 {
+    void *w[XS_MAX_CORES];
+    replica_bases(m, g, 0, w);
     for (int i = 0; i < m->np; i++) {
         const Param *p = &m->p[i];
-        leaf[i] = g_param(g, m->w + p->off, p->rows, p->cols);
+        leaf[i] = rep_leaf(g, TK_PARAM, DT_F32, w, p->off, p->rows, p->cols);
         leaf[i]->requires_grad = with_grad;
     }
+}
+
+/* Core c's shard of a batch column (tok, pos or tgt): its B/cores windows. */
+static Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col)
+{
+    void *base[XS_MAX_CORES];
+    int nc = g_cores(g), rows = b->B / nc * b->T;
+    for (int c = 0; c < nc; c++)
+        base[c] = col + (size_t)c * rows;
+    return rep_leaf(g, TK_INPUT, DT_I32, base, 0, 1, rows);
 }
 
 static struct layer_leaves layer_view(Tensor **leaf, int l)
@@ -264,14 +313,14 @@ static Tensor *embed(Graph *g, Tensor **leaf, Tensor *tok, Tensor *pos)
 /* Full causal forward over B windows of T bytes: logits [B*T, V]. */
 static Tensor *model_logits(Model *m, Graph *g, Tensor **leaf, const Batch *b)
 {
-    int n = b->B * b->T;
-    Tensor *tok = g_leaf(g, TK_INPUT, DT_I32, b->tok, 1, n); /* [n] */
-    Tensor *pos = g_leaf(g, TK_INPUT, DT_I32, b->pos, 1, n); /* [n] */
-    Tensor *x = embed(g, leaf, tok, pos);                    /* [n,C] */
+    int nb = b->B / g_cores(g); /* windows on each core */
+    Tensor *tok = shard_leaf(g, b, b->tok); /* [n] */
+    Tensor *pos = shard_leaf(g, b, b->pos); /* [n] */
+    Tensor *x = embed(g, leaf, tok, pos);   /* [n,C] */
     for (int l = 0; l < m->cfg.layers; l++) {
         struct layer_leaves L = layer_view(leaf, l);
         Tensor *qkv = qkv_of(g, &L, x); /* [n,3C] */
-        x = block_rest(g, &L, x, g_attention(g, qkv, b->B, b->T, m->cfg.heads));
+        x = block_rest(g, &L, x, g_attention(g, qkv, nb, b->T, m->cfg.heads));
     }
     return unembed(g, leaf, m->np, x);
 }
@@ -280,27 +329,45 @@ Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
                    Tensor **logits, int with_grad)
 {
     make_leaves(m, g, leaf, with_grad);
-    Tensor *tgt = g_leaf(g, TK_INPUT, DT_I32, b->tgt, 1, b->B * b->T); /* [n] */
+    Tensor *tgt = shard_leaf(g, b, b->tgt); /* [n] */
     *logits = model_logits(m, g, leaf, b); /* [n,V] */
     return g_xent(g, *logits, tgt);
 }
 
-float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
+/* Adam on every core's replica; t, read only, is shared. */
+static void adam_all(Model *m, Graph *g, Tensor **leaf, Tensor **grad, float lr)
 {
-    Tensor *leaf[MAX_PARAMS], *logits;
-    g_reset(g);
-    Tensor *loss = model_loss(m, g, b, leaf, &logits, 1);
-    g_backward(g, loss, NULL);
+    void *mb[XS_MAX_CORES], *vb[XS_MAX_CORES];
+    replica_bases(m, g, 1, mb);
+    replica_bases(m, g, 2, vb);
     m->t++;
     Tensor *t = g_leaf(g, TK_STATE, DT_I32, &m->t, 1, 1);
     for (int i = 0; i < m->np; i++) {
         const Param *p = &m->p[i];
-        Tensor *mm = g_leaf(g, TK_STATE, DT_F32, m->m + p->off, p->rows, p->cols);
-        Tensor *vv = g_leaf(g, TK_STATE, DT_F32, m->v + p->off, p->rows, p->cols);
-        g_adam(g, leaf[i], g_grad(g, leaf[i]), mm, vv, t, lr, 0.9f, 0.999f, 1e-8f);
+        Tensor *mm = rep_leaf(g, TK_STATE, DT_F32, mb, p->off, p->rows, p->cols);
+        Tensor *vv = rep_leaf(g, TK_STATE, DT_F32, vb, p->off, p->rows, p->cols);
+        g_adam(g, leaf[i], grad[i], mm, vv, t, lr, 0.9f, 0.999f, 1e-8f);
     }
+}
+
+float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
+{
+    Tensor *leaf[MAX_PARAMS], *grad[MAX_PARAMS], *logits;
+    g_reset(g);
+    g_set_cores(g, m->ncores > 1 ? m->ncores : 1);
+    g_set_example_rows(g, b->T); /* per-window gradient sums, in a fixed tree */
+    Tensor *loss = model_loss(m, g, b, leaf, &logits, 1);
+    g_backward(g, loss, NULL);
+    /* all-reduces after the whole backward pass, as one bucket */
+    for (int i = 0; i < m->np; i++)
+        grad[i] = g_all_reduce(g, g_grad(g, leaf[i]));
+    loss = g_all_reduce(g, loss);
+    adam_all(m, g, leaf, grad, lr);
     g_mark_step(g, &loss, 1); /* one graph per step: forward, backward, update */
-    return *(const float *)g_read(g, loss);
+    float l = *(const float *)g_read(g, loss);
+    g_set_cores(g, 1);
+    g_set_example_rows(g, 0);
+    return l;
 }
 
 /* ---- sampling ---- */
@@ -1169,9 +1236,10 @@ struct opt {
 struct settings {
     int embed, mlp, heads, layers, context;
     int steps, batch, seq, eval_every, eval_batch, eval_bytes, final_bytes;
-    int threads, bytes, top_k, metrics, naive, ckpt_every, keep;
+    int threads, bytes, top_k, metrics, naive, ckpt_every, keep, cores;
     double lr, temperature, seed;
     const char *data, *out, *init, *prompt, *device, *ckpt, *resume;
+    const char *tpu, *hbm, *precision;
 };
 
 static const struct settings defaults = {
@@ -1182,6 +1250,7 @@ static const struct settings defaults = {
     .lr = 1e-3, .temperature = 1.0, .seed = 1337,
     .data = "data/sherlock-ascii.txt", .out = "out", .init = NULL,
     .prompt = "\"Elementary, my dear", .device = "xla", .ckpt = "out",
+    .precision = "fp32",
 };
 
 static void print_default(const struct opt *o)
@@ -1300,6 +1369,8 @@ static void check_prompt(const char *p)
              (unsigned char)*c, (int)(c - p));
 }
 
+static int precision_of(const char *name);
+
 static void check_common(const struct settings *s)
 {
     need(!strcmp(s->device, "cpu") || !strcmp(s->device, "xla"),
@@ -1309,6 +1380,7 @@ static void check_common(const struct settings *s)
     need(s->threads >= 0 && s->threads <= 1024, "--threads must be 0 (all cores) to 1024, got %d", s->threads);
     if (s->threads)
         omp_set_num_threads(s->threads);
+    precision_of(s->precision);
 }
 
 static void check_model_flags(const struct settings *s)
@@ -1341,12 +1413,73 @@ static void check_train_flags(const struct settings *s)
     check_prompt(s->prompt);
 }
 
+static int precision_of(const char *name)
+{
+    static const char *const names[] = {"fp32", "bf16", "bf16-pure"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i]))
+            return i; /* enum precision */
+    need(0, "--precision must be fp32, bf16 or bf16-pure, got '%s'", name);
+    return 0;
+}
+
+/* "16G", "512M", "64K" or bytes; binary units, as HBM sizes are quoted. */
+static size_t parse_size(const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    double unit = !strcmp(end, "") || !strcmp(end, "B") ? 1
+                  : !strcmp(end, "K") || !strcmp(end, "KiB") ? 1024.0
+                  : !strcmp(end, "M") || !strcmp(end, "MiB") ? 1024.0 * 1024
+                  : !strcmp(end, "G") || !strcmp(end, "GiB") ? 1024.0 * 1024 * 1024 : 0;
+    need(end != v && unit > 0 && x * unit >= 1 && x * unit < 1e15,
+         "--hbm must be a size such as 16G, 512M or 65536, got '%s'", v);
+    return (size_t)(x * unit);
+}
+
+/* The simulated board: --tpu's table row, then --cores and --hbm. */
+static void setup_board(const struct settings *s)
+{
+    const char *name = "xla";
+    int cores = 1;
+    size_t hbm = (size_t)16 << 30; /* one v3 core's */
+    if (s->tpu) {
+        const struct tpu_spec *t = xs_tpu(s->tpu);
+        need(t != NULL, "--tpu must be one of %s, got '%s'", xs_tpu_names(), s->tpu);
+        name = t->name;
+        cores = t->cores;
+        hbm = (size_t)(t->hbm_gib * 1073741824.0);
+    }
+    if (s->cores)
+        cores = s->cores;
+    need(cores >= 1 && cores <= XS_MAX_CORES && !(cores & (cores - 1)),
+         "--cores must be a power of two from 1 to %d (so results do not depend on the "
+         "layout), got %d", XS_MAX_CORES, cores);
+    need(cores == 1 || !strcmp(s->device, "xla"), "--cores and --tpu need --device xla");
+    need(s->batch % cores == 0, "--batch %d does not split evenly over %d cores", s->batch,
+         cores);
+    if (s->hbm)
+        hbm = parse_size(s->hbm);
+    xs_set_device(name, cores, hbm);
+}
+
 /* The device decides how the graph runs: at once, or traced and compiled. */
 static Graph *new_graph(const struct settings *s)
 {
     Graph *g = g_new();
     g_set_lazy(g, !strcmp(s->device, "xla"));
+    g_set_precision(g, precision_of(s->precision));
     return g;
+}
+
+/* bf16-pure keeps the weights (and Adam state) as bf16 from the start. */
+static void store_precision(Model *m, const struct settings *s)
+{
+    if (precision_of(s->precision) != PREC_BF16_PURE)
+        return;
+    k_round_bf16(m->w, m->w, m->nw);
+    k_round_bf16(m->m, m->m, m->nw);
+    k_round_bf16(m->v, m->v, m->nw);
 }
 
 static void report_metrics(const struct settings *s)
@@ -1532,6 +1665,7 @@ static void run_meta(const struct trainer *tr, struct meta *m)
     meta_add(m, "eval-batch", "%d", s->eval_batch);
     meta_add(m, "eval-bytes", "%d", s->eval_bytes);
     meta_add(m, "prompt", "%s", s->prompt);
+    meta_add(m, "precision", "%s", s->precision);
     meta_add(m, "data_fnv1a64", "%016llx", (unsigned long long)tr->data_hash);
 }
 
@@ -1649,6 +1783,8 @@ static void set_from_meta(struct settings *s, const StFile *f)
         s->seed = atof(st_meta(f, "seed"));
     if (st_meta(f, "prompt") && !was_given("prompt"))
         s->prompt = st_meta(f, "prompt");
+    if (st_meta(f, "precision") && !was_given("precision"))
+        s->precision = st_meta(f, "precision");
 }
 
 /* The checkpoint to resume, opened before the flags are checked because it
@@ -1767,9 +1903,13 @@ static void run_training(struct trainer *tr)
     batch_alloc(&tr->test, s->eval_batch, s->seq);
     tr->g = new_graph(s);
     tr->tty = isatty(STDOUT_FILENO);
-    printf("gpt: %zu parameters, %s device, %s kernels, %d threads, %zu train / %zu test bytes\n",
-           tr->model.nw, s->device, isa_name(isa_get()), omp_get_max_threads(),
-           tr->data.n_train, tr->data.n - tr->data.n_train);
+    printf("gpt: %zu parameters, %s device, %s, %s kernels, %d threads, %zu train / %zu "
+           "test bytes\n", tr->model.nw, s->device, s->precision, isa_name(isa_get()),
+           omp_get_max_threads(), tr->data.n_train, tr->data.n - tr->data.n_train);
+    if (xs_cores() > 1 || s->tpu)
+        printf("gpt: %s: %d cores (xla:0..xla:%d), %d windows each, %.1f GiB HBM per core\n",
+               xs_device_name(), xs_cores(), xs_cores() - 1, s->batch / xs_cores(),
+               (double)xs_hbm() / 1073741824.0);
     tr->t_start = now_seconds();
     train_loop(tr);
     if (tr->start < s->steps)
@@ -1815,6 +1955,10 @@ static int cmd_train(int argc, char **argv)
         {"device", O_STR, &s->device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s->metrics, "print the XLA metrics and kernel profile at the end"},
         {"threads", O_INT, &s->threads, "OpenMP threads, 0 = all cores"},
+        {"tpu", O_STR, &s->tpu, "simulate this TPU board (v2-8, v3-8, v4-8, v5e-8, v5p-8, v6e-8)"},
+        {"cores", O_INT, &s->cores, "simulated cores, data parallel (power of two; 0 = --tpu's or 1)"},
+        {"hbm", O_STR, &s->hbm, "HBM per core, e.g. 16G or 8M (default: --tpu's, or 16G)"},
+        {"precision", O_STR, &s->precision, "fp32, bf16 (matrix-unit inputs) or bf16-pure (XLA_USE_BF16)"},
     };
     parse_opts("train", "Trains the model and writes a checkpoint.", argc, argv, o,
                (int)(sizeof o / sizeof *o));
@@ -1825,6 +1969,7 @@ static int cmd_train(int argc, char **argv)
         open_resume(&tr, &rf, rpath, sizeof rpath);
     check_train_flags(s);
     check_common(s);
+    setup_board(s);
     load_data(&tr.data, s->data, s->seq);
     tr.data_hash = fnv1a64(tr.data.bytes, tr.data.n);
     make_out_dir(s->out);
@@ -1832,6 +1977,8 @@ static int cmd_train(int argc, char **argv)
     init_weights(&tr);
     if (s->resume)
         resume_state(&tr, &rf, rpath);
+    store_precision(&tr.model, s);
+    model_set_cores(&tr.model, xs_cores());
     run_training(&tr);
     st_free(&rf);
     return 0;
@@ -1854,8 +2001,12 @@ static void resolve_ckpt(const char *arg, char *path, size_t n)
         snprintf(path, n, "%s/ckpt-%08d.safetensors", arg, steps[0]);
 }
 
-static void load_model(Model *m, const char *arg, int heads)
+/* Loads a checkpoint; a run's precision, when the caller did not choose
+ * one, becomes s->precision (kept in static storage). */
+static void load_model(Model *m, const char *arg, struct settings *s)
 {
+    static char prec[16];
+    int heads = s->heads;
     char path[4096], err[512];
     StFile f;
     Config c;
@@ -1867,7 +2018,14 @@ static void load_model(Model *m, const char *arg, int heads)
     model_init(m, &c, 0);
     if (ckpt_load_weights(m, &f, 0, err, sizeof err))
         die(1, "%s: %s", path, err);
+    const char *p = st_meta(&f, "precision");
+    if (p && !was_given("precision") && strlen(p) < sizeof prec) {
+        snprintf(prec, sizeof prec, "%s", p);
+        s->precision = prec;
+        precision_of(prec);
+    }
     st_free(&f);
+    store_precision(m, s);
 }
 
 /* ---- sample ---- */
@@ -1894,6 +2052,8 @@ static int cmd_sample(int argc, char **argv)
         {"metrics", O_FLAG, &s.metrics, "print the XLA metrics and kernel profile at the end"},
         {"naive", O_FLAG, &s.naive, "grow the input a byte at a time, as the reference does"},
         {"threads", O_INT, &s.threads, "OpenMP threads, 0 = all cores"},
+        {"precision", O_STR, &s.precision, "fp32, bf16 or bf16-pure (default: the checkpoint's)"},
+        {"hbm", O_STR, &s.hbm, "HBM of the simulated core, e.g. 16G"},
     };
     parse_opts("sample", "Streams a continuation of the prompt.", argc, argv, o,
                (int)(sizeof o / sizeof *o));
@@ -1903,8 +2063,9 @@ static int cmd_sample(int argc, char **argv)
     need(s.top_k >= 0 && s.top_k <= VOCAB, "--top-k must be 0..%d, got %d", VOCAB, s.top_k);
     need(s.seed >= 0 && s.seed == floor(s.seed), "--seed must be a whole number >= 0");
     check_common(&s);
+    setup_board(&s);
     Model m;
-    load_model(&m, s.ckpt, s.heads);
+    load_model(&m, s.ckpt, &s);
     int n = (int)strlen(s.prompt), total = n > s.bytes ? n : s.bytes;
     char *text = xcalloc((size_t)total + 1, 1);
     memcpy(text, s.prompt, (size_t)n);
@@ -1965,15 +2126,18 @@ static int cmd_eval(int argc, char **argv)
         {"device", O_STR, &s.device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s.metrics, "print the XLA metrics and kernel profile at the end"},
         {"threads", O_INT, &s.threads, "OpenMP threads, 0 = all cores"},
+        {"precision", O_STR, &s.precision, "fp32, bf16 or bf16-pure (default: the checkpoint's)"},
+        {"hbm", O_STR, &s.hbm, "HBM of the simulated core, e.g. 16G"},
     };
     parse_opts("eval", "Mean next-byte loss over the whole test split.", argc, argv, o,
                (int)(sizeof o / sizeof *o));
     need(s.batch >= 1 && s.batch <= 65536, "--batch must be 1..65536, got %d", s.batch);
     check_common(&s);
+    setup_board(&s);
     Model m;
     Data d;
     long windows;
-    load_model(&m, s.ckpt, s.heads);
+    load_model(&m, s.ckpt, &s);
     load_data(&d, s.data, m.cfg.context);
     Graph *g = new_graph(&s);
     double loss = eval_test_split(&m, g, &d, s.batch, &windows);

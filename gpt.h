@@ -29,6 +29,8 @@ typedef struct Model {
     size_t nw;          /* total parameter count */
     float *w, *m, *v;   /* [nw] weights and Adam moments, one block each */
     int32_t t;          /* Adam step count */
+    int ncores;         /* simulated cores holding a replica (w, m, v: core 0's) */
+    float *rep;         /* [ncores-1][3][nw]: the other cores' w, m, v */
 } Model;
 
 /* 64-bit xoshiro256** state; streams are split by seeding. */
@@ -43,6 +45,10 @@ float rng_float(Rng *r); /* [0,1) */
 int model_init(Model *m, const Config *c, uint64_t seed);
 void model_free(Model *m);
 float *model_param(Model *m, const char *name); /* NULL if no such */
+/* Replicates core 0's weights and Adam state on n cores (n >= 1). */
+void model_set_cores(Model *m, int n);
+/* Core c's weights (which 0), Adam m (1) or v (2): [nw]. */
+float *model_replica(const Model *m, int core, int which);
 
 /* Token windows, their positions and next-byte targets. */
 typedef struct Batch {
@@ -58,7 +64,10 @@ void batch_finish(Batch *b);
  * graph leaf of parameter i; *logits the [B*T, V] logits. */
 Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
                    Tensor **logits, int with_grad);
-/* Forward, backward and Adam update; returns the batch loss before it. */
+/* Forward, backward and Adam update; returns the batch loss before it. On
+ * the xla device with m->ncores > 1 the batch is split over the cores: each
+ * computes its shard's gradients, an all-reduce averages them, and every
+ * replica applies the same update. The weights do not depend on ncores. */
 float model_train_step(Model *m, Graph *g, const Batch *b, float lr);
 
 /* Sampling with a KV cache; each new byte is handed to emit (may be NULL).

@@ -93,12 +93,16 @@ struct Graph {
     struct plan_buf *plan; /* [nplan] of the last new program */
     int nplan;
     int kernels[KOP_COUNT];
+    int cores; /* simulated cores a cut runs on */
+    int seg;   /* rows per example for backward reductions, 0: off */
+    int prec;  /* enum precision */
 };
 
 Graph *g_new(void)
 {
     Graph *g = xmalloc(sizeof *g);
     memset(g, 0, sizeof *g);
+    g->cores = 1;
     return g;
 }
 
@@ -148,6 +152,30 @@ Tensor *g_leaf(Graph *g, int kind, int dtype, void *data, int rows, int cols)
     t->requires_grad = kind == TK_PARAM;
     return t;
 }
+
+Tensor *g_leaf_rep(Graph *g, int kind, int dtype, void *const *data, int rows, int cols)
+{
+    Tensor *t = g_leaf(g, kind, dtype, data[0], rows, cols);
+    if (g->cores > 1) {
+        t->rep = arena_alloc(&g->meta, sizeof *t->rep * (size_t)g->cores);
+        memcpy(t->rep, data, sizeof *t->rep * (size_t)g->cores);
+    }
+    return t;
+}
+
+void g_set_cores(Graph *g, int n)
+{
+    if (n > 1 && !g->lazy) {
+        fprintf(stderr, "gpt: internal error: simulated cores need the lazy device\n");
+        abort();
+    }
+    g->cores = n < 1 ? 1 : n;
+}
+
+int g_cores(const Graph *g) { return g->cores; }
+void g_set_example_rows(Graph *g, int rows) { g->seg = rows; }
+void g_set_precision(Graph *g, int precision) { g->prec = precision; }
+int g_precision(const Graph *g) { return g->prec; }
 
 Tensor *g_param(Graph *g, float *data, int rows, int cols)
 {
@@ -214,6 +242,55 @@ static void shape_fail(const char *op, const Tensor *a, const Tensor *b)
 
 #define IN(...) ((Tensor *const[]){__VA_ARGS__})
 
+static Tensor *round_bf16(Graph *g, Tensor *x)
+{
+    Node *n = new_node(g, KOP_ROUND_BF16, 1, IN(x));
+    n->a[0] = x->numel;
+    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
+    run_node(g, n);
+    return y;
+}
+
+/* bf16-pure stores every float tensor as bf16: each op's result is rounded
+ * as it is written. */
+static Tensor *stored(Graph *g, Tensor *y)
+{
+    return g->prec == PREC_BF16_PURE ? round_bf16(g, y) : y;
+}
+
+/* A matrix-unit operand: rounded to bf16 under --precision bf16 (under
+ * bf16-pure it already is). */
+static Tensor *mxu_in(Graph *g, Tensor *x)
+{
+    return g->prec == PREC_BF16 ? round_bf16(g, x) : x;
+}
+
+/* A batch reduction's result: in training (per-example rows set) it is a
+ * core's partial sum, kept in fp32 until the all-reduce has summed the
+ * cores' parts, so that bf16-pure gradients do not depend on the layout. */
+static Tensor *stored_partial(Graph *g, Tensor *y)
+{
+    return g->seg > 0 ? y : stored(g, y);
+}
+
+static int is_rounded(const Graph *g, const Tensor *x)
+{
+    return x->node >= 0 && g->nodes[x->node].op == KOP_ROUND_BF16;
+}
+
+Tensor *g_all_reduce(Graph *g, Tensor *x)
+{
+    if (g->cores == 1)
+        return is_rounded(g, x) ? x : stored(g, x);
+    Node *n = new_node(g, KOP_ALL_REDUCE, 1, IN(x));
+    n->a[0] = x->numel;
+    n->a[1] = g->cores;
+    n->f[0] = 1.0f / (float)g->cores;
+    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 0);
+    run_node(g, n);
+    return stored(g, y);
+}
+
 Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
 {
     Node *n = new_node(g, KOP_EMBED, 2, IN(idx, table));
@@ -222,16 +299,16 @@ Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
     n->a[2] = table->cols;
     Tensor *y = add_out(g, n, DT_F32, (int)idx->numel, table->rows, 1);
     run_node(g, n);
-    return y;
+    return stored(g, y);
 }
 
 static Tensor *embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
 {
     Node *n = new_node(g, KOP_EMBED_BWD, 2, IN(idx, dy));
-    memcpy(n->a, (long[]){idx->numel, table->rows, table->cols}, 3 * sizeof(long));
+    memcpy(n->a, (long[]){idx->numel, table->rows, table->cols, g->seg}, 4 * sizeof(long));
     Tensor *d = add_out(g, n, DT_F32, table->rows, table->cols, 0);
     run_node(g, n);
-    return d;
+    return stored_partial(g, d);
 }
 
 Tensor *g_add(Graph *g, Tensor *a, Tensor *b)
@@ -242,7 +319,7 @@ Tensor *g_add(Graph *g, Tensor *a, Tensor *b)
     n->a[0] = a->numel;
     Tensor *y = add_out(g, n, DT_F32, a->rows, a->cols, 1);
     run_node(g, n);
-    return y;
+    return stored(g, y);
 }
 
 Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias)
@@ -251,9 +328,10 @@ Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias)
         shape_fail("matmul", a, b);
     Node *n = new_node(g, KOP_MATMUL, 3, IN(a, b, bias));
     memcpy(n->a, (long[]){a->rows, a->cols, b->cols}, 3 * sizeof(long));
+    n->f[1] = g->prec != PREC_FP32; /* the kernel rounds a and b to bf16 */
     Tensor *y = add_out(g, n, DT_F32, a->rows, b->cols, 1);
     run_node(g, n);
-    return y;
+    return stored(g, y);
 }
 
 /* a^T @ b: a [p,n], b [p,q] -> [n,q]. Only backward passes record it. */
@@ -262,10 +340,10 @@ static Tensor *matmul_tn(Graph *g, Tensor *a, Tensor *b)
     if (a->rows != b->rows)
         shape_fail("matmul_tn", a, b);
     Node *n = new_node(g, KOP_MATMUL_TN, 2, IN(a, b));
-    memcpy(n->a, (long[]){a->cols, a->rows, b->cols}, 3 * sizeof(long));
+    memcpy(n->a, (long[]){a->cols, a->rows, b->cols, g->seg}, 4 * sizeof(long));
     Tensor *y = add_out(g, n, DT_F32, a->cols, b->cols, 1);
     run_node(g, n);
-    return y;
+    return stored_partial(g, y);
 }
 
 Tensor *g_transpose(Graph *g, Tensor *x)
@@ -291,9 +369,10 @@ static Tensor *sum_rows(Graph *g, Tensor *x)
     Node *n = new_node(g, KOP_SUM_ROWS, 1, IN(x));
     n->a[0] = x->rows;
     n->a[1] = x->cols;
+    n->a[2] = g->seg;
     Tensor *y = add_out(g, n, DT_F32, 1, x->cols, 1);
     run_node(g, n);
-    return y;
+    return stored_partial(g, y);
 }
 
 Tensor *g_relu(Graph *g, Tensor *x)
@@ -311,7 +390,7 @@ static Tensor *relu_bwd(Graph *g, Tensor *dy, Tensor *y)
     n->a[0] = y->numel;
     Tensor *d = add_out(g, n, DT_F32, y->rows, y->cols, 1);
     run_node(g, n);
-    return d;
+    return stored(g, d);
 }
 
 Tensor *g_layernorm(Graph *g, Tensor *x, Tensor *w, Tensor *b)
@@ -325,7 +404,7 @@ Tensor *g_layernorm(Graph *g, Tensor *x, Tensor *w, Tensor *b)
     add_out(g, n, DT_F32, x->rows, 1, 0); /* mean */
     add_out(g, n, DT_F32, x->rows, 1, 0); /* rstd */
     run_node(g, n);
-    return y;
+    return stored(g, y);
 }
 
 /* Fills ln's gradient slots: d[0] for x, d[1] for w, d[2] for b. */
@@ -336,10 +415,14 @@ static void layernorm_bwd(Graph *g, const Node *ln, Tensor *dy, Tensor **d)
                        IN(dy, x, w, ln->out[1], ln->out[2]));
     n->a[0] = x->rows;
     n->a[1] = x->cols;
+    n->a[2] = g->seg;
     d[0] = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     d[1] = add_out(g, n, DT_F32, 1, x->cols, 1);
     d[2] = add_out(g, n, DT_F32, 1, x->cols, 1);
     run_node(g, n);
+    d[0] = stored(g, d[0]);
+    d[1] = stored_partial(g, d[1]);
+    d[2] = stored_partial(g, d[2]);
 }
 
 Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
@@ -347,22 +430,24 @@ Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
     int C = qkv->cols / 3;
     if (qkv->rows != B * T || qkv->cols % 3 || C % H)
         shape_fail("attention", qkv, qkv);
+    qkv = mxu_in(g, qkv);
     Node *n = new_node(g, KOP_ATTENTION, 1, IN(qkv));
     memcpy(n->a, (long[]){B, T, C, H}, 4 * sizeof(long));
     Tensor *y = add_out(g, n, DT_F32, B * T, C, 1);
     add_out(g, n, DT_F32, B * H, T, 0); /* lse */
     run_node(g, n);
-    return y;
+    return stored(g, y);
 }
 
 static Tensor *attention_bwd(Graph *g, const Node *att, Tensor *dy)
 {
+    dy = mxu_in(g, dy);
     Node *n = new_node(g, KOP_ATTENTION_BWD, 4,
                        IN(dy, att->in[0], att->out[0], att->out[1]));
     memcpy(n->a, att->a, sizeof n->a);
     Tensor *d = add_out(g, n, DT_F32, att->in[0]->rows, att->in[0]->cols, 1);
     run_node(g, n);
-    return d;
+    return stored(g, d);
 }
 
 Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
@@ -371,11 +456,12 @@ Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
     int C = qkv->cols / 3, nb = qkv->rows;
     if (kc->cols != C || kc->rows % nb || vc->numel != kc->numel)
         shape_fail("attention_step", qkv, kc);
+    qkv = mxu_in(g, qkv);
     Node *n = new_node(g, KOP_ATTENTION_STEP, 4, IN(qkv, kc, vc, pos));
     memcpy(n->a, (long[]){nb, kc->rows / nb, C, H}, 4 * sizeof(long));
     Tensor *y = add_out(g, n, DT_F32, nb, C, 0);
     run_node(g, n);
-    return y;
+    return stored(g, y);
 }
 
 Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
@@ -387,7 +473,7 @@ Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
     n->a[1] = logits->cols;
     Tensor *y = add_out(g, n, DT_F32, 1, 1, 1);
     run_node(g, n);
-    return y;
+    return stored(g, y);
 }
 
 static Tensor *xent_bwd(Graph *g, const Node *xe, Tensor *dy)
@@ -396,7 +482,7 @@ static Tensor *xent_bwd(Graph *g, const Node *xe, Tensor *dy)
     memcpy(n->a, xe->a, sizeof n->a);
     Tensor *d = add_out(g, n, DT_F32, xe->in[0]->rows, xe->in[0]->cols, 1);
     run_node(g, n);
-    return d;
+    return stored(g, d);
 }
 
 Tensor *g_fill(Graph *g, float value, int rows, int cols)
@@ -416,6 +502,7 @@ void g_adam(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v,
         shape_fail("adam", p, grad);
     Node *n = new_node(g, KOP_ADAM, 5, IN(p, grad, m, v, t));
     n->a[0] = p->numel;
+    n->a[1] = g->prec == PREC_BF16_PURE;
     memcpy(n->f, (float[]){lr, b1, b2, eps}, sizeof n->f);
     run_node(g, n);
 }
@@ -476,8 +563,8 @@ static void backward_matmul(Graph *g, const Node *n, Tensor *dy)
     Tensor *a = n->in[0], *b = n->in[1], *bias = n->in[2];
     if (wants(a))
         accumulate(g, a, g_matmul(g, dy, g_transpose(g, b), NULL));
-    if (wants(b))
-        accumulate(g, b, matmul_tn(g, a, dy));
+    if (wants(b)) /* products of bf16 values are exact in fp32: the matrix unit's sums */
+        accumulate(g, b, matmul_tn(g, mxu_in(g, a), mxu_in(g, dy)));
     if (wants(bias))
         accumulate(g, bias, sum_rows(g, dy));
 }
@@ -495,6 +582,7 @@ static void backward_node(Graph *g, Node n, Tensor *dy)
         break;
     case KOP_MATMUL: backward_matmul(g, &n, dy); break;
     case KOP_TRANSPOSE: accumulate(g, n.in[0], g_transpose(g, dy)); break;
+    case KOP_ROUND_BF16: accumulate(g, n.in[0], dy); break; /* straight through */
     case KOP_RELU: accumulate(g, n.in[0], relu_bwd(g, dy, n.out[0])); break;
     case KOP_LAYERNORM:
         layernorm_bwd(g, &n, dy, d);
@@ -1008,6 +1096,26 @@ static void add_value(struct emit *e, int64_t ref, long bytes, int first)
     e->nval++;
 }
 
+/* The device runs a stretch of consecutive all-reduces as one collective,
+ * all at once; so within it no buffer may be reused: every operand lives
+ * from the stretch's first instruction to its last. */
+static void widen_collectives(struct emit *e)
+{
+    for (int k0 = 0; k0 < e->nk;) {
+        int k1 = k0;
+        while (k1 < e->nk && e->tr->nodes[e->order[k1]].op == KOP_ALL_REDUCE)
+            k1++;
+        for (int i = 0; k1 > k0 && i < e->nval; i++) {
+            struct value *v = &e->val[i];
+            if (v->first >= k0 && v->first < k1)
+                v->first = k0;
+            if (v->last >= k0 && v->last < k1)
+                v->last = k1 - 1;
+        }
+        k0 = k1 > k0 ? k1 : k0 + 1;
+    }
+}
+
 static void collect_values(struct emit *e)
 {
     const struct trace *tr = e->tr;
@@ -1030,6 +1138,7 @@ static void collect_values(struct emit *e)
     for (int r = 0; r < tr->nroots; r++)
         if (!IS_SLOT(tr->roots[r]))
             e->val[e->where[tr->roots[r]]].last = e->nk; /* read after the run */
+    widen_collectives(e);
 }
 
 static struct place place_of(const struct emit *e, const long *off_of, int64_t r)
@@ -1098,6 +1207,58 @@ static void record_plan(Graph *g, const struct value *v, int n)
     }
 }
 
+static void fmt_bytes(char *buf, size_t n, double b)
+{
+    if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, n, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024)
+        snprintf(buf, n, "%.1f MiB", b / (1024.0 * 1024));
+    else
+        snprintf(buf, n, "%.1f KiB", b / 1024.0);
+}
+
+/* "op f32[r,c] 1.5 MiB" for value i of the plan. */
+static void value_name(char *buf, size_t n, const struct emit *e, long i)
+{
+    int64_t r = e->val[i].ref;
+    char sz[32];
+    fmt_bytes(sz, sizeof sz, (double)e->val[i].bytes);
+    if (IS_SLOT(r)) {
+        const Tensor *t = e->tr->slot[r & (SLOT_BIT - 1)];
+        snprintf(buf, n, "input %s[%d,%d] %s", t->dtype == DT_I32 ? "s32" : "f32", t->rows,
+                 t->cols, sz);
+        return;
+    }
+    const struct tnode *t = &e->tr->nodes[REF_NODE(r)];
+    snprintf(buf, n, "%s f32[%d,%d] %s", kop_name(t->op), t->rows[REF_IDX(r)],
+             t->cols[REF_IDX(r)], sz);
+}
+
+/* XLA refuses at compile time a program whose buffers do not fit a core's
+ * HBM; so do we, naming the biggest buffers as its RESOURCE_EXHAUSTED
+ * error does. Resident buffers (weights, optimizer state) count too. */
+static void check_hbm(const struct emit *e, const struct value *sorted, size_t arena)
+{
+    size_t resident = 0, hbm = xs_hbm();
+    for (int s = 0; s < e->tr->nslots; s++)
+        if (e->tr->slot[s]->kind != TK_INPUT)
+            resident += (size_t)e->tr->slot[s]->numel * 4;
+    if (!hbm || arena + resident <= hbm)
+        return;
+    char need[32], a[32], r[32], have[32], big[3][96] = {"", "", ""};
+    fmt_bytes(need, sizeof need, (double)(arena + resident));
+    fmt_bytes(a, sizeof a, (double)arena);
+    fmt_bytes(r, sizeof r, (double)resident);
+    fmt_bytes(have, sizeof have, (double)hbm);
+    for (int i = 0; i < 3 && i < e->nval; i++)
+        value_name(big[i], sizeof big[i], e, sorted[i].ref);
+    fprintf(stderr, "gpt: RESOURCE_EXHAUSTED: compiling a program of %d kernels: it needs "
+            "%s of HBM per core (%s arena + %s weights and state), %s has %s per core "
+            "(--hbm); largest buffers: %s; %s; %s\n", e->nk, need, a, r,
+            xs_device_name(), have, big[0], big[1], big[2]);
+    exit(1);
+}
+
 /* Plans memory for the surviving nodes and emits the program. */
 static Program *lower(Graph *g, const struct trace *tr)
 {
@@ -1118,6 +1279,7 @@ static Program *lower(Graph *g, const struct trace *tr)
     long *off_of = xcalloc((size_t)e.nval, sizeof *off_of);
     for (int i = 0; i < e.nval; i++)
         off_of[sorted[i].ref] = sorted[i].off;
+    check_hbm(&e, sorted, arena);
     record_plan(g, sorted, e.nval);
     Program *p = emit_program(&e, off_of, arena);
     memset(g->kernels, 0, sizeof g->kernels);
@@ -1358,21 +1520,37 @@ static Program *get_program(Graph *g, struct trace *tr, const char *why)
     return p;
 }
 
+/* Binds every core's slots: core c's buffer of each external tensor, then
+ * the roots (the host reads core 0's; the other cores' go to scratch). */
+static void **bind_slots(Graph *g, const struct trace *tr, const Program *p)
+{
+    int nc = g->cores;
+    void **slots = xcalloc((size_t)nc * (size_t)p->nslots, sizeof *slots);
+    for (int c = 0; c < nc; c++) {
+        void **sc = slots + (size_t)c * p->nslots;
+        for (int s = 0; s < tr->nslots; s++)
+            sc[s] = tr->slot[s]->rep ? tr->slot[s]->rep[c] : tr->slot[s]->data;
+        for (int r = 0; r < tr->nroots; r++) {
+            Tensor *t = tr->root_t[r];
+            sc[tr->nslots + r] = arena_alloc(&g->data, (size_t)t->numel * 4);
+            if (!c)
+                t->data = sc[tr->nslots + r];
+        }
+    }
+    return slots;
+}
+
 static void cut(Graph *g, Tensor *const *roots, int nroots, const char *why)
 {
     struct trace tr;
     trace_build(g, roots, nroots, &tr);
     if (tr.n > 0) {
         Program *p = get_program(g, &tr, why);
-        void **slots = xcalloc((size_t)p->nslots, sizeof *slots);
-        for (int s = 0; s < tr.nslots; s++)
-            slots[s] = tr.slot[s]->data;
-        for (int r = 0; r < tr.nroots; r++) {
-            Tensor *t = tr.root_t[r];
-            t->data = arena_alloc(&g->data, (size_t)t->numel * 4);
-            slots[tr.nslots + r] = t->data;
-        }
-        xs_run(p, slots);
+        void **slots = bind_slots(g, &tr, p);
+        void *const *per_core[XS_MAX_CORES];
+        for (int c = 0; c < g->cores; c++)
+            per_core[c] = slots + (size_t)c * p->nslots;
+        xs_run_replicated(p, g->cores, per_core);
         free(slots);
     }
     trace_free(&tr);

@@ -20,7 +20,8 @@ typedef struct Tensor {
     int dtype, kind;
     int rows, cols; /* every tensor is a matrix; a vector has rows = 1 */
     long numel;
-    void *data;        /* [rows,cols] of dtype */
+    void *data;        /* [rows,cols] of dtype; core 0's when replicated */
+    void **rep;        /* [cores] each core's buffer, or NULL: one for all */
     int node;          /* index of the producing node, -1 for a leaf */
     int requires_grad; /* a gradient must flow back into it */
 } Tensor;
@@ -64,6 +65,25 @@ Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
 /* Mean cross-entropy [1] over rows whose target is >= 0. */
 Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets);
 Tensor *g_fill(Graph *g, float value, int rows, int cols);
+
+/* ---- data parallelism and precision ----
+ * With n cores (lazy mode only) a trace describes one core's shard of the
+ * batch, and each cut runs it on simulated cores xla:0..n-1 at once. A
+ * leaf made by g_leaf_rep has a buffer per core; a plain leaf is shared by
+ * all cores and must not be written by the program. n is a power of two. */
+void g_set_cores(Graph *g, int n);
+int g_cores(const Graph *g);
+/* A leaf with data[c] as core c's buffer (the array is copied). */
+Tensor *g_leaf_rep(Graph *g, int kind, int dtype, void *const *data, int rows, int cols);
+/* The mean over cores of x, on every core; x itself with one core. */
+Tensor *g_all_reduce(Graph *g, Tensor *x);
+/* Rows per example (0: off): the backward reductions over rows then sum
+ * per-example leaves in a fixed tree, so gradients do not depend on how
+ * the batch is split over cores. */
+void g_set_example_rows(Graph *g, int rows);
+/* enum precision for the ops recorded from now on. */
+void g_set_precision(Graph *g, int precision);
+int g_precision(const Graph *g);
 
 /* Records the backward pass of y. dy is the upstream gradient (same shape
  * as y), or NULL when y is a scalar loss (seed 1). */

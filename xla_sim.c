@@ -6,12 +6,13 @@
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
+#include <omp.h>
 
 static const char *const kop_names[KOP_COUNT] = {
     "embed", "embed_bwd", "add", "matmul", "matmul_tn", "transpose",
     "sum_rows", "relu", "relu_bwd", "layernorm", "layernorm_bwd",
     "attention", "attention_bwd", "attention_step", "xent", "xent_bwd",
-    "fill", "adam", "matmul_ex", "add_n",
+    "fill", "adam", "round_bf16", "all_reduce", "matmul_ex", "add_n",
 };
 
 const char *kop_name(int op)
@@ -85,6 +86,36 @@ static void exec_add_n(const struct kinstr *k)
     k_add_n(k->out[0], xs, m, k->a[0]);
 }
 
+/* KOP_MATMUL is KOP_MATMUL_EX without epilogue inputs (in[3], in[4] are
+ * NULL for it) and without ReLU. */
+static void exec_matmul(const struct kinstr *k)
+{
+    const long *a = k->a;
+    int relu = k->op == KOP_MATMUL_EX && k->f[0] != 0;
+    const float *r1 = k->op == KOP_MATMUL_EX ? k->in[3] : NULL;
+    const float *r2 = k->op == KOP_MATMUL_EX ? k->in[4] : NULL;
+    if (k->f[1] != 0)
+        k_matmul_bf16(k->out[0], k->in[0], k->in[1], k->in[2], r1, r2, relu, a[0], a[1], a[2]);
+    else if (k->op == KOP_MATMUL)
+        k_matmul(k->out[0], k->in[0], k->in[1], k->in[2], a[0], a[1], a[2]);
+    else
+        k_matmul_ex(k->out[0], k->in[0], k->in[1], k->in[2], r1, r2, relu, a[0], a[1], a[2]);
+}
+
+/* With a[1] set the parameter and both moments are stored as bf16, as
+ * XLA_USE_BF16 stores every float tensor. */
+static void exec_adam(const struct kinstr *k)
+{
+    float *p = k->in[0], *m = k->in[2], *v = k->in[3];
+    k_adam(p, m, v, k->in[1], k->a[0], k->f[0], k->f[1], k->f[2], k->f[3],
+           *(const int32_t *)k->in[4]);
+    if (k->a[1]) {
+        k_round_bf16(p, p, k->a[0]);
+        k_round_bf16(m, m, k->a[0]);
+        k_round_bf16(v, v, k->a[0]);
+    }
+}
+
 static void dispatch(const struct kinstr *k)
 {
     const long *a = k->a;
@@ -92,20 +123,40 @@ static void dispatch(const struct kinstr *k)
     void *const *out = k->out;
     switch (k->op) {
     case KOP_EMBED: k_embed(out[0], in[0], in[1], a[0], a[1], a[2]); break;
-    case KOP_EMBED_BWD: k_embed_bwd(out[0], in[0], in[1], a[0], a[1], a[2]); break;
+    case KOP_EMBED_BWD:
+        if (a[3] > 0)
+            k_embed_bwd_seg(out[0], in[0], in[1], a[0], a[1], a[2], a[3]);
+        else
+            k_embed_bwd(out[0], in[0], in[1], a[0], a[1], a[2]);
+        break;
     case KOP_ADD: k_add(out[0], in[0], in[1], a[0]); break;
-    case KOP_MATMUL: k_matmul(out[0], in[0], in[1], in[2], a[0], a[1], a[2]); break;
-    case KOP_MATMUL_TN: k_matmul_tn(out[0], in[0], in[1], a[0], a[1], a[2]); break;
+    case KOP_MATMUL:
+    case KOP_MATMUL_EX: exec_matmul(k); break;
+    case KOP_MATMUL_TN:
+        if (a[3] > 0)
+            k_matmul_tn_seg(out[0], in[0], in[1], a[0], a[1], a[2], a[3]);
+        else
+            k_matmul_tn(out[0], in[0], in[1], a[0], a[1], a[2]);
+        break;
     case KOP_TRANSPOSE: k_transpose(out[0], in[0], a[0], a[1]); break;
-    case KOP_SUM_ROWS: k_sum_rows(out[0], in[0], a[0], a[1]); break;
+    case KOP_SUM_ROWS:
+        if (a[2] > 0)
+            k_sum_rows_seg(out[0], in[0], a[0], a[1], a[2]);
+        else
+            k_sum_rows(out[0], in[0], a[0], a[1]);
+        break;
     case KOP_RELU: k_relu(out[0], in[0], a[0]); break;
     case KOP_RELU_BWD: k_relu_bwd(out[0], in[0], in[1], a[0]); break;
     case KOP_LAYERNORM:
         k_layernorm(out[0], out[1], out[2], in[0], in[1], in[2], a[0], a[1]);
         break;
     case KOP_LAYERNORM_BWD:
-        k_layernorm_bwd(out[0], out[1], out[2], in[0], in[1], in[2], in[3],
-                        in[4], a[0], a[1]);
+        if (a[2] > 0)
+            k_layernorm_bwd_seg(out[0], out[1], out[2], in[0], in[1], in[2], in[3],
+                                in[4], a[0], a[1], a[2]);
+        else
+            k_layernorm_bwd(out[0], out[1], out[2], in[0], in[1], in[2], in[3],
+                            in[4], a[0], a[1]);
         break;
     case KOP_ATTENTION:
     case KOP_ATTENTION_BWD:
@@ -113,12 +164,11 @@ static void dispatch(const struct kinstr *k)
     case KOP_XENT: k_xent(out[0], in[0], in[1], a[0], a[1]); break;
     case KOP_XENT_BWD: k_xent_bwd(out[0], in[0], in[1], in[2], a[0], a[1]); break;
     case KOP_FILL: fill(out[0], a[0], k->f[0]); break;
-    case KOP_ADAM:
-        k_adam(in[0], in[2], in[3], in[1], a[0], k->f[0], k->f[1], k->f[2],
-               k->f[3], *(const int32_t *)in[4]);
-        break;
-    case KOP_MATMUL_EX:
-        k_matmul_ex(out[0], in[0], in[1], in[2], in[3], in[4], k->f[0] != 0, a[0], a[1], a[2]);
+    case KOP_ADAM: exec_adam(k); break;
+    case KOP_ROUND_BF16: k_round_bf16(out[0], in[0], a[0]); break;
+    case KOP_ALL_REDUCE: /* alone (one core), the tree of one part */
+        for (long i = 0; i < a[0]; i++)
+            ((float *)out[0])[i] = ((const float *)in[0])[i] * k->f[0];
         break;
     case KOP_ADD_N: exec_add_n(k); break;
     default: break;
@@ -152,10 +202,14 @@ void xs_exec(const struct kinstr *k)
     }
     double t0 = now_seconds();
     dispatch(k);
+    double dt = now_seconds() - t0, fl = kop_flops(k);
     struct kstat *s = &prof[k->op];
-    s->seconds += now_seconds() - t0;
-    s->calls++;
-    s->flops += kop_flops(k);
+#pragma omp critical(xs_profile)
+    {
+        s->seconds += dt;
+        s->calls++;
+        s->flops += fl;
+    }
 }
 
 void xs_profile_report(FILE *f)
@@ -176,25 +230,79 @@ void xs_profile_report(FILE *f)
     }
 }
 
+/* ---- the simulated board ---- */
+
+/* Public figures (Google Cloud TPU documentation, system architecture
+ * pages): HBM per chip divided among the devices PyTorch/XLA sees on it.
+ * v2 and v3 chips hold two TensorCores, each its own device; v4 and v5p
+ * fuse theirs into one "megacore" device per chip; v5e and v6e chips have
+ * one core. */
+static const struct tpu_spec tpus[] = {
+    {"v2-8", 8, 8, "4 chips x 2 cores, 16 GiB HBM per chip"},
+    {"v3-8", 8, 16, "4 chips x 2 cores, 32 GiB HBM per chip"},
+    {"v4-8", 4, 32, "4 chips, one megacore device each, 32 GiB HBM per chip"},
+    {"v5e-8", 8, 16, "8 chips x 1 core, 16 GiB HBM per chip"},
+    {"v5p-8", 4, 95, "4 chips, one megacore device each, 95 GiB HBM per chip"},
+    {"v6e-8", 8, 32, "8 chips x 1 core, 32 GiB HBM per chip"},
+};
+#define NTPUS (int)(sizeof tpus / sizeof *tpus)
+
+const struct tpu_spec *xs_tpu(const char *name)
+{
+    for (int i = 0; i < NTPUS; i++)
+        if (!strcmp(tpus[i].name, name))
+            return &tpus[i];
+    return NULL;
+}
+
+const char *xs_tpu_names(void)
+{
+    static char buf[256];
+    if (!buf[0])
+        for (int i = 0; i < NTPUS; i++)
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? ", " : "",
+                     tpus[i].name);
+    return buf;
+}
+
+static struct {
+    char name[64];
+    int cores;
+    size_t hbm;
+} board = {"xla", 1, (size_t)16 << 30};
+
+void xs_set_device(const char *name, int cores, size_t hbm_bytes)
+{
+    snprintf(board.name, sizeof board.name, "%s", name);
+    board.cores = cores < 1 ? 1 : cores > XS_MAX_CORES ? XS_MAX_CORES : cores;
+    board.hbm = hbm_bytes;
+}
+
+int xs_cores(void) { return board.cores; }
+size_t xs_hbm(void) { return board.hbm; }
+const char *xs_device_name(void) { return board.name; }
+
 /* ---- compiled programs ---- */
 
-/* The device's memory: one arena, grown to the largest plan seen. A replay
- * of a cached program allocates nothing. */
-static unsigned char *dev_arena;
-static size_t dev_arena_cap;
+/* Each core's memory: one arena, grown to the largest plan it has run. A
+ * replay of a cached program allocates nothing. */
+static unsigned char *dev_arena[XS_MAX_CORES];
+static size_t dev_arena_cap[XS_MAX_CORES];
+static double core_busy[XS_MAX_CORES]; /* seconds each core spent in kernels */
+static int cores_seen = 1;
 
-static unsigned char *device_arena(size_t bytes)
+static unsigned char *device_arena(int core, size_t bytes)
 {
-    if (bytes > dev_arena_cap) {
-        free(dev_arena);
-        dev_arena = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-        if (!dev_arena) {
-            fprintf(stderr, "gpt: out of memory (device arena of %zu bytes)\n", bytes);
+    if (bytes > dev_arena_cap[core]) {
+        free(dev_arena[core]);
+        dev_arena[core] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (!dev_arena[core]) {
+            fprintf(stderr, "gpt: out of memory (xla:%d arena of %zu bytes)\n", core, bytes);
             exit(1);
         }
-        dev_arena_cap = bytes;
+        dev_arena_cap[core] = bytes;
     }
-    return dev_arena;
+    return dev_arena[core];
 }
 
 void program_free(Program *p)
@@ -216,17 +324,23 @@ static void *resolve(const struct place *pl, unsigned char *arena, void *const *
     }
 }
 
-static void run_instrs(const Program *p, unsigned char *arena, void *const *slots)
+static struct kinstr bind(const struct pinstr *pi, unsigned char *arena, void *const *slots)
 {
-    for (int i = 0; i < p->n; i++) {
-        const struct pinstr *pi = &p->ins[i];
-        struct kinstr k = {.op = pi->op};
-        for (int j = 0; j < KMAX_IN; j++)
-            k.in[j] = resolve(&pi->in[j], arena, slots);
-        for (int j = 0; j < KMAX_OUT; j++)
-            k.out[j] = resolve(&pi->out[j], arena, slots);
-        memcpy(k.a, pi->a, sizeof k.a);
-        memcpy(k.f, pi->f, sizeof k.f);
+    struct kinstr k = {.op = pi->op};
+    for (int j = 0; j < KMAX_IN; j++)
+        k.in[j] = resolve(&pi->in[j], arena, slots);
+    for (int j = 0; j < KMAX_OUT; j++)
+        k.out[j] = resolve(&pi->out[j], arena, slots);
+    memcpy(k.a, pi->a, sizeof k.a);
+    memcpy(k.f, pi->f, sizeof k.f);
+    return k;
+}
+
+/* Instructions [i0, i1) on one core. */
+static void run_instrs(const Program *p, int i0, int i1, unsigned char *arena, void *const *slots)
+{
+    for (int i = i0; i < i1; i++) {
+        struct kinstr k = bind(&p->ins[i], arena, slots);
         xs_exec(&k);
     }
 }
@@ -234,24 +348,114 @@ static void run_instrs(const Program *p, unsigned char *arena, void *const *slot
 static void transfer(const struct transfer *t, int n, unsigned char *arena,
                      void *const *slots, int to_device)
 {
-    double t0 = now_seconds();
     for (int i = 0; i < n; i++) {
         if (to_device)
             memcpy(arena + t[i].at, slots[t[i].slot], (size_t)t[i].bytes);
         else
             memcpy(slots[t[i].slot], arena + t[i].at, (size_t)t[i].bytes);
     }
+}
+
+static void transfer_all(const Program *p, int n, unsigned char **arena,
+                         void *const *const *slots, int to_device)
+{
+    double t0 = now_seconds();
+    for (int c = 0; c < n; c++) {
+        if (to_device)
+            transfer(p->tin, p->nin, arena[c], slots[c], 1);
+        else
+            transfer(p->tout, p->nout, arena[c], slots[c], 0);
+    }
     xs_metric_add(to_device ? M_TO_DEVICE : M_FROM_DEVICE, now_seconds() - t0);
 }
 
 void xs_run(const Program *p, void *const *slots)
 {
-    unsigned char *arena = device_arena(p->arena_bytes);
-    transfer(p->tin, p->nin, arena, slots, 1);
+    unsigned char *arena = device_arena(0, p->arena_bytes);
+    transfer_all(p, 1, &arena, &slots, 1);
     double t0 = now_seconds();
-    run_instrs(p, arena, slots);
-    xs_metric_add(M_EXECUTE, now_seconds() - t0);
-    transfer(p->tout, p->nout, arena, slots, 0);
+    run_instrs(p, 0, p->n, arena, slots);
+    double dt = now_seconds() - t0;
+    core_busy[0] += dt;
+    xs_metric_add(M_EXECUTE, dt);
+    transfer_all(p, 1, &arena, &slots, 0);
+}
+
+/* One all-reduce on every core: core 0's result is the tree over the
+ * cores' inputs in core order, scaled; the others receive a copy, so the
+ * replicas hold the same bits. */
+static void all_reduce(const struct pinstr *pi, int n, unsigned char **arena,
+                       void *const *const *slots)
+{
+    const float *parts[XS_MAX_CORES];
+    float *out[XS_MAX_CORES];
+    size_t len = (size_t)pi->a[0];
+    for (int c = 0; c < n; c++) {
+        parts[c] = resolve(&pi->in[0], arena[c], slots[c]);
+        out[c] = resolve(&pi->out[0], arena[c], slots[c]);
+    }
+    k_tree_sum(out[0], parts, n, len);
+    for (size_t i = 0; i < len; i++)
+        out[0][i] *= pi->f[0]; /* 1/n, a power of two: exact */
+    for (int c = 1; c < n; c++)
+        memcpy(out[c], out[0], len * sizeof(float));
+}
+
+/* Instructions [i0, i1), free of all-reduces, on every core at once. There
+ * is no barrier inside: each core runs its stretch alone, one thread. */
+static void run_stretch(const Program *p, int i0, int i1, int n, unsigned char **arena,
+                        void *const *const *slots)
+{
+    int threads = omp_get_max_threads() < n ? omp_get_max_threads() : n;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int c = 0; c < n; c++) {
+        double t0 = now_seconds();
+        run_instrs(p, i0, i1, arena[c], slots[c]);
+        core_busy[c] += now_seconds() - t0;
+    }
+}
+
+/* The consecutive all-reduces from i0 (XLA's combiner would fuse them
+ * into one): independent of each other, so they share the threads. */
+static int run_all_reduces(const Program *p, int i0, int n, unsigned char **arena,
+                           void *const *const *slots)
+{
+    int i1 = i0;
+    long bytes = 0;
+    while (i1 < p->n && p->ins[i1].op == KOP_ALL_REDUCE)
+        bytes += p->ins[i1++].a[0] * 4;
+    double t0 = now_seconds();
+#pragma omp parallel for schedule(dynamic)
+    for (int i = i0; i < i1; i++)
+        all_reduce(&p->ins[i], n, arena, slots);
+    xs_metric_add(M_ALL_REDUCE, now_seconds() - t0);
+    xs_counter_add(C_ALL_REDUCE, i1 - i0);
+    xs_counter_add(C_ALL_REDUCE_BYTES, bytes);
+    return i1;
+}
+
+void xs_run_replicated(const Program *p, int n, void *const *const *slots)
+{
+    if (n <= 1) {
+        xs_run(p, slots[0]);
+        return;
+    }
+    unsigned char *arena[XS_MAX_CORES];
+    for (int c = 0; c < n; c++)
+        arena[c] = device_arena(c, p->arena_bytes);
+    cores_seen = n > cores_seen ? n : cores_seen;
+    transfer_all(p, n, arena, slots, 1);
+    double t0 = now_seconds();
+    for (int i = 0; i < p->n;) {
+        int j = i;
+        while (j < p->n && p->ins[j].op != KOP_ALL_REDUCE)
+            j++;
+        if (j > i)
+            run_stretch(p, i, j, n, arena, slots);
+        i = j < p->n ? run_all_reduces(p, j, n, arena, slots) : j;
+    }
+    xs_metric_add(M_EXECUTE_REPLICATED, now_seconds() - t0);
+    transfer_all(p, n, arena, slots, 0);
 }
 
 /* ---- metrics ---- */
@@ -265,9 +469,11 @@ struct metric {
 static struct metric metrics[M_COUNT];
 static long counters[C_COUNTERS];
 static const char *const metric_names[M_COUNT] = {
-    "CompileTime", "ExecuteTime", "TransferToDeviceTime", "TransferFromDeviceTime"};
+    "CompileTime", "ExecuteTime", "ExecuteReplicatedTime", "AllReduceTime",
+    "TransferToDeviceTime", "TransferFromDeviceTime"};
 static const char *const counter_names[C_COUNTERS] = {
-    "CachedCompile", "UncachedCompile", "MarkStep", "HostReadCut"};
+    "CachedCompile", "UncachedCompile", "MarkStep", "HostReadCut", "AllReduce",
+    "AllReduceBytes"};
 
 void xs_metric_add(int m, double seconds)
 {
@@ -298,6 +504,8 @@ void xs_metrics_reset(void)
         memset(&metrics[i], 0, sizeof metrics[i]);
     }
     memset(counters, 0, sizeof counters);
+    memset(core_busy, 0, sizeof core_busy);
+    cores_seen = 1;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -337,11 +545,26 @@ static void report_metric(FILE *f, int m)
     free(sorted);
 }
 
+/* Per core: time in kernels, so that imbalance or an oversubscribed host
+ * (more simulated cores than threads) shows. */
+static void report_cores(FILE *f)
+{
+    if (cores_seen < 2)
+        return;
+    for (int c = 0; c < cores_seen; c++) {
+        fprintf(f, "Device: xla:%d (%s)\n  BusyTime: ", c, board.name);
+        print_duration(f, core_busy[c]);
+        fprintf(f, "\n  ArenaBytes: %zu\n", dev_arena_cap[c]);
+    }
+}
+
 void xs_metrics_report(FILE *f)
 {
     for (int m = 0; m < M_COUNT; m++)
         if (metrics[m].n)
             report_metric(f, m);
     for (int c = 0; c < C_COUNTERS; c++)
-        fprintf(f, "Counter: %s\n  Value: %ld\n", counter_names[c], counters[c]);
+        if (counters[c] || c < C_ALL_REDUCE)
+            fprintf(f, "Counter: %s\n  Value: %ld\n", counter_names[c], counters[c]);
+    report_cores(f);
 }

@@ -24,7 +24,8 @@ static const struct {
     void (*run)(void);
 } suites[] = {
     {"kernels", test_kernels}, {"grads", test_grads}, {"model", test_model},
-    {"ckpt", test_ckpt},       {"xla", test_xla},     {"cli", test_cli},
+    {"ckpt", test_ckpt},       {"xla", test_xla},     {"tpu", test_tpu},
+    {"cli", test_cli},
 };
 
 int main(int argc, char **argv)

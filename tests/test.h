@@ -28,5 +28,6 @@ void test_model(void);
 void test_ckpt(void);
 void test_cli(void);
 void test_xla(void);
+void test_tpu(void);
 
 #endif

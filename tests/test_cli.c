@@ -127,6 +127,13 @@ static void check_refusals(void)
         {"./gpt train " SMALL " --out tests/tmp/t1", 2, "tests/tmp/t1 already holds checkpoints"},
         {"./gpt sample --ckpt tests/tmp/nothing", 1, "tests/tmp/nothing"},
         {"./gpt eval --ckpt tests/tmp/t1 --data tests/tmp/empty.txt", 1, "empty"},
+        {"./gpt train --cores 3", 2, "--cores must be a power of two"},
+        {"./gpt train --tpu v9-8", 2, "--tpu must be one of v2-8"},
+        {"./gpt train --batch 4 --tpu v2-8", 2, "--batch 4 does not split evenly over 8 cores"},
+        {"./gpt train --device cpu --cores 2", 2, "need --device xla"},
+        {"./gpt train --precision fp16", 2, "--precision must be fp32, bf16 or bf16-pure"},
+        {"./gpt train --hbm lots", 2, "--hbm must be a size"},
+        {"./gpt sample --ckpt tests/tmp/t1 --precision bf8", 2, "--precision"},
     };
     write_file("tests/tmp/empty.txt", "", 0);
     write_file("tests/tmp/short.txt", "only forty bytes of text, not enough....", 40);
@@ -232,6 +239,42 @@ static void check_sigterm(void)
     CHECK(rc == 2 && strstr(out, "--embed 64 conflicts"), "conflicting resume: %d %s", rc, out);
 }
 
+/* The issue's promise: a simulated v3-8 (8 cores) writes the checkpoint a
+ * single core writes; resuming on another layout changes nothing; the
+ * bf16 paths agree with and without vdpbf16ps; too little HBM is refused
+ * before the first step. */
+static void check_tpu(void)
+{
+    char out[65536];
+    run("rm -rf tests/tmp/c1 tests/tmp/c8 tests/tmp/c2 tests/tmp/h1 tests/tmp/bn tests/tmp/be", out,
+        sizeof out);
+    int rc = run("./gpt train " SMALL " --batch 8 --steps 20 --out tests/tmp/c1 --cores 1", out,
+                 sizeof out);
+    CHECK(rc == 0, "--cores 1 failed: %s", out);
+    rc = run("./gpt train " SMALL " --batch 8 --steps 20 --out tests/tmp/c8 --tpu v3-8 --metrics",
+             out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "ExecuteReplicatedTime") && strstr(out, "AllReduceBytes") &&
+              strstr(out, "Device: xla:7"), "--tpu v3-8 run or its metrics failed: %s", out);
+    CHECK(same_file("tests/tmp/c1/ckpt-00000020.safetensors", "tests/tmp/c8/ckpt-00000020.safetensors"),
+          "--tpu v3-8 and --cores 1 wrote different checkpoints");
+    rc = run("./gpt train " SMALL " --batch 8 --steps 10 --out tests/tmp/c2 --cores 8 && "
+             "./gpt train --steps 20 --out tests/tmp/c2 --resume --cores 2 --data tests/tmp/d.txt",
+             out, sizeof out);
+    CHECK(rc == 0 && same_file("tests/tmp/c1/ckpt-00000020.safetensors",
+                               "tests/tmp/c2/ckpt-00000020.safetensors"),
+          "8 cores resumed on 2 differ from 1 core (rc %d): %s", rc, out);
+    rc = run("./gpt train " SMALL " --steps 10 --out tests/tmp/bn --precision bf16 && "
+             "GPT_BF16=emulate ./gpt train " SMALL " --steps 10 --out tests/tmp/be --precision bf16",
+             out, sizeof out);
+    CHECK(rc == 0 && same_file("tests/tmp/bn/ckpt-00000010.safetensors",
+                               "tests/tmp/be/ckpt-00000010.safetensors"),
+          "bf16 with and without vdpbf16ps differ (rc %d): %s", rc, out);
+    rc = run("./gpt train " SMALL " --steps 10 --out tests/tmp/h1 --hbm 256K", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "RESOURCE_EXHAUSTED") && strstr(out, "largest buffers") &&
+              !strstr(out, "step      0") && !has_ckpt("tests/tmp/h1"),
+          "a program over --hbm was not refused before the first step (rc %d): %s", rc, out);
+}
+
 void test_cli(void)
 {
     make_data();
@@ -241,4 +284,5 @@ void test_cli(void)
     check_learning();
     check_sample_eval();
     check_refusals();
+    check_tpu();
 }

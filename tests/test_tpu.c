@@ -1,0 +1,131 @@
+/* tests/test_tpu.c: simulated TPU cores and bf16. Data parallel training
+ * gives the same bits for 1, 2, 4 and 8 cores and 1 or 2 threads, with
+ * identical replicas; bf16 modes do what they say and keep the devices
+ * and layouts in agreement. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpt.h"
+#include "test.h"
+
+static const Config cfg = {VOCAB, 32, 32, 64, 4, 2};
+
+static void fill(Batch *b, uint64_t seed)
+{
+    Rng r;
+    rng_seed(&r, seed, 11);
+    for (int i = 0; i < b->B * b->T; i++)
+        b->tok[i] = 32 + (int)(rng_next(&r) % 90);
+    batch_finish(b);
+}
+
+/* Trains `steps` steps of a fresh model on `cores` cores (0: the eager cpu
+ * device) in the given precision; m is left for the caller to inspect. */
+static float train(Model *m, int cores, int prec, int steps)
+{
+    model_init(m, &cfg, 21);
+    Graph *g = g_new();
+    g_set_lazy(g, cores > 0);
+    g_set_precision(g, prec);
+    model_set_cores(m, cores > 0 ? cores : 1);
+    Batch b;
+    batch_alloc(&b, 8, 32);
+    float loss = 0;
+    for (int s = 0; s < steps; s++) {
+        fill(&b, (uint64_t)s);
+        loss = model_train_step(m, g, &b, 3e-3f);
+    }
+    batch_free(&b);
+    g_free(g);
+    return loss;
+}
+
+static int same_state(const Model *a, const Model *b, int core)
+{
+    size_t n = a->nw * sizeof(float);
+    return !memcmp(a->w, model_replica(b, core, 0), n) &&
+           !memcmp(a->m, model_replica(b, core, 1), n) &&
+           !memcmp(a->v, model_replica(b, core, 2), n);
+}
+
+/* One precision: the eager device on one core is the reference; every
+ * core count and thread count must reproduce it, on every replica. */
+static void check_layouts(int prec, const char *name)
+{
+    Model ref;
+    train(&ref, 0, prec, 6);
+    int keep = omp_get_max_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        for (int cores = 1; cores <= 8; cores *= 2) {
+            Model m;
+            train(&m, cores, prec, 6);
+            int same = 1;
+            for (int c = 0; c < cores; c++)
+                same &= same_state(&ref, &m, c);
+            CHECK(same, "%s: %d cores, %d threads: weights or replicas differ from one core",
+                  name, cores, threads);
+            model_free(&m);
+        }
+    }
+    omp_set_num_threads(keep);
+    model_free(&ref);
+}
+
+/* The replicated program: one all-reduce per gradient and the loss, one
+ * compile for all steps, and the all-reduce metrics move. */
+static void check_program(void)
+{
+    long u0 = xs_counter(C_UNCACHED), ar0 = xs_counter(C_ALL_REDUCE);
+    long rep0 = xs_metric_samples(M_EXECUTE_REPLICATED);
+    Model m;
+    train(&m, 4, PREC_FP32, 3);
+    long ar = xs_counter(C_ALL_REDUCE) - ar0;
+    CHECK(xs_counter(C_UNCACHED) - u0 == 1, "3 steps on 4 cores: %ld compiles",
+          xs_counter(C_UNCACHED) - u0);
+    CHECK(ar == 3L * (m.np + 1), "3 steps: %ld all-reduces, want %d", ar, 3 * (m.np + 1));
+    CHECK(xs_metric_samples(M_EXECUTE_REPLICATED) - rep0 == 3, "ExecuteReplicatedTime has %ld "
+          "samples for 3 steps", xs_metric_samples(M_EXECUTE_REPLICATED) - rep0);
+    model_free(&m);
+}
+
+static int all_bf16(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        if (u & 0xffff)
+            return 0;
+    }
+    return 1;
+}
+
+/* bf16 keeps fp32 master weights and state; bf16-pure stores them as
+ * bf16. Both stay near fp32 over a few steps, and neither equals it. */
+static void check_precisions(void)
+{
+    Model f, h, p;
+    float lf = train(&f, 1, PREC_FP32, 6);
+    float lh = train(&h, 1, PREC_BF16, 6);
+    float lp = train(&p, 1, PREC_BF16_PURE, 6);
+    CHECK(!all_bf16(h.w, h.nw) && all_bf16(p.w, p.nw) && all_bf16(p.m, p.nw) &&
+              all_bf16(p.v, p.nw), "bf16 must keep fp32 weights, bf16-pure bf16 ones");
+    CHECK(memcmp(f.w, h.w, f.nw * 4) && memcmp(f.w, p.w, f.nw * 4),
+          "bf16 modes left the weights as fp32 computes them");
+    CHECK(fabsf(lh - lf) < 0.05f && fabsf(lp - lf) < 0.1f,
+          "losses after 6 steps: fp32 %g, bf16 %g, bf16-pure %g", lf, lh, lp);
+    model_free(&f);
+    model_free(&h);
+    model_free(&p);
+}
+
+void test_tpu(void)
+{
+    check_layouts(PREC_FP32, "fp32");
+    check_layouts(PREC_BF16, "bf16");
+    check_layouts(PREC_BF16_PURE, "bf16-pure");
+    check_program();
+    check_precisions();
+}
