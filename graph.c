@@ -341,6 +341,7 @@ static Tensor *matmul_tn(Graph *g, Tensor *a, Tensor *b)
         shape_fail("matmul_tn", a, b);
     Node *n = new_node(g, KOP_MATMUL_TN, 2, IN(a, b));
     memcpy(n->a, (long[]){a->cols, a->rows, b->cols, g->seg}, 4 * sizeof(long));
+    n->f[1] = g->prec == PREC_BF16; /* a and b rounded on load */
     Tensor *y = add_out(g, n, DT_F32, a->cols, b->cols, 1);
     run_node(g, n);
     return stored_partial(g, y);
@@ -430,9 +431,9 @@ Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
     int C = qkv->cols / 3;
     if (qkv->rows != B * T || qkv->cols % 3 || C % H)
         shape_fail("attention", qkv, qkv);
-    qkv = mxu_in(g, qkv);
     Node *n = new_node(g, KOP_ATTENTION, 1, IN(qkv));
     memcpy(n->a, (long[]){B, T, C, H}, 4 * sizeof(long));
+    n->f[0] = g->prec == PREC_BF16; /* the kernel rounds q, k, v as it loads them */
     Tensor *y = add_out(g, n, DT_F32, B * T, C, 1);
     add_out(g, n, DT_F32, B * H, T, 0); /* lse */
     run_node(g, n);
@@ -441,10 +442,10 @@ Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
 
 static Tensor *attention_bwd(Graph *g, const Node *att, Tensor *dy)
 {
-    dy = mxu_in(g, dy);
     Node *n = new_node(g, KOP_ATTENTION_BWD, 4,
                        IN(dy, att->in[0], att->out[0], att->out[1]));
     memcpy(n->a, att->a, sizeof n->a);
+    memcpy(n->f, att->f, sizeof n->f); /* bf16: dy and q, k, v rounded on load */
     Tensor *d = add_out(g, n, DT_F32, att->in[0]->rows, att->in[0]->cols, 1);
     run_node(g, n);
     return stored(g, d);
@@ -563,8 +564,8 @@ static void backward_matmul(Graph *g, const Node *n, Tensor *dy)
     Tensor *a = n->in[0], *b = n->in[1], *bias = n->in[2];
     if (wants(a))
         accumulate(g, a, g_matmul(g, dy, g_transpose(g, b), NULL));
-    if (wants(b)) /* products of bf16 values are exact in fp32: the matrix unit's sums */
-        accumulate(g, b, matmul_tn(g, mxu_in(g, a), mxu_in(g, dy)));
+    if (wants(b))
+        accumulate(g, b, matmul_tn(g, a, dy));
     if (wants(bias))
         accumulate(g, bias, sum_rows(g, dy));
 }

@@ -2174,22 +2174,37 @@ typedef void attention_bwd_head_fn(float *, const float *, const float *, const 
 typedef void attention_step_head_fn(float *, const float *, const float *, const float *, int, int,
                                     int, float *);
 
+/* bf16 operands: w columns of T rows (row stride ld) of x rounded into the
+ * same places of s. A head's columns are a few dozen floats a row, so this
+ * costs little next to the head, and the rounded copy is in L1 for it. */
+static const float *round_cols(float *s, const float *x, int T, int ld, int w)
+{
+    for (int t = 0; t < T; t++)
+        k_round_bf16(s + (size_t)t * ld, x + (size_t)t * ld, (size_t)w);
+    return s;
+}
+
 static void attention_heads(attention_head_fn *head, float *out /* [B,T,C] */,
                             float *lse /* [B,H,T] */, const float *qkv /* [B,T,3C] */, int B, int T,
-                            int C, int H)
+                            int C, int H, int bf16)
 {
     int hs = C / H, tp = key_stride(T), hs8 = (hs + 7) / 8 * 8;
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
-        size_t nqt = 16 * (size_t)hs, nvt = (size_t)hs8 * tp;
-        float *qt = xmalloc(sizeof(float) * (nqt + nvt + 16 * (size_t)tp)); /* [hs,16] (or 8) */
-        float *vt = qt + nqt;                                               /* [hs8,tp] */
+        size_t nqt = 16 * (size_t)hs, nvt = (size_t)hs8 * tp, nsc = 16 * (size_t)tp;
+        size_t nr = bf16 ? (size_t)T * 3 * C : 0;
+        float *qt = xmalloc(sizeof(float) * (nqt + nvt + nsc + nr)); /* [hs,16] (or 8) */
+        float *vt = qt + nqt;                                        /* [hs8,tp] */
         float *sc = vt + nvt; /* [tp,16] scores, then probabilities */
+        float *rq = sc + nsc; /* [T,3C] the head's rounded q, k, v */
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             int b = bh / H, h = bh % H;
-            head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T,
-                 qkv + (size_t)b * T * 3 * C + 3 * hs * h, T, C, hs, qt, vt, sc, tp);
+            const float *x = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q col */
+            if (bf16)
+                x = round_cols(rq + 3 * hs * h, x, T, 3 * C, 3 * hs);
+            head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T, x, T, C, hs, qt, vt, sc,
+                 tp);
         }
         free(qt);
     }
@@ -2198,22 +2213,30 @@ static void attention_heads(attention_head_fn *head, float *out /* [B,T,C] */,
 static void attention_bwd_heads(attention_bwd_head_fn *head, float *dqkv /* [B,T,3C] */,
                                 const float *dout /* [B,T,C] */, const float *qkv /* [B,T,3C] */,
                                 const float *out /* [B,T,C] */, const float *lse /* [B,H,T] */,
-                                int B, int T, int C, int H)
+                                int B, int T, int C, int H, int bf16)
 {
     int hs = C / H, tp = key_stride(T);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
-        float *kt = xmalloc(sizeof(float) * (4 * (size_t)hs + 1) * tp); /* [hs,tp] */
-        float *vt = kt + (size_t)hs * tp;                               /* [hs,tp] */
-        float *dkt = vt + (size_t)hs * tp;                              /* [hs,tp] */
-        float *dvt = dkt + (size_t)hs * tp;                             /* [hs,tp] */
-        float *ds = dvt + (size_t)hs * tp;                              /* [tp] */
+        size_t nr = bf16 ? (size_t)T * 4 * C : 0;
+        float *kt = xmalloc(sizeof(float) * ((4 * (size_t)hs + 1) * tp + nr)); /* [hs,tp] */
+        float *vt = kt + (size_t)hs * tp;                                      /* [hs,tp] */
+        float *dkt = vt + (size_t)hs * tp;                                     /* [hs,tp] */
+        float *dvt = dkt + (size_t)hs * tp;                                    /* [hs,tp] */
+        float *ds = dvt + (size_t)hs * tp;                                     /* [tp] */
+        float *rq = ds + tp;                     /* [T,3C] rounded q, k, v */
+        float *rd = rq + (size_t)T * 3 * C;      /* [T,C] rounded dout */
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             int b = bh / H, h = bh % H;
             size_t r3 = (size_t)b * T * 3 * C + 3 * hs * h, r1 = (size_t)b * T * C + hs * h;
-            head(dqkv + r3, dout + r1, qkv + r3, out + r1, lse + (size_t)bh * T, T, C, hs, kt, vt,
-                 dkt, dvt, ds, tp);
+            const float *x = qkv + r3, *d = dout + r1;
+            if (bf16) {
+                x = round_cols(rq + 3 * hs * h, x, T, 3 * C, 3 * hs);
+                d = round_cols(rd + hs * h, d, T, C, hs);
+            }
+            head(dqkv + r3, d, x, out + r1, lse + (size_t)bh * T, T, C, hs, kt, vt, dkt, dvt, ds,
+                 tp);
         }
         free(kt);
     }
@@ -2257,15 +2280,25 @@ struct tn_tree {
     tn_leaf_fn *leaf;
     float *tmp; /* [depth,n,q] */
     int n, seg, mr, t0, t1;
+    float *ra, *rb; /* bf16: [seg,n], [seg,q] a leaf's rounded rows, else NULL */
 };
 
 static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, int hi, int d)
 {
     if (hi - lo == 1) {
         struct mm leaf = *t->m;
+        int k0 = leaf_lo(lo, t->m->p, t->seg), k1 = leaf_hi(lo, t->m->p, t->seg);
         leaf.c = dst;
-        leaf.kinit = leaf_lo(lo, t->m->p, t->seg);
-        t->leaf(&leaf, t->n, t->t0, t->t1, leaf_hi(lo, t->m->p, t->seg));
+        leaf.kinit = k0;
+        if (t->ra) { /* the leaf's rows, rounded, while they are in cache */
+            k_round_bf16(t->ra, t->m->a + (size_t)k0 * t->n, (size_t)(k1 - k0) * t->n);
+            k_round_bf16(t->rb, t->m->b + (size_t)k0 * t->m->q, (size_t)(k1 - k0) * t->m->q);
+            leaf.a = t->ra;
+            leaf.b = t->rb;
+            leaf.kinit = 0;
+            k1 -= k0;
+        }
+        t->leaf(&leaf, t->n, t->t0, t->t1, k1);
         return;
     }
     int mid = lo + (hi - lo) / 2, q = t->m->q;
@@ -2276,20 +2309,27 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
     add_into(dst + r0 * q, right + r0 * q, (r1 - r0) * q);
 }
 
-static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, int n, int seg)
+static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, int n, int seg,
+                                int bf16)
 {
     int L = leaf_count(m->p, seg), depth = tree_depth(L), tiles = (n + mr - 1) / mr;
     if (L == 0) {
         memset(m->c, 0, sizeof(float) * (size_t)n * m->q);
         return;
     }
+    int rows = seg < 1 ? m->p : min_int(seg, m->p); /* the longest leaf */
     float *tmp = depth ? xmalloc(sizeof(float) * (size_t)depth * n * m->q) : NULL;
 #pragma omp parallel if ((long)n * m->p * m->q >= PAR_WORK)
     {
-        struct tn_tree t = {m, leaf, tmp, n, seg, mr, 0, 0};
+        struct tn_tree t = {m, leaf, tmp, n, seg, mr, 0, 0, NULL, NULL};
+        if (bf16) {
+            t.ra = xmalloc(sizeof(float) * (size_t)rows * ((size_t)n + (size_t)m->q));
+            t.rb = t.ra + (size_t)rows * n;
+        }
         my_share(tiles, &t.t0, &t.t1);
         if (t.t0 < t.t1)
             tn_subtree(&t, m->c, 0, L, 0);
+        free(t.ra);
     }
     free(tmp);
 }
@@ -2356,15 +2396,43 @@ void k_matmul(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /
     k_matmul_ex(c, a, b, bias, NULL, NULL, 0, n, p, q);
 }
 
-void k_matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
-                     int n, int p, int q, int seg)
+static void matmul_tn_seg_any(float *c /* [n,q] */, const float *a /* [p,n] */,
+                              const float *b /* [p,q] */, int n, int p, int q, int seg, int bf16)
 {
     struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p, 0};
     switch (isa_get()) {
-    case ISA_AVX512: matmul_tn_seg_tiles(tn_leaf_avx512, MR_AVX512, &m, n, seg); break;
-    case ISA_AVX2: matmul_tn_seg_tiles(tn_leaf_avx2, MR_AVX2, &m, n, seg); break;
-    default: k_matmul_tn_seg_ref(c, a, b, n, p, q, seg); break;
+    case ISA_AVX512: matmul_tn_seg_tiles(tn_leaf_avx512, MR_AVX512, &m, n, seg, bf16); break;
+    case ISA_AVX2: matmul_tn_seg_tiles(tn_leaf_avx2, MR_AVX2, &m, n, seg, bf16); break;
+    default:
+        if (bf16)
+            k_matmul_tn_seg_bf16_ref(c, a, b, n, p, q, seg);
+        else
+            k_matmul_tn_seg_ref(c, a, b, n, p, q, seg);
+        break;
     }
+}
+
+void k_matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
+                     int n, int p, int q, int seg)
+{
+    matmul_tn_seg_any(c, a, b, n, p, q, seg, 0);
+}
+
+void k_matmul_tn_seg_bf16(float *c /* [n,q] */, const float *a /* [p,n] */,
+                          const float *b /* [p,q] */, int n, int p, int q, int seg)
+{
+    matmul_tn_seg_any(c, a, b, n, p, q, seg, 1);
+}
+
+void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
+                              const float *b /* [p,q] */, int n, int p, int q, int seg)
+{
+    size_t na = (size_t)p * n, nb = (size_t)p * q;
+    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [p,n], [p,q] */
+    k_round_bf16_ref(ra, a, na);
+    k_round_bf16_ref(rb, b, nb);
+    k_matmul_tn_seg_ref(c, ra, rb, n, p, q, seg);
+    free(ra);
 }
 
 /* One leaf of all p rows: the SIMD paths are the seg kernel's, with no
@@ -2461,13 +2529,60 @@ void k_layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float *db /
     }
 }
 
+static void attention_any(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                          const float *qkv /* [B,T,3C] */, int B, int T, int C, int H, int bf16)
+{
+    switch (isa_get()) {
+    case ISA_AVX512: attention_heads(attention_head_avx512, out, lse, qkv, B, T, C, H, bf16); break;
+    case ISA_AVX2: attention_heads(attention_head_avx2, out, lse, qkv, B, T, C, H, bf16); break;
+    default:
+        if (bf16)
+            k_attention_bf16_ref(out, lse, qkv, B, T, C, H);
+        else
+            k_attention_ref(out, lse, qkv, B, T, C, H);
+        break;
+    }
+}
+
 void k_attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                  const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
 {
+    attention_any(out, lse, qkv, B, T, C, H, 0);
+}
+
+void k_attention_bf16(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                      const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+{
+    attention_any(out, lse, qkv, B, T, C, H, 1);
+}
+
+void k_attention_bf16_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                          const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+{
+    size_t n = (size_t)B * T * 3 * C;
+    float *r = xmalloc(sizeof(float) * n); /* [B,T,3C] */
+    k_round_bf16_ref(r, qkv, n);
+    k_attention_ref(out, lse, r, B, T, C, H);
+    free(r);
+}
+
+static void attention_bwd_any(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                              const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                              const float *lse /* [B,H,T] */, int B, int T, int C, int H, int bf16)
+{
     switch (isa_get()) {
-    case ISA_AVX512: attention_heads(attention_head_avx512, out, lse, qkv, B, T, C, H); break;
-    case ISA_AVX2: attention_heads(attention_head_avx2, out, lse, qkv, B, T, C, H); break;
-    default: k_attention_ref(out, lse, qkv, B, T, C, H); break;
+    case ISA_AVX512:
+        attention_bwd_heads(attention_bwd_head_avx512, dqkv, dout, qkv, out, lse, B, T, C, H, bf16);
+        break;
+    case ISA_AVX2:
+        attention_bwd_heads(attention_bwd_head_avx2, dqkv, dout, qkv, out, lse, B, T, C, H, bf16);
+        break;
+    default:
+        if (bf16)
+            k_attention_bwd_bf16_ref(dqkv, dout, qkv, out, lse, B, T, C, H);
+        else
+            k_attention_bwd_ref(dqkv, dout, qkv, out, lse, B, T, C, H);
+        break;
     }
 }
 
@@ -2475,15 +2590,26 @@ void k_attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */
                      const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
                      const float *lse /* [B,H,T] */, int B, int T, int C, int H)
 {
-    switch (isa_get()) {
-    case ISA_AVX512:
-        attention_bwd_heads(attention_bwd_head_avx512, dqkv, dout, qkv, out, lse, B, T, C, H);
-        break;
-    case ISA_AVX2:
-        attention_bwd_heads(attention_bwd_head_avx2, dqkv, dout, qkv, out, lse, B, T, C, H);
-        break;
-    default: k_attention_bwd_ref(dqkv, dout, qkv, out, lse, B, T, C, H); break;
-    }
+    attention_bwd_any(dqkv, dout, qkv, out, lse, B, T, C, H, 0);
+}
+
+void k_attention_bwd_bf16(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                          const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                          const float *lse /* [B,H,T] */, int B, int T, int C, int H)
+{
+    attention_bwd_any(dqkv, dout, qkv, out, lse, B, T, C, H, 1);
+}
+
+void k_attention_bwd_bf16_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                              const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                              const float *lse /* [B,H,T] */, int B, int T, int C, int H)
+{
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
+    float *rq = xmalloc(sizeof(float) * (n3 + n1)), *rd = rq + n3; /* [B,T,3C], [B,T,C] */
+    k_round_bf16_ref(rq, qkv, n3);
+    k_round_bf16_ref(rd, dout, n1);
+    k_attention_bwd_ref(dqkv, rd, rq, out, lse, B, T, C, H);
+    free(rq);
 }
 
 void k_attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,

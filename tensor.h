@@ -202,6 +202,20 @@ void k_matmul_bf16_ref(float *c, const float *a, const float *b, const float *bi
  * tests hold it to the instruction's bits. */
 void k_matmul_bf16_emu(float *c, const float *a, const float *b, const float *bias,
                        const float *r1, const float *r2, int relu, int n, int p, int q);
+/* The matrix unit's other operands, rounded as they are loaded (no extra
+ * pass over memory): each gives exactly the bits of rounding every input
+ * with k_round_bf16 first and calling the fp32 kernel (products of bf16
+ * values are exact in fp32). attention_bwd rounds dout and qkv. */
+void k_matmul_tn_seg_bf16(float *c, const float *a, const float *b, int n, int p, int q, int seg);
+void k_matmul_tn_seg_bf16_ref(float *c, const float *a, const float *b, int n, int p, int q,
+                              int seg);
+void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+void k_attention_bf16_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int B, int T, int C, int H);
+void k_attention_bwd_bf16_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, int B, int T, int C, int H);
+
 /* 1 when k_matmul_bf16 runs vdpbf16ps on the current path. */
 int bf16_native(void);
 

@@ -57,11 +57,12 @@ static void exec_attention_family(const struct kinstr *k)
     const long *a = k->a;
     switch (k->op) {
     case KOP_ATTENTION:
-        k_attention(k->out[0], k->out[1], k->in[0], a[0], a[1], a[2], a[3]);
+        (k->f[0] != 0 ? k_attention_bf16 : k_attention)(k->out[0], k->out[1], k->in[0], a[0],
+                                                        a[1], a[2], a[3]);
         break;
     case KOP_ATTENTION_BWD:
-        k_attention_bwd(k->out[0], k->in[0], k->in[1], k->in[2], k->in[3],
-                        a[0], a[1], a[2], a[3]);
+        (k->f[0] != 0 ? k_attention_bwd_bf16 : k_attention_bwd)(
+            k->out[0], k->in[0], k->in[1], k->in[2], k->in[3], a[0], a[1], a[2], a[3]);
         break;
     default: /* KOP_ATTENTION_STEP */
         k_attention_step(k->out[0], k->in[1], k->in[2], k->in[0], a[0],
@@ -133,7 +134,9 @@ static void dispatch(const struct kinstr *k)
     case KOP_MATMUL:
     case KOP_MATMUL_EX: exec_matmul(k); break;
     case KOP_MATMUL_TN:
-        if (a[3] > 0)
+        if (k->f[1] != 0) /* bf16 inputs; seg 0 is one leaf, k_matmul_tn's order */
+            k_matmul_tn_seg_bf16(out[0], in[0], in[1], a[0], a[1], a[2], a[3]);
+        else if (a[3] > 0)
             k_matmul_tn_seg(out[0], in[0], in[1], a[0], a[1], a[2], a[3]);
         else
             k_matmul_tn(out[0], in[0], in[1], a[0], a[1], a[2]);

@@ -1300,6 +1300,45 @@ static void test_bf16(void)
     free(a), free(b), free(bias), free(r1), free(out);
 }
 
+/* The on-load rounding kernels equal rounding first (k_round_bf16) and
+ * running the fp32 kernel, on every path, and their twins do the same. */
+static void test_bf16_on_load(int B, int T, int C, int H, int seg)
+{
+    int n = B * T;
+    size_t n3 = (size_t)n * 3 * C, n1 = (size_t)n * C, nl = (size_t)B * H * T;
+    float *qkv = rvec(n3, 2.0f), *dout = rvec(n1, 1.0f), *rq = fvec(n3), *rd = fvec(n1);
+    size_t nw = n3 + (size_t)3 * C * C; /* room for any of the outputs */
+    float *o = fvec(n1), *lse = fvec(nl), *want = fvec(nw), *got = fvec(nw), *l2 = fvec(nl);
+    k_round_bf16_ref(rq, qkv, n3);
+    k_round_bf16_ref(rd, dout, n1);
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        k_attention(want, lse, rq, B, T, C, H);
+        k_attention_bf16(got, l2, qkv, B, T, C, H);
+        same_bits("attention_bf16 = attention of rounded qkv", got, want, sizeof(float) * n1);
+        same_bits("attention_bf16 lse", l2, lse, sizeof(float) * nl);
+        memcpy(o, want, sizeof(float) * n1);
+        k_attention_bwd(want, rd, rq, o, lse, B, T, C, H);
+        k_attention_bwd_bf16(got, dout, qkv, o, lse, B, T, C, H);
+        same_bits("attention_bwd_bf16 = bwd of rounded dout, qkv", got, want, sizeof(float) * n3);
+        k_matmul_tn_seg(want, rq, rd, 3 * C, n, C, seg);
+        k_matmul_tn_seg_bf16(got, qkv, dout, 3 * C, n, C, seg);
+        same_bits("matmul_tn_seg_bf16 = tn_seg of rounded inputs", got, want,
+                  sizeof(float) * 3 * C * C);
+    }
+    k_matmul_tn_seg_ref(want, rq, rd, 3 * C, n, C, seg);
+    k_matmul_tn_seg_bf16_ref(got, qkv, dout, 3 * C, n, C, seg);
+    same_bits("matmul_tn_seg_bf16_ref", got, want, sizeof(float) * 3 * C * C);
+    k_attention_ref(want, lse, rq, B, T, C, H);
+    k_attention_bf16_ref(got, l2, qkv, B, T, C, H);
+    same_bits("attention_bf16_ref", got, want, sizeof(float) * n1);
+    k_attention_bwd_ref(want, rd, rq, o, lse, B, T, C, H);
+    k_attention_bwd_bf16_ref(got, dout, qkv, o, lse, B, T, C, H);
+    same_bits("attention_bwd_bf16_ref", got, want, sizeof(float) * n3);
+    free(qkv), free(dout), free(rq), free(rd), free(o), free(lse), free(want), free(got);
+    free(l2);
+}
+
 void test_kernels(void)
 {
     int isa = isa_get();
@@ -1315,5 +1354,7 @@ void test_kernels(void)
     test_shards(32, 128, 128); /* the default: one leaf per example */
     test_shards(8, 3, 3);      /* leaves shorter than a tile or a pass */
     test_bf16();
+    test_bf16_on_load(4, 128, 32, 4, 128);
+    test_bf16_on_load(3, 7, 24, 2, 3);
     isa_set(isa);
 }
