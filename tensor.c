@@ -60,6 +60,8 @@ static void *xmalloc(size_t bytes)
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
+static void round_span(float *y, const float *x, size_t n);
+
 /* This thread's contiguous share [*i0, *i1) of n items. Used where a thread
  * must keep its items across several passes; which thread computes an item
  * never changes how it is computed. */
@@ -2174,13 +2176,15 @@ typedef void attention_bwd_head_fn(float *, const float *, const float *, const 
 typedef void attention_step_head_fn(float *, const float *, const float *, const float *, int, int,
                                     int, float *);
 
-/* bf16 operands: w columns of T rows (row stride ld) of x rounded into the
- * same places of s. A head's columns are a few dozen floats a row, so this
- * costs little next to the head, and the rounded copy is in L1 for it. */
-static const float *round_cols(float *s, const float *x, int T, int ld, int w)
+/* bf16 operands: a thread's heads come in batch order (static schedule), so
+ * it rounds batch b's whole block of len floats once, when its first head
+ * of b arrives, into s, and its other heads of b read that copy. */
+static const float *round_block(float *s, int *have, int b, const float *x, size_t len)
 {
-    for (int t = 0; t < T; t++)
-        k_round_bf16(s + (size_t)t * ld, x + (size_t)t * ld, (size_t)w);
+    if (*have != b) {
+        round_span(s, x, len);
+        *have = b;
+    }
     return s;
 }
 
@@ -2196,13 +2200,15 @@ static void attention_heads(attention_head_fn *head, float *out /* [B,T,C] */,
         float *qt = xmalloc(sizeof(float) * (nqt + nvt + nsc + nr)); /* [hs,16] (or 8) */
         float *vt = qt + nqt;                                        /* [hs8,tp] */
         float *sc = vt + nvt; /* [tp,16] scores, then probabilities */
-        float *rq = sc + nsc; /* [T,3C] the head's rounded q, k, v */
+        float *rq = sc + nsc; /* [T,3C] batch b's rounded q, k, v */
+        int have = -1;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             int b = bh / H, h = bh % H;
-            const float *x = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q col */
+            size_t blk = (size_t)T * 3 * C;
+            const float *x = qkv + b * blk + 3 * hs * h; /* head's q col */
             if (bf16)
-                x = round_cols(rq + 3 * hs * h, x, T, 3 * C, 3 * hs);
+                x = round_block(rq, &have, b, qkv + b * blk, blk) + 3 * hs * h;
             head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T, x, T, C, hs, qt, vt, sc,
                  tp);
         }
@@ -2224,16 +2230,18 @@ static void attention_bwd_heads(attention_bwd_head_fn *head, float *dqkv /* [B,T
         float *dkt = vt + (size_t)hs * tp;                                     /* [hs,tp] */
         float *dvt = dkt + (size_t)hs * tp;                                    /* [hs,tp] */
         float *ds = dvt + (size_t)hs * tp;                                     /* [tp] */
-        float *rq = ds + tp;                     /* [T,3C] rounded q, k, v */
-        float *rd = rq + (size_t)T * 3 * C;      /* [T,C] rounded dout */
+        float *rq = ds + tp;                /* [T,3C] batch b's rounded q, k, v */
+        float *rd = rq + (size_t)T * 3 * C; /* [T,C] batch b's rounded dout */
+        int have_q = -1, have_d = -1;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             int b = bh / H, h = bh % H;
-            size_t r3 = (size_t)b * T * 3 * C + 3 * hs * h, r1 = (size_t)b * T * C + hs * h;
+            size_t b3 = (size_t)b * T * 3 * C, b1 = (size_t)b * T * C;
+            size_t r3 = b3 + 3 * hs * h, r1 = b1 + hs * h;
             const float *x = qkv + r3, *d = dout + r1;
             if (bf16) {
-                x = round_cols(rq + 3 * hs * h, x, T, 3 * C, 3 * hs);
-                d = round_cols(rd + hs * h, d, T, C, hs);
+                x = round_block(rq, &have_q, b, qkv + b3, (size_t)T * 3 * C) + 3 * hs * h;
+                d = round_block(rd, &have_d, b, dout + b1, (size_t)T * C) + hs * h;
             }
             head(dqkv + r3, d, x, out + r1, lse + (size_t)bh * T, T, C, hs, kt, vt, dkt, dvt, ds,
                  tp);
@@ -2291,8 +2299,8 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
         leaf.c = dst;
         leaf.kinit = k0;
         if (t->ra) { /* the leaf's rows, rounded, while they are in cache */
-            k_round_bf16(t->ra, t->m->a + (size_t)k0 * t->n, (size_t)(k1 - k0) * t->n);
-            k_round_bf16(t->rb, t->m->b + (size_t)k0 * t->m->q, (size_t)(k1 - k0) * t->m->q);
+            round_span(t->ra, t->m->a + (size_t)k0 * t->n, (size_t)(k1 - k0) * t->n);
+            round_span(t->rb, t->m->b + (size_t)k0 * t->m->q, (size_t)(k1 - k0) * t->m->q);
             leaf.a = t->ra;
             leaf.b = t->rb;
             leaf.kinit = 0;
@@ -3022,7 +3030,6 @@ INLINE_AVX2 __m256i bf16_bits_avx2(__m256i u)
 T_AVX2 static void round_bf16_avx2(float *y /* [n] */, const float *x /* [n] */, size_t n)
 {
     size_t nv = n / 8 * 8;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 8)
         _mm256_storeu_si256((__m256i *)(y + i),
                             bf16_bits_avx2(_mm256_loadu_si256((const __m256i *)(x + i))));
@@ -3045,7 +3052,6 @@ INLINE_AVX512 __m512i bf16_bits_avx512(__m512i u)
 T_AVX512 static void round_bf16_avx512(float *y /* [n] */, const float *x /* [n] */, size_t n)
 {
     size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 16)
         _mm512_storeu_si512(y + i, bf16_bits_avx512(_mm512_loadu_si512(x + i)));
     __mmask16 tail = lanes16((int)(n - nv));
@@ -3326,12 +3332,29 @@ static int bf16_allowed(void)
 
 int bf16_native(void) { return isa_get() == ISA_AVX512 && bf16_allowed(); }
 
-void k_round_bf16(float *y /* [n] */, const float *x /* [n] */, size_t n)
+/* One thread's rounding. Kernels call it on a few dozen floats at a time:
+ * even a parallel construct whose if() is false costs a microsecond. */
+static void round_span(float *y /* [n] */, const float *x /* [n] */, size_t n)
 {
     switch (isa_get()) {
     case ISA_AVX512: round_bf16_avx512(y, x, n); break;
     case ISA_AVX2: round_bf16_avx2(y, x, n); break;
     default: k_round_bf16_ref(y, x, n); break;
+    }
+}
+
+void k_round_bf16(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    enum { CHUNK = 4096 };
+    if (n < 4 * PAR_WORK) {
+        round_span(y, x, n);
+        return;
+    }
+    long chunks = (long)((n + CHUNK - 1) / CHUNK);
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < chunks; c++) {
+        size_t i = (size_t)c * CHUNK;
+        round_span(y + i, x + i, n - i < CHUNK ? n - i : CHUNK);
     }
 }
 
