@@ -2000,61 +2000,145 @@ T_AVX512 static void attention_head_avx512(float *o /* [T,C], head's col */, flo
     }
 }
 
+/* The backward pass of one head in three sweeps, each with its reduction
+ * in registers rather than in memory:
+ *  1. per 16-key chunk, for every query that sees it (keys in the lanes):
+ *     P and dS, kept as rows of 16 (P) and in the [T,tp] matrix dS;
+ *  2. per chunk, dV and dK summed over those queries in 16 accumulators;
+ *  3. dQ_i = scale sum_j dS_ij K_j, channels in the lanes, 8 queries at a
+ *     time so the chains overlap. */
+INLINE_AVX512 void bwd_probs_avx512(float *pr /* [T,16], rows k0.. */, float *ds /* [T,tp] */,
+                                    const float *dout /* [T,C], head's col */,
+                                    const float *qkv /* [T,3C], head's q col */,
+                                    const float *lse /* [T] */, const float *D /* [T] */, int T,
+                                    int C, int hs, const float *kt /* [hs,tp] */,
+                                    const float *vt /* [hs,tp] */, int tp, int k0)
+{
+    const size_t ld3 = 3 * (size_t)C;
+    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hs));
+    for (int i = k0; i < T; i++) {
+        const float *q = qkv + i * ld3, *g = dout + (size_t)i * C; /* [hs] each */
+        __m512 s = _mm512_setzero_ps(), dp = _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int d = 0; d < hs; d++) {
+            s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + (size_t)d * tp + k0), s);
+            dp = _mm512_fmadd_ps(_mm512_set1_ps(g[d]), _mm512_loadu_ps(vt + (size_t)d * tp + k0),
+                                 dp);
+        }
+        __m512 p = exp16(_mm512_fmsub_ps(s, scale, _mm512_set1_ps(lse[i])));
+        p = _mm512_maskz_mov_ps(lanes16(i + 1 - k0), p); /* keys after i are not seen */
+        _mm512_storeu_ps(pr + 16 * (size_t)i, p);
+        _mm512_storeu_ps(ds + (size_t)i * tp + k0,
+                         _mm512_mul_ps(p, _mm512_sub_ps(dp, _mm512_set1_ps(D[i]))));
+    }
+}
+
+/* dV and dK of keys k0..k0+15, channels d0..d0+nd-1 (nd <= 8). */
+INLINE_AVX512 void bwd_kv_avx512(float *dqkv /* [T,3C], head's q col */,
+                                 const float *pr /* [T,16] */, const float *ds /* [T,tp] */,
+                                 const float *dout /* [T,C], head's col */,
+                                 const float *qkv /* [T,3C], head's q col */, int T, int C, int hs,
+                                 int tp, int k0, int d0, int nd)
+{
+    const size_t ld3 = 3 * (size_t)C;
+    __m512 av[8], ak[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        av[g] = ak[g] = _mm512_setzero_ps();
+    for (int i = k0; i < T; i++) {
+        const float *q = qkv + i * ld3 + d0, *gr = dout + (size_t)i * C + d0;
+        __m512 p = _mm512_loadu_ps(pr + 16 * (size_t)i), s = _mm512_loadu_ps(ds + (size_t)i * tp + k0);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++)
+            if (g < nd) {
+                av[g] = _mm512_fmadd_ps(p, _mm512_set1_ps(gr[g]), av[g]);
+                ak[g] = _mm512_fmadd_ps(s, _mm512_set1_ps(q[g]), ak[g]);
+            }
+    }
+    float tv[8][16], tk[8][16], scale = 1.0f / sqrtf((float)hs);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        if (g < nd) {
+            _mm512_storeu_ps(tv[g], av[g]);
+            _mm512_storeu_ps(tk[g], ak[g]);
+        }
+    for (int r = 0; r < min_int(16, T - k0); r++) {
+        float *row = dqkv + (size_t)(k0 + r) * ld3 + d0; /* [3hs] from channel d0 */
+        for (int g = 0; g < nd; g++) {
+            row[hs + g] = tk[g][r] * scale;
+            row[2 * hs + g] = tv[g][r];
+        }
+    }
+}
+
+/* dQ of queries i0..i0+W-1 (all in one 16-key chunk row block), channels
+ * d0..d0+nd-1: dS entries past each query's own key are zero. W is a
+ * constant at each call, so the accumulators stay in registers. */
+INLINE_AVX512 void bwd_q_avx512(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,tp] */,
+                                const float *qkv /* [T,3C], head's q col */, int C, int hs, int tp,
+                                int i0, int W, int d0, int nd)
+{
+    const size_t ld3 = 3 * (size_t)C;
+    const __mmask8 m = (__mmask8)((1u << nd) - 1);
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < W; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int j = 0; j < i0 + W; j++) {
+        __m256 k = _mm256_maskz_loadu_ps(m, qkv + j * ld3 + hs + d0);
+#pragma GCC unroll 8
+        for (int r = 0; r < W; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ds[(size_t)(i0 + r) * tp + j]), k, acc[r]);
+    }
+    __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)hs));
+#pragma GCC unroll 8
+    for (int r = 0; r < W; r++)
+        _mm256_mask_storeu_ps(dqkv + (size_t)(i0 + r) * ld3 + d0, m, _mm256_mul_ps(acc[r], scale));
+}
+
+INLINE_AVX512 void attention_bwd_body_avx512(float *dqkv, const float *dout, const float *qkv,
+                                             const float *out, const float *lse, int T, int C,
+                                             int hs, float *kt, float *vt, float *ds, int tp)
+{
+    float *pr = ds + (size_t)T * tp, *D = pr + 16 * (size_t)T; /* [T,16], [T] */
+    kv_transpose(kt, vt, qkv, T, C, hs, tp);
+    for (int i = 0; i < T; i++) {
+        const float *g = dout + (size_t)i * C, *o = out + (size_t)i * C; /* [hs] each */
+        float acc = 0.0f;
+        for (int d = 0; d < hs; d++)
+            acc += g[d] * o[d];
+        D[i] = acc;
+    }
+    for (int k0 = 0; k0 < T; k0 += 16) {
+        bwd_probs_avx512(pr, ds, dout, qkv, lse, D, T, C, hs, kt, vt, tp, k0);
+        for (int d0 = 0; d0 < hs; d0 += 8)
+            bwd_kv_avx512(dqkv, pr, ds, dout, qkv, T, C, hs, tp, k0, d0, min_int(8, hs - d0));
+    }
+    for (int d0 = 0; d0 < hs; d0 += 8) {
+        int nd = min_int(8, hs - d0), i0 = 0;
+        for (; i0 + 8 <= T; i0 += 8)
+            bwd_q_avx512(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
+        for (; i0 < T; i0++)
+            bwd_q_avx512(dqkv, ds, qkv, C, hs, tp, i0, 1, d0, nd);
+    }
+}
+
+/* ds is [T,tp] followed by [T,16] and [T] of scratch. hs = 8 (the default
+ * model's head) gets its own copy with the channel loops unrolled and K, V
+ * held in registers. */
 T_AVX512 static void attention_bwd_head_avx512(float *dqkv /* [T,3C], head's q col */,
                                                const float *dout /* [T,C], head's col */,
                                                const float *qkv /* [T,3C], head's q col */,
                                                const float *out /* [T,C], head's col */,
                                                const float *lse /* [T] */, int T, int C, int hs,
                                                float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
-                                               float *dkt /* [hs,tp] */, float *dvt /* [hs,tp] */,
-                                               float *ds /* [tp] */, int tp)
+                                               float *dkt /* unused */, float *dvt /* unused */,
+                                               float *ds /* [T,tp] + [T,16] + [T] */, int tp)
 {
-    const float scale = 1.0f / sqrtf((float)hs);
-    const size_t ld3 = 3 * (size_t)C;
-    kv_transpose(kt, vt, qkv, T, C, hs, tp);
-    memset(dkt, 0, sizeof(float) * (size_t)hs * tp);
-    memset(dvt, 0, sizeof(float) * (size_t)hs * tp);
-    for (int i = 0; i < T; i++) {
-        const float *q = qkv + i * ld3, *g = dout + (size_t)i * C, *o = out + (size_t)i * C;
-        float D = 0.0f;
-        for (int d = 0; d < hs; d++)
-            D += g[d] * o[d];
-        int nc = i / 16 + 1;
-        __mmask16 last = lanes16(i + 1 - 16 * (nc - 1));
-        __m512 li = _mm512_set1_ps(lse[i]), Dv = _mm512_set1_ps(D);
-        for (int c = 0; c < nc; c++) {
-            __m512 s = _mm512_setzero_ps(), dp = _mm512_setzero_ps();
-            for (int d = 0; d < hs; d++) {
-                s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
-                                    _mm512_loadu_ps(kt + (size_t)d * tp + 16 * c), s);
-                dp = _mm512_fmadd_ps(_mm512_set1_ps(g[d]),
-                                     _mm512_loadu_ps(vt + (size_t)d * tp + 16 * c), dp);
-            }
-            __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(s, _mm512_set1_ps(scale)), li));
-            p = _mm512_maskz_mov_ps(c == nc - 1 ? last : (__mmask16)0xFFFF, p);
-            __m512 dsv = _mm512_mul_ps(p, _mm512_sub_ps(dp, Dv));
-            _mm512_storeu_ps(ds + 16 * c, dsv);
-            for (int d = 0; d < hs; d++) {
-                float *dvc = dvt + (size_t)d * tp + 16 * c, *dkc = dkt + (size_t)d * tp + 16 * c;
-                _mm512_storeu_ps(dvc,
-                                 _mm512_fmadd_ps(p, _mm512_set1_ps(g[d]), _mm512_loadu_ps(dvc)));
-                _mm512_storeu_ps(dkc,
-                                 _mm512_fmadd_ps(dsv, _mm512_set1_ps(q[d]), _mm512_loadu_ps(dkc)));
-            }
-        }
-        for (int d = 0; d < hs; d++) {
-            __m512 acc = _mm512_setzero_ps();
-            for (int c = 0; c < nc; c++)
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(ds + 16 * c),
-                                      _mm512_loadu_ps(kt + (size_t)d * tp + 16 * c), acc);
-            dqkv[i * ld3 + d] = _mm512_reduce_add_ps(acc) * scale;
-        }
-    }
-    for (int j = 0; j < T; j++)
-        for (int d = 0; d < hs; d++) {
-            dqkv[j * ld3 + hs + d] = dkt[(size_t)d * tp + j] * scale;
-            dqkv[j * ld3 + 2 * hs + d] = dvt[(size_t)d * tp + j];
-        }
+    if (hs == 8)
+        attention_bwd_body_avx512(dqkv, dout, qkv, out, lse, T, C, 8, kt, vt, ds, tp);
+    else
+        attention_bwd_body_avx512(dqkv, dout, qkv, out, lse, T, C, hs, kt, vt, ds, tp);
 }
 
 T_AVX512 static void attention_step_head_avx512(float *o /* [hs] */, const float *q /* [hs] */,
@@ -2224,13 +2308,13 @@ static void attention_bwd_heads(attention_bwd_head_fn *head, float *dqkv /* [B,T
     int hs = C / H, tp = key_stride(T);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
-        size_t nr = bf16 ? (size_t)T * 4 * C : 0;
-        float *kt = xmalloc(sizeof(float) * ((4 * (size_t)hs + 1) * tp + nr)); /* [hs,tp] */
+        size_t nr = bf16 ? (size_t)T * 4 * C : 0, nds = (size_t)T * (tp + 17);
+        float *kt = xmalloc(sizeof(float) * (4 * (size_t)hs * tp + nds + nr)); /* [hs,tp] */
         float *vt = kt + (size_t)hs * tp;                                      /* [hs,tp] */
         float *dkt = vt + (size_t)hs * tp;                                     /* [hs,tp] */
         float *dvt = dkt + (size_t)hs * tp;                                    /* [hs,tp] */
-        float *ds = dvt + (size_t)hs * tp;                                     /* [tp] */
-        float *rq = ds + tp;                /* [T,3C] batch b's rounded q, k, v */
+        float *ds = dvt + (size_t)hs * tp; /* [T,tp] + [T,16] + [T]: dS, P, D (AVX2: [tp]) */
+        float *rq = ds + nds;               /* [T,3C] batch b's rounded q, k, v */
         float *rd = rq + (size_t)T * 3 * C; /* [T,C] batch b's rounded dout */
         int have_q = -1, have_d = -1;
 #pragma omp for schedule(static)
