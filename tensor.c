@@ -48,9 +48,11 @@
  * L2 once per tile. */
 #define TN_KBLOCK 64
 
+/* Cache-line aligned, so threads writing neighbouring slices of one
+ * scratch buffer never share a line. */
 static void *xmalloc(size_t bytes)
 {
-    void *p = malloc(bytes ? bytes : 1);
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64 * !bytes);
     if (!p) {
         fprintf(stderr, "gpt: out of memory (%zu bytes of kernel scratch)\n", bytes);
         exit(1);
