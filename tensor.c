@@ -984,6 +984,9 @@ INLINE_AVX2 float hmax8(__m256 v)
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 
+/* lanes16 for n < 16 without branches (the attention loops' masks). */
+INLINE_AVX512 __mmask16 below16(int n) { return (__mmask16)((1u << (n > 0 ? n : 0)) - 1u); }
+
 /* exp(x) within ~2 ulp for x <= 88, as softmax needs (its arguments are
  * <= 0). x = n ln2 + r, |r| <= ln2/2, and the degree-7 Taylor polynomial
  * of e^r is already below float precision there. Below -87 it returns
@@ -1961,11 +1964,42 @@ INLINE_AVX512 void pv_group_avx512(float *o /* [w,C], at channel d0 */, int C,
         }
 }
 
-T_AVX512 static void attention_head_avx512(float *o /* [T,C], head's col */, float *lse /* [T] */,
-                                           const float *qkv /* [T,3C], head's q col */, int T,
-                                           int C, int hs, float *qt /* [hs,16] */,
-                                           float *vt /* [round8(hs),tp] */, float *sc /* [tp,16] */,
-                                           int tp)
+/* The softmax's exp and sum, with the first 8 channels of P V summed in
+ * the same pass (one pass over the scores instead of two); the
+ * probabilities are left in p for the other channels. Returns the sum. */
+INLINE_AVX512 __m512 pv_first_avx512(float *o /* [w,C] */, int C, float *p /* [nk,16] */,
+                                     const float *vt /* [8,tp] */, int tp, int nk, __m512 mx,
+                                     int i0, int w, int nd)
+{
+    __m512 acc[8], l = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        acc[g] = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(p + 16 * j), mx));
+        __m512 pj = _mm512_maskz_mov_ps((__mmask16)~below16(j - i0), e);
+        _mm512_storeu_ps(p + 16 * j, pj);
+        l = _mm512_add_ps(l, pj);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++)
+            acc[g] = _mm512_fmadd_ps(pj, _mm512_set1_ps(vt[(size_t)g * tp + j]), acc[g]);
+    }
+    float tmp[16];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        if (g < nd) {
+            _mm512_storeu_ps(tmp, _mm512_div_ps(acc[g], l));
+            for (int r = 0; r < w; r++)
+                o[(size_t)r * C + g] = tmp[r];
+        }
+    return l;
+}
+
+INLINE_AVX512 void attention_body_avx512(float *o /* [T,C], head's col */, float *lse /* [T] */,
+                                         const float *qkv /* [T,3C], head's q col */, int T, int C,
+                                         int hs, float *qt /* [hs,16] */,
+                                         float *vt /* [round8(hs),tp] */, float *sc /* [tp,16] */,
+                                         int tp)
 {
     const size_t ld = 3 * (size_t)C;
     const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hs)), ninf = _mm512_set1_ps(-INFINITY);
@@ -1977,21 +2011,17 @@ T_AVX512 static void attention_head_avx512(float *o /* [T,C], head's col */, flo
         for (int j = 0; j < nk; j++) {
             const float *k = qkv + j * ld + hs; /* [hs] */
             __m512 s = _mm512_setzero_ps();
+#pragma GCC unroll 8
             for (int d = 0; d < hs; d++)
                 s = _mm512_fmadd_ps(_mm512_loadu_ps(qt + 16 * d), _mm512_set1_ps(k[d]), s);
             /* queries before key j do not see it */
-            s = _mm512_mask_mov_ps(_mm512_mul_ps(s, scale), lanes16(j - i0), ninf);
+            s = _mm512_mask_mov_ps(_mm512_mul_ps(s, scale), below16(j - i0), ninf);
             _mm512_storeu_ps(sc + 16 * j, s);
             mx = _mm512_max_ps(mx, s);
         }
-        __m512 l = _mm512_setzero_ps();
-        for (int j = 0; j < nk; j++) {
-            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + 16 * j), mx));
-            __m512 p = _mm512_maskz_mov_ps((__mmask16)~lanes16(j - i0), e);
-            _mm512_storeu_ps(sc + 16 * j, p);
-            l = _mm512_add_ps(l, p);
-        }
-        for (int d0 = 0; d0 < hs; d0 += 8)
+        __m512 l = pv_first_avx512(o + (size_t)i0 * C, C, sc, vt, tp, nk, mx, i0, w,
+                                   min_int(8, hs));
+        for (int d0 = 8; d0 < hs; d0 += 8)
             pv_group_avx512(o + (size_t)i0 * C + d0, C, sc, vt + (size_t)d0 * tp, tp, nk, l, w,
                             min_int(8, hs - d0));
         float mf[16], lf[16];
@@ -2000,6 +2030,20 @@ T_AVX512 static void attention_head_avx512(float *o /* [T,C], head's col */, flo
         for (int r = 0; r < w; r++)
             lse[i0 + r] = mf[r] + logf(lf[r]);
     }
+}
+
+/* hs = 8 (the default model's head) gets its own copy with the channel
+ * loops unrolled. */
+T_AVX512 static void attention_head_avx512(float *o /* [T,C], head's col */, float *lse /* [T] */,
+                                           const float *qkv /* [T,3C], head's q col */, int T,
+                                           int C, int hs, float *qt /* [hs,16] */,
+                                           float *vt /* [round8(hs),tp] */, float *sc /* [tp,16] */,
+                                           int tp)
+{
+    if (hs == 8)
+        attention_body_avx512(o, lse, qkv, T, C, 8, qt, vt, sc, tp);
+    else
+        attention_body_avx512(o, lse, qkv, T, C, hs, qt, vt, sc, tp);
 }
 
 /* The backward pass of one head in three sweeps, each with its reduction
