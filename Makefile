@@ -23,6 +23,15 @@ tests/run: $(SRC) $(HDR) $(TESTSRC) tests/test.h
 test: gpt tests/run
 	./tests/run
 
+# The benchmark: dynamic (it times OpenBLAS's sgemm too, when installed).
+BLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h && \
+          echo -DHAVE_OPENBLAS -lopenblas)
+bench/bench: $(SRC) $(HDR) bench/bench.c
+	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(BLAS) $(LDLIBS)
+
+bench: bench/bench
+	./bench/bench $(BENCH_FLAGS)
+
 # ASan + UBSan build of the binary and the tests (not static: the
 # sanitizer runtimes are shared libraries).
 debug: $(SRC) $(HDR) $(TESTSRC)
@@ -62,7 +71,7 @@ fuzz: $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c
 	    tests/tmp/fuzz tests/fuzz-corpus
 
 clean:
-	rm -f gpt gpt-debug gpt-dyn tests/run tests/run-debug
+	rm -f gpt gpt-debug gpt-dyn tests/run tests/run-debug bench/bench
 	rm -rf tests/tmp
 
-.PHONY: all test debug check-mem fuzz clean
+.PHONY: all test bench debug check-mem fuzz clean
