@@ -49,11 +49,15 @@ VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
             --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect
 
 check-mem: gpt debug
-	rm -rf tests/tmp/mem tests/tmp/mem-cpu && mkdir -p tests/tmp
+	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure && mkdir -p tests/tmp
 	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(SRC) $(LDLIBS)
 	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | head -c 20000 > tests/tmp/mem.txt
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --out tests/tmp/mem
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --device cpu --out tests/tmp/mem-cpu
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --cores 2 --precision bf16 \
+	    --out tests/tmp/mem-bf16
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --cores 4 --precision bf16-pure \
+	    --out tests/tmp/mem-pure
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --bytes 48
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt
 	./tests/run-debug

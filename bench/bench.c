@@ -641,6 +641,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows when piped to a file */
     nthreads = omp_get_max_threads();
     header();
     measure_peaks();
