@@ -1,5 +1,5 @@
 """The PyTorch reference's training step on this machine, for comparison
-with gpt (run by bench/train.sh, or alone):
+with gpt (run by `make bench`, or alone):
 
   /usr/bin/python3 bench/torch_ref.py [--steps N] [--threads N] [--data FILE]
 
