@@ -1939,6 +1939,20 @@ T_AVX512 static void layernorm_bwd_block_avx512(float *dx /* [n,c] */, float *pw
 
 /* ---- attention: the AVX-512 twins of the AVX2 head functions ---- */
 
+/* o[r, g] = acc[g][r] / l[r]: 8 channels of w queries out of the lanes. */
+INLINE_AVX512 void pv_store_avx512(float *o /* [w,C] */, int C, const __m512 *acc /* [8] */,
+                                   __m512 l, int w, int nd)
+{
+    float tmp[16];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        if (g < nd) {
+            _mm512_storeu_ps(tmp, _mm512_div_ps(acc[g], l));
+            for (int r = 0; r < w; r++)
+                o[(size_t)r * C + g] = tmp[r];
+        }
+}
+
 INLINE_AVX512 void pv_group_avx512(float *o /* [w,C], at channel d0 */, int C,
                                    const float *p /* [nk,16] */,
                                    const float *vt /* [8,tp], from d0 */, int tp, int nk, __m512 l,
@@ -1954,14 +1968,7 @@ INLINE_AVX512 void pv_group_avx512(float *o /* [w,C], at channel d0 */, int C,
         for (int g = 0; g < 8; g++)
             acc[g] = _mm512_fmadd_ps(pj, _mm512_set1_ps(vt[(size_t)g * tp + j]), acc[g]);
     }
-    float tmp[16];
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; g++)
-        if (g < nd) {
-            _mm512_storeu_ps(tmp, _mm512_div_ps(acc[g], l));
-            for (int r = 0; r < w; r++)
-                o[(size_t)r * C + g] = tmp[r];
-        }
+    pv_store_avx512(o, C, acc, l, w, nd);
 }
 
 /* The softmax's exp and sum, with the first 8 channels of P V summed in
@@ -1984,14 +1991,7 @@ INLINE_AVX512 __m512 pv_first_avx512(float *o /* [w,C] */, int C, float *p /* [n
         for (int g = 0; g < 8; g++)
             acc[g] = _mm512_fmadd_ps(pj, _mm512_set1_ps(vt[(size_t)g * tp + j]), acc[g]);
     }
-    float tmp[16];
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; g++)
-        if (g < nd) {
-            _mm512_storeu_ps(tmp, _mm512_div_ps(acc[g], l));
-            for (int r = 0; r < w; r++)
-                o[(size_t)r * C + g] = tmp[r];
-        }
+    pv_store_avx512(o, C, acc, l, w, nd);
     return l;
 }
 
