@@ -23,9 +23,13 @@ tests/run: $(SRC) $(HDR) $(TESTSRC) tests/test.h
 test: gpt tests/run
 	./tests/run
 
-# The benchmark: dynamic (it times OpenBLAS's sgemm too, when installed).
-BLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h && \
-          echo -DHAVE_OPENBLAS -lopenblas)
+# The benchmark: dynamic, to time OpenBLAS's sgemm on our matmul shapes
+# when it is installed (Debian: libopenblas-dev). pkg-config knows its flags;
+# without pkg-config, Debian's header path says it is there.
+BLAS := $(shell if pkg-config --exists openblas 2>/dev/null; then \
+          echo -DHAVE_OPENBLAS $$(pkg-config --cflags --libs openblas); \
+        elif test -f /usr/include/x86_64-linux-gnu/cblas.h; then \
+          echo -DHAVE_OPENBLAS -lopenblas; fi)
 bench/bench: $(SRC) $(HDR) bench/bench.c
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(BLAS) $(LDLIBS)
 
