@@ -24,12 +24,11 @@ test: gpt tests/run
 	./tests/run
 
 # The benchmark: dynamic, to time OpenBLAS's sgemm on our matmul shapes
-# when it is installed (Debian: libopenblas-dev). pkg-config knows its flags;
-# without pkg-config, Debian's header path says it is there.
-BLAS := $(shell if pkg-config --exists openblas 2>/dev/null; then \
-          echo -DHAVE_OPENBLAS $$(pkg-config --cflags --libs openblas); \
-        elif test -f /usr/include/x86_64-linux-gnu/cblas.h; then \
-          echo -DHAVE_OPENBLAS -lopenblas; fi)
+# when it is installed (Debian: libopenblas-dev). A header alone proves
+# nothing (Debian's reference BLAS ships a cblas.h too), so the test is
+# that a call to cblas_sgemm links against -lopenblas.
+BLAS := $(shell if printf '\043include <cblas.h>\nint main(void){cblas_sgemm(0,0,0,0,0,0,0,0,0,0,0,0,0,0);return 0;}\n' | \
+          $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1; then echo -DHAVE_OPENBLAS -lopenblas; fi)
 bench/bench: $(SRC) $(HDR) bench/bench.c
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(BLAS) $(LDLIBS)
 

@@ -2408,6 +2408,15 @@ static void attention_step_heads(attention_step_head_fn *head, float *out /* [nb
 
 typedef void tn_leaf_fn(const struct mm *, int, int, int, int);
 
+/* bf16 weight gradients (below, with the other bf16 kernels): rows of a
+ * leaf packed BF_TN_K at a time (even, so a pair never straddles two
+ * packings), c's rows shared between threads in units of BF_TN_MR. */
+#define BF_TN_K 256
+#define BF_TN_MR 8
+enum bf_path { BF_NONE = -1, BF_NATIVE, BF_EMU_AVX512, BF_EMU_AVX2 };
+struct tn_tree;
+static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
+
 /* One thread's part of matmul_tn_seg: its row tiles [t0, t1) of c, for
  * every leaf. A subtree's left child writes to the subtree's own output,
  * its right child to the scratch array of the subtree's level, so the whole
@@ -2418,7 +2427,8 @@ struct tn_tree {
     tn_leaf_fn *leaf;
     float *tmp; /* [depth,n,q] */
     int n, seg, mr, t0, t1;
-    float *ra, *rb; /* bf16: [seg,n], [seg,q] a leaf's rounded rows, else NULL */
+    int bf;     /* enum bf_path: BF_NONE for fp32 */
+    void *pack; /* bf16: this thread's packed pairs of a leaf's rows */
 };
 
 static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, int hi, int d)
@@ -2428,15 +2438,10 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
         int k0 = leaf_lo(lo, t->m->p, t->seg), k1 = leaf_hi(lo, t->m->p, t->seg);
         leaf.c = dst;
         leaf.kinit = k0;
-        if (t->ra) { /* the leaf's rows, rounded, while they are in cache */
-            round_span(t->ra, t->m->a + (size_t)k0 * t->n, (size_t)(k1 - k0) * t->n);
-            round_span(t->rb, t->m->b + (size_t)k0 * t->m->q, (size_t)(k1 - k0) * t->m->q);
-            leaf.a = t->ra;
-            leaf.b = t->rb;
-            leaf.kinit = 0;
-            k1 -= k0;
-        }
-        t->leaf(&leaf, t->n, t->t0, t->t1, k1);
+        if (t->bf != BF_NONE)
+            tn_leaf_bf16(t, dst, k0, k1);
+        else
+            t->leaf(&leaf, t->n, t->t0, t->t1, k1);
         return;
     }
     int mid = lo + (hi - lo) / 2, q = t->m->q;
@@ -2448,26 +2453,23 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
 }
 
 static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, int n, int seg,
-                                int bf16)
+                                int bf)
 {
     int L = leaf_count(m->p, seg), depth = tree_depth(L), tiles = (n + mr - 1) / mr;
     if (L == 0) {
         memset(m->c, 0, sizeof(float) * (size_t)n * m->q);
         return;
     }
-    int rows = seg < 1 ? m->p : min_int(seg, m->p); /* the longest leaf */
     float *tmp = depth ? xmalloc(sizeof(float) * (size_t)depth * n * m->q) : NULL;
 #pragma omp parallel if ((long)n * m->p * m->q >= PAR_WORK)
     {
-        struct tn_tree t = {m, leaf, tmp, n, seg, mr, 0, 0, NULL, NULL};
-        if (bf16) {
-            t.ra = xmalloc(sizeof(float) * (size_t)rows * ((size_t)n + (size_t)m->q));
-            t.rb = t.ra + (size_t)rows * n;
-        }
+        struct tn_tree t = {m, leaf, tmp, n, seg, mr, 0, 0, bf, NULL};
+        if (bf != BF_NONE) /* [BF_TN_K, ldb + lda] floats hold either path's packing */
+            t.pack = xmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(m->q) + round16(n)));
         my_share(tiles, &t.t0, &t.t1);
         if (t.t0 < t.t1)
             tn_subtree(&t, m->c, 0, L, 0);
-        free(t.ra);
+        free(t.pack);
     }
     free(tmp);
 }
@@ -2534,18 +2536,30 @@ void k_matmul(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /
     k_matmul_ex(c, a, b, bias, NULL, NULL, 0, n, p, q);
 }
 
+/* bf: BF_NONE for fp32, else the bf16 path (the emulations when the
+ * instruction is missing or not wanted). */
 static void matmul_tn_seg_any(float *c /* [n,q] */, const float *a /* [p,n] */,
-                              const float *b /* [p,q] */, int n, int p, int q, int seg, int bf16)
+                              const float *b /* [p,q] */, int n, int p, int q, int seg, int bf)
 {
     struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p, 0};
     switch (isa_get()) {
-    case ISA_AVX512: matmul_tn_seg_tiles(tn_leaf_avx512, MR_AVX512, &m, n, seg, bf16); break;
-    case ISA_AVX2: matmul_tn_seg_tiles(tn_leaf_avx2, MR_AVX2, &m, n, seg, bf16); break;
-    default:
-        if (bf16)
-            k_matmul_tn_seg_bf16_ref(c, a, b, n, p, q, seg);
+    case ISA_AVX512:
+        if (bf == BF_NONE)
+            matmul_tn_seg_tiles(tn_leaf_avx512, MR_AVX512, &m, n, seg, BF_NONE);
         else
+            matmul_tn_seg_tiles(NULL, BF_TN_MR, &m, n, seg, bf);
+        break;
+    case ISA_AVX2:
+        if (bf == BF_NONE)
+            matmul_tn_seg_tiles(tn_leaf_avx2, MR_AVX2, &m, n, seg, BF_NONE);
+        else
+            matmul_tn_seg_tiles(NULL, BF_TN_MR, &m, n, seg, BF_EMU_AVX2);
+        break;
+    default:
+        if (bf == BF_NONE)
             k_matmul_tn_seg_ref(c, a, b, n, p, q, seg);
+        else
+            k_matmul_tn_seg_bf16_ref(c, a, b, n, p, q, seg);
         break;
     }
 }
@@ -2553,24 +2567,19 @@ static void matmul_tn_seg_any(float *c /* [n,q] */, const float *a /* [p,n] */,
 void k_matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
                      int n, int p, int q, int seg)
 {
-    matmul_tn_seg_any(c, a, b, n, p, q, seg, 0);
+    matmul_tn_seg_any(c, a, b, n, p, q, seg, BF_NONE);
 }
 
 void k_matmul_tn_seg_bf16(float *c /* [n,q] */, const float *a /* [p,n] */,
                           const float *b /* [p,q] */, int n, int p, int q, int seg)
 {
-    matmul_tn_seg_any(c, a, b, n, p, q, seg, 1);
+    matmul_tn_seg_any(c, a, b, n, p, q, seg, bf16_native() ? BF_NATIVE : BF_EMU_AVX512);
 }
 
-void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
+void k_matmul_tn_seg_bf16_emu(float *c /* [n,q] */, const float *a /* [p,n] */,
                               const float *b /* [p,q] */, int n, int p, int q, int seg)
 {
-    size_t na = (size_t)p * n, nb = (size_t)p * q;
-    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [p,n], [p,q] */
-    k_round_bf16_ref(ra, a, na);
-    k_round_bf16_ref(rb, b, nb);
-    k_matmul_tn_seg_ref(c, ra, rb, n, p, q, seg);
-    free(ra);
+    matmul_tn_seg_any(c, a, b, n, p, q, seg, BF_EMU_AVX512);
 }
 
 /* One leaf of all p rows: the SIMD paths are the seg kernel's, with no
@@ -2896,15 +2905,16 @@ static float bf16_step(float acc, float x, float y)
     return fabsf(rs) < 0x1p-62f ? copysignf(0.0f, rs) : rs * 0x1p-64f;
 }
 
-/* One element: acc after the steps over ar[p] (a row of A, stride 1) and
- * bc (a column of B, stride ldb), pairs ascending, hi first, a missing hi
- * partner (p odd) being the zero the packing pads with. */
-static float bf16_dot(float acc, const float *ar, const float *bc, size_t ldb, int p)
+/* One element: acc after the steps over ar (a row of A, stride sak) and
+ * bc (a column of B, stride ldb), p long, pairs ascending, hi first, a
+ * missing hi partner (p odd) being the zero the packing pads with. */
+static float bf16_dot(float acc, const float *ar, size_t sak, const float *bc, size_t ldb, int p)
 {
     for (int k = 0; k < p; k += 2) {
         int hi = k + 1 < p;
-        acc = bf16_step(acc, hi ? bc[(size_t)(k + 1) * ldb] : 0.0f, hi ? ar[k + 1] : 0.0f);
-        acc = bf16_step(acc, bc[(size_t)k * ldb], ar[k]);
+        acc = bf16_step(acc, hi ? bc[(size_t)(k + 1) * ldb] : 0.0f,
+                        hi ? ar[(size_t)(k + 1) * sak] : 0.0f);
+        acc = bf16_step(acc, bc[(size_t)k * ldb], ar[(size_t)k * sak]);
     }
     return acc;
 }
@@ -2940,7 +2950,7 @@ void k_matmul_bf16_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const f
     for (int i = 0; i < n; i++)
         for (int j = 0; j < q; j++) {
             size_t at = (size_t)i * q + j;
-            float y = bf16_dot(bias ? bias[j] : 0.0f, ra + (size_t)i * p, rb + j, (size_t)q, p);
+            float y = bf16_dot(bias ? bias[j] : 0.0f, ra + (size_t)i * p, 1, rb + j, (size_t)q, p);
             c[at] = bf16_epilogue(y, r1, r2, relu, at);
         }
     free(ra);
@@ -2952,29 +2962,39 @@ void k_matmul_bf16_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const f
  * used below divides it. */
 #define BF_RB 24
 
-/* Everything a bf16 tile needs. A block's rows are in ab (ready form,
- * stride lda, zero past p); B is ready in bb (stride ldb >= q, zero past q
- * and past p). */
+/* Everything a bf16 tile needs. A block's rows are in ab in ready form
+ * (rounded floats, or packed pairs on the native path), zero past p; B is
+ * ready in bb (stride ldb >= q, zero past q and past p). A's element
+ * (row r, k) is at ab[r*sar + k*sak]: (lda, 1) for a @ b, (1, lda) for
+ * a^T b, whose a is packed the way b is. */
 struct bfmm {
     float *c;                   /* [n,q] */
-    const void *ab, *bb;        /* per path: float [.,lda] and [pe,ldb], or
-                                 * uint32 pairs [.,lda] and [p2,ldb] */
+    const void *ab, *bb;        /* float [.,.] and [pe,ldb], or uint32 pairs
+                                 * [.,.] and [p2,ldb] */
     const float *bias, *r1, *r2;
     int relu, p, q;
-    size_t lda, ldb;
+    int resume;                 /* sums go on from c (a later pass over k),
+                                 * not from bias or 0 */
+    size_t sar, sak, ldb;
 };
 
-/* Column panels of at most 4 vectors of w lanes, split evenly so that
+/* Column panels of at most maxv vectors of w lanes, split evenly so that
  * q = 96 runs as 3 + 3 vectors, not 4 + 2. *v0 is panel t's first vector,
  * the return value its width in vectors. */
-static int bf_panel(int q, int w, int t, int *v0)
+static int bf_panel(int q, int w, int maxv, int t, int *v0)
 {
-    int nv = (q + w - 1) / w, np = (nv + 3) / 4, base = nv / np, extra = nv % np;
+    int nv = (q + w - 1) / w, np = (nv + maxv - 1) / maxv, base = nv / np, extra = nv % np;
     *v0 = t * base + min_int(t, extra);
     return base + (t < extra);
 }
 
-static int bf_panels(int q, int w) { return ((q + w - 1) / w + 3) / 4; }
+static int bf_panels(int q, int w, int maxv) { return ((q + w - 1) / w + maxv - 1) / maxv; }
+
+/* Where element (row i, column col) of c starts its sum. */
+static float bf_init(const struct bfmm *m, int i, int col)
+{
+    return m->resume ? m->c[(size_t)i * m->q + col] : m->bias ? m->bias[col] : 0.0f;
+}
 
 /* The scalar fallback of the emulated tiles: rows [i, i+R) x cols [j, j1)
  * of one block, from the same rounded floats, by bf16_dot. */
@@ -2984,21 +3004,21 @@ static void bf_tile_exact(const struct bfmm *m, int i, int bi, int R, int j, int
     for (int r = 0; r < R; r++)
         for (int col = j; col < j1; col++) {
             size_t at = (size_t)(i + r) * m->q + col;
-            float y = bf16_dot(m->bias ? m->bias[col] : 0.0f, ab + (size_t)(bi + r) * m->lda,
+            float y = bf16_dot(bf_init(m, i + r, col), ab + (size_t)(bi + r) * m->sar, m->sak,
                                bb + col, m->ldb, m->p);
             m->c[at] = bf16_epilogue(y, m->r1, m->r2, m->relu, at);
         }
 }
 
-/* Rounds b[p,q] into bb[pe,ldb] (pe = p rounded up to even), zero-padded:
- * the emulated paths' B. */
-static void bf_round_b(float *bb, const float *b, int p, int q, size_t ldb)
+/* Rounds b[p,q] (row stride lds) into bb[pe,ldb] (pe = p rounded up to
+ * even), zero-padded: the emulated paths' B, and A of a^T b. */
+static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size_t ldb)
 {
     int pe = p + (p & 1);
     for (int k = 0; k < pe; k++)
         for (size_t j = 0; j < ldb; j++)
             bb[(size_t)k * ldb + j] =
-                k < p && j < (size_t)q ? bf16_round(b[(size_t)k * q + j]) : 0.0f;
+                k < p && j < (size_t)q ? bf16_round(b[(size_t)k * lds + j]) : 0.0f;
 }
 
 /* Rounds rows [i0, i0+R) of a[.,p] into ab[R,lda], zero past p. */
@@ -3029,7 +3049,7 @@ INLINE_AVX2 __m256i bf_track_avx2(__m256i lo, __m256 r)
 
 INLINE_AVX2 void bf_tile_avx2(const struct bfmm *m, int i, int bi, int j, int R, int V, int last_w)
 {
-    const float *ab = (const float *)m->ab + (size_t)bi * m->lda, *bb = (const float *)m->bb + j;
+    const float *ab = (const float *)m->ab + (size_t)bi * m->sar, *bb = (const float *)m->bb + j;
     __m256 acc[BF_MR_AVX2][2];
     __m256i lo[2] = {_mm256_set1_epi32(-1), _mm256_set1_epi32(-1)}; /* two min chains */
     const __m256i tail = lanes8(last_w);
@@ -3040,10 +3060,13 @@ INLINE_AVX2 void bf_tile_avx2(const struct bfmm *m, int i, int bi, int j, int R,
         if (m->bias)
             init = v < full ? _mm256_loadu_ps(m->bias + j + 8 * v)
                             : _mm256_maskload_ps(m->bias + j + 8 * v, tail);
-        lo[0] = bf_track_avx2(lo[0], init); /* a denormal bias must be read as zero */
+        __m256i msk = v < full ? _mm256_set1_epi32(-1) : tail;
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            acc[r][v] = init;
+        for (int r = 0; r < R; r++) { /* a denormal start must be read as zero */
+            acc[r][v] = m->resume ? _mm256_maskload_ps(m->c + (size_t)(i + r) * m->q + j + 8 * v, msk)
+                                  : init;
+            lo[0] = bf_track_avx2(lo[0], acc[r][v]);
+        }
     }
     int pe = m->p + (m->p & 1);
     for (int k = 0; k < pe; k += 2)
@@ -3056,7 +3079,7 @@ INLINE_AVX2 void bf_tile_avx2(const struct bfmm *m, int i, int bi, int j, int R,
                 bv[v] = _mm256_loadu_ps(bk + 8 * v);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                __m256 av = _mm256_broadcast_ss(ab + (size_t)r * m->lda + k + h);
+                __m256 av = _mm256_broadcast_ss(ab + (size_t)r * m->sar + (size_t)(k + h) * m->sak);
 #pragma GCC unroll 2
                 for (int v = 0; v < V; v++) {
                     acc[r][v] = _mm256_fmadd_ps(bv[v], av, acc[r][v]);
@@ -3113,31 +3136,49 @@ INLINE_AVX2 void bf_rows_avx2(const struct bfmm *m, int i, int bi, int R)
     }
 }
 
+/* Rows [i0, i0+rows) of c, A's rows from ab's row 0. */
+INLINE_AVX2 void bf_block_avx2(const struct bfmm *m, int i0, int rows)
+{
+    int r = 0;
+    for (; r + BF_MR_AVX2 <= rows; r += BF_MR_AVX2)
+        bf_rows_avx2(m, i0 + r, r, BF_MR_AVX2);
+    for (; r < rows; r++)
+        bf_rows_avx2(m, i0 + r, r, 1);
+}
+
 T_AVX2 static void matmul_bf16_avx2(struct bfmm *m, const float *a, const float *b, int n)
 {
     int p = m->p, pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
-    m->lda = (size_t)pe;
+    size_t lda = (size_t)pe;
+    m->sar = lda, m->sak = 1;
     m->ldb = (size_t)(m->q + 15) / 16 * 16;
     float *bb = xmalloc(sizeof(float) * ((size_t)pe * m->ldb));
-    bf_round_b(bb, b, p, m->q, m->ldb);
+    bf_round_b(bb, b, (size_t)m->q, p, m->q, m->ldb);
     m->bb = bb;
 #pragma omp parallel if ((long)n * p * m->q >= PAR_WORK)
     {
-        float *ab = xmalloc(sizeof(float) * BF_RB * m->lda);
+        float *ab = xmalloc(sizeof(float) * BF_RB * lda);
         struct bfmm mine = *m;
         mine.ab = ab;
 #pragma omp for schedule(static)
         for (int t = 0; t < blocks; t++) {
-            int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0), r = 0;
-            bf_round_a(ab, a, i0, rows, p, mine.lda);
-            for (; r + BF_MR_AVX2 <= rows; r += BF_MR_AVX2)
-                bf_rows_avx2(&mine, i0 + r, r, BF_MR_AVX2);
-            for (; r < rows; r++)
-                bf_rows_avx2(&mine, i0 + r, r, 1);
+            int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
+            bf_round_a(ab, a, i0, rows, p, lda);
+            bf_block_avx2(&mine, i0, rows);
         }
         free(ab);
     }
     free(bb);
+}
+
+/* a^T b over rows of a leaf: a [p,r1-r0] and b [p,q] (row strides lds_a
+ * and q) rounded into m's A and B, then c's rows [r0, r1). */
+T_AVX2 static void bf_tn_avx2(struct bfmm *m, const float *a, size_t lds_a, const float *b,
+                              int r0, int r1)
+{
+    bf_round_b((float *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
+    bf_round_b((float *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
+    bf_block_avx2(m, r0, r1 - r0);
 }
 
 /* ---- element-wise rounding (bf16_bits, 8 or 16 lanes at once) ---- */
@@ -3203,7 +3244,7 @@ INLINE_AVX512 __m512i bf_track_avx512(__m512i lo, __m512 r)
 INLINE_AVX512 void bf_tile_emu_avx512(const struct bfmm *m, int i, int bi, int j, int R, int V,
                                       __mmask16 tail)
 {
-    const float *ab = (const float *)m->ab + (size_t)bi * m->lda, *bb = (const float *)m->bb + j;
+    const float *ab = (const float *)m->ab + (size_t)bi * m->sar, *bb = (const float *)m->bb + j;
     __m512 acc[24];
     __m512i lo[4];
 #pragma GCC unroll 4
@@ -3214,10 +3255,13 @@ INLINE_AVX512 void bf_tile_emu_avx512(const struct bfmm *m, int i, int bi, int j
         __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
         __m512 init =
             m->bias ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v) : _mm512_setzero_ps();
-        lo[0] = bf_track_avx512(lo[0], init);
 #pragma GCC unroll 24
-        for (int r = 0; r < R; r++)
-            acc[r * V + v] = init;
+        for (int r = 0; r < R; r++) {
+            acc[r * V + v] =
+                m->resume ? _mm512_maskz_loadu_ps(msk, m->c + (size_t)(i + r) * m->q + j + 16 * v)
+                          : init;
+            lo[0] = bf_track_avx512(lo[0], acc[r * V + v]);
+        }
     }
     int pe = m->p + (m->p & 1);
     for (int k = 0; k < pe; k += 2)
@@ -3230,7 +3274,7 @@ INLINE_AVX512 void bf_tile_emu_avx512(const struct bfmm *m, int i, int bi, int j
                 bv[v] = _mm512_loadu_ps(bk + 16 * v);
 #pragma GCC unroll 24
             for (int r = 0; r < R; r++) {
-                __m512 av = _mm512_set1_ps(ab[(size_t)r * m->lda + k + h]);
+                __m512 av = _mm512_set1_ps(ab[(size_t)r * m->sar + (size_t)(k + h) * m->sak]);
 #pragma GCC unroll 4
                 for (int v = 0; v < V; v++) {
                     acc[r * V + v] = _mm512_fmadd_ps(bv[v], av, acc[r * V + v]);
@@ -3266,24 +3310,23 @@ INLINE_AVX512 void bf_tile_emu_avx512(const struct bfmm *m, int i, int bi, int j
     }
 }
 
-/* One row block (rows [i0, i0+rows), ready at m->ab) in column panels;
- * a panel of V vectors runs as tiles of hV rows (each divides BF_RB), the
- * rows of a short last block one by one. A macro so that R and V are
- * constants inside each tile. */
-#define BF_BLOCK(tile, m, i0, rows, h1, h2, h3, h4)                                        \
+/* Rows [i0, i0+rows) of c, A's rows from ab's row 0, in column panels of
+ * at most maxv vectors; a panel of V vectors runs as tiles of hV rows, the
+ * rows left over one by one (a tile's height changes no bits). A macro so
+ * that R and V are constants inside each tile. */
+#define BF_ROWS(tile, m, i0, rows, maxv, h1, h2, h3, h4)                                   \
     do {                                                                                   \
-        for (int pn_ = 0; pn_ < bf_panels((m)->q, 16); pn_++) {                            \
-            int v0_, V_ = bf_panel((m)->q, 16, pn_, &v0_), j_ = 16 * v0_;                  \
+        for (int pn_ = 0; pn_ < bf_panels((m)->q, 16, maxv); pn_++) {                      \
+            int v0_, V_ = bf_panel((m)->q, 16, maxv, pn_, &v0_), j_ = 16 * v0_;            \
             __mmask16 tl_ = lanes16(min_int((m)->q - j_, 16 * V_) - 16 * (V_ - 1));        \
             int R_ = V_ == 1 ? (h1) : V_ == 2 ? (h2) : V_ == 3 ? (h3) : (h4), r_ = 0;      \
-            if ((rows) == BF_RB)                                                           \
-                for (; r_ < BF_RB; r_ += R_)                                               \
-                    switch (V_) {                                                          \
-                    case 1: tile(m, (i0) + r_, r_, j_, (h1), 1, tl_); break;               \
-                    case 2: tile(m, (i0) + r_, r_, j_, (h2), 2, tl_); break;               \
-                    case 3: tile(m, (i0) + r_, r_, j_, (h3), 3, tl_); break;               \
-                    default: tile(m, (i0) + r_, r_, j_, (h4), 4, tl_); break;              \
-                    }                                                                      \
+            for (; r_ + R_ <= (rows); r_ += R_)                                            \
+                switch (V_) {                                                              \
+                case 1: tile(m, (i0) + r_, r_, j_, (h1), 1, tl_); break;                   \
+                case 2: tile(m, (i0) + r_, r_, j_, (h2), 2, tl_); break;                   \
+                case 3: tile(m, (i0) + r_, r_, j_, (h3), 3, tl_); break;                   \
+                default: tile(m, (i0) + r_, r_, j_, (h4), 4, tl_); break;                  \
+                }                                                                          \
             for (; r_ < (rows); r_++)                                                      \
                 switch (V_) {                                                              \
                 case 1: tile(m, (i0) + r_, r_, j_, 1, 1, tl_); break;                      \
@@ -3297,25 +3340,34 @@ INLINE_AVX512 void bf_tile_emu_avx512(const struct bfmm *m, int i, int bi, int j
 T_AVX512 static void matmul_bf16_emu_avx512(struct bfmm *m, const float *a, const float *b, int n)
 {
     int p = m->p, pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
-    m->lda = (size_t)pe;
+    size_t lda = (size_t)pe;
+    m->sar = lda, m->sak = 1;
     m->ldb = (size_t)(m->q + 15) / 16 * 16;
     float *bb = xmalloc(sizeof(float) * ((size_t)pe * m->ldb));
-    bf_round_b(bb, b, p, m->q, m->ldb);
+    bf_round_b(bb, b, (size_t)m->q, p, m->q, m->ldb);
     m->bb = bb;
 #pragma omp parallel if ((long)n * p * m->q >= PAR_WORK)
     {
-        float *ab = xmalloc(sizeof(float) * BF_RB * m->lda);
+        float *ab = xmalloc(sizeof(float) * BF_RB * lda);
         struct bfmm mine = *m;
         mine.ab = ab;
 #pragma omp for schedule(static)
         for (int t = 0; t < blocks; t++) {
             int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-            bf_round_a(ab, a, i0, rows, p, mine.lda);
-            BF_BLOCK(bf_tile_emu_avx512, &mine, i0, rows, 12, 8, 6, 4);
+            bf_round_a(ab, a, i0, rows, p, lda);
+            BF_ROWS(bf_tile_emu_avx512, &mine, i0, rows, 4, 12, 8, 6, 4);
         }
         free(ab);
     }
     free(bb);
+}
+
+T_AVX512 static void bf_tn_emu_avx512(struct bfmm *m, const float *a, size_t lds_a,
+                                      const float *b, int r0, int r1)
+{
+    bf_round_b((float *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
+    bf_round_b((float *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
+    BF_ROWS(bf_tile_emu_avx512, m, r0, r1 - r0, 3, 8, 8, 4, 4);
 }
 
 /* ---- native: vdpbf16ps ---- */
@@ -3333,15 +3385,16 @@ INLINE_BF16 __m512i bf_cvt16(const float *x, int have)
 }
 
 /* B as the instruction wants it: pairs [p2,ldb] of (b[2j][col] in the low
- * half, b[2j+1][col] in the high half), zero past p and q. Once per call. */
-T_BF16 static void bf_pack_b(uint32_t *bp, const float *b, int p, int q, size_t ldb)
+ * half, b[2j+1][col] in the high half), zero past p and q; b's rows lds
+ * apart. Once per call (per leaf block for a^T b, whose a is packed so too). */
+T_BF16 static void bf_pack_b(uint32_t *bp, const float *b, size_t lds, int p, int q, size_t ldb)
 {
     int p2 = (p + 1) / 2;
     for (int jp = 0; jp < p2; jp++)
         for (size_t j = 0; j < ldb; j += 16) {
             int have = q - (int)j;
-            __m512i lo = bf_cvt16(b + (size_t)2 * jp * q + j, have);
-            __m512i hi = 2 * jp + 1 < p ? bf_cvt16(b + (size_t)(2 * jp + 1) * q + j, have)
+            __m512i lo = bf_cvt16(b + (size_t)2 * jp * lds + j, have);
+            __m512i hi = 2 * jp + 1 < p ? bf_cvt16(b + (size_t)(2 * jp + 1) * lds + j, have)
                                         : _mm512_setzero_si512();
             _mm512_storeu_si512(bp + (size_t)jp * ldb + j,
                                 _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
@@ -3366,7 +3419,7 @@ T_BF16 static void bf_pack_a(uint32_t *ap, const float *a, int i0, int R, int p,
 INLINE_BF16 void bf_tile_native(const struct bfmm *m, int i, int bi, int j, int R, int V,
                                 __mmask16 tail)
 {
-    const uint32_t *ap = (const uint32_t *)m->ab + (size_t)bi * m->lda;
+    const uint32_t *ap = (const uint32_t *)m->ab + (size_t)bi * m->sar;
     const uint32_t *bp = (const uint32_t *)m->bb + j;
     __m512 acc[24];
 #pragma GCC unroll 4
@@ -3376,7 +3429,9 @@ INLINE_BF16 void bf_tile_native(const struct bfmm *m, int i, int bi, int j, int 
             m->bias ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 24
         for (int r = 0; r < R; r++)
-            acc[r * V + v] = init;
+            acc[r * V + v] =
+                m->resume ? _mm512_maskz_loadu_ps(msk, m->c + (size_t)(i + r) * m->q + j + 16 * v)
+                          : init;
     }
     int p2 = (m->p + 1) / 2;
     for (int k = 0; k < p2; k++) {
@@ -3387,7 +3442,7 @@ INLINE_BF16 void bf_tile_native(const struct bfmm *m, int i, int bi, int j, int 
             bv[v] = _mm512_loadu_si512(bk + 16 * v);
 #pragma GCC unroll 24
         for (int r = 0; r < R; r++) {
-            __m512i av = _mm512_set1_epi32((int)ap[(size_t)r * m->lda + k]);
+            __m512i av = _mm512_set1_epi32((int)ap[(size_t)r * m->sar + (size_t)k * m->sak]);
 #pragma GCC unroll 4
             for (int v = 0; v < V; v++)
                 acc[r * V + v] = _mm512_dpbf16_ps(acc[r * V + v], (__m512bh)bv[v], (__m512bh)av);
@@ -3414,28 +3469,91 @@ INLINE_BF16 void bf_tile_native(const struct bfmm *m, int i, int bi, int j, int 
 T_BF16 static void matmul_bf16_native(struct bfmm *m, const float *a, const float *b, int n)
 {
     int p = m->p, p2 = (p + 1) / 2, blocks = (n + BF_RB - 1) / BF_RB;
-    m->lda = (size_t)(p2 + 15) / 16 * 16;
+    size_t lda = (size_t)(p2 + 15) / 16 * 16;
+    m->sar = lda, m->sak = 1;
     m->ldb = (size_t)(m->q + 15) / 16 * 16;
     uint32_t *bp = xmalloc(sizeof(uint32_t) * ((size_t)p2 * m->ldb));
-    bf_pack_b(bp, b, p, m->q, m->ldb);
+    bf_pack_b(bp, b, (size_t)m->q, p, m->q, m->ldb);
     m->bb = bp;
 #pragma omp parallel if ((long)n * p * m->q >= PAR_WORK)
     {
-        uint32_t *ap = xmalloc(sizeof(uint32_t) * BF_RB * m->lda);
+        uint32_t *ap = xmalloc(sizeof(uint32_t) * BF_RB * lda);
         struct bfmm mine = *m;
         mine.ab = ap;
 #pragma omp for schedule(static)
         for (int t = 0; t < blocks; t++) {
             int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-            bf_pack_a(ap, a, i0, rows, p, mine.lda);
+            bf_pack_a(ap, a, i0, rows, p, lda);
             /* 16 to 24 accumulators (12 when q <= 16): vdpbf16ps needs
              * 16 in flight to reach its peak here, 8 give two thirds;
              * taller tiles run out of registers for their row pointers */
-            BF_BLOCK(bf_tile_native, &mine, i0, rows, 12, 8, 8, 6);
+            BF_ROWS(bf_tile_native, &mine, i0, rows, 4, 12, 8, 8, 6);
         }
         free(ap);
     }
     free(bp);
+}
+
+/* a^T b: both operands packed as pairs along the leaf's rows, 8 x 3
+ * vectors of accumulators at most (24, as above). */
+T_BF16 static void bf_tn_native(struct bfmm *m, const float *a, size_t lds_a, const float *b,
+                                int r0, int r1)
+{
+    bf_pack_b((uint32_t *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
+    bf_pack_b((uint32_t *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
+    BF_ROWS(bf_tile_native, m, r0, r1 - r0, 3, 8, 8, 8, 6); /* 4 vectors: never, maxv 3 */
+}
+
+/* ---- a^T b over the leaves of the weight gradients ----
+ *
+ * One leaf of rows [k0, k1) is exactly k_matmul_bf16 of a[k0:k1]^T and
+ * b[k0:k1] with no bias: its pairs are rows (k0, k0+1), (k0+2, k0+3), ...,
+ * restarting at each leaf, so that a core's shard of whole leaves computes
+ * the same partials and the fp32 tree above combines them unchanged. a's
+ * columns are c's rows; this thread's share, [r0, r1), is packed like b,
+ * so that row r's pair k is at ab[r + k*lda]. BF_TN_K rows at a time: the
+ * packing stays in cache and the later passes resume from c. */
+static void tn_leaf_bf16(const struct tn_tree *t, float *dst /* [n,q] */, int k0, int k1)
+{
+    int n = t->n, q = t->m->q, r0 = t->t0 * BF_TN_MR, r1 = min_int(n, t->t1 * BF_TN_MR);
+    size_t ldb = (size_t)round16(q), lda = (size_t)round16(r1 - r0);
+    struct bfmm m = {.c = dst, .q = q, .sar = 1, .sak = lda, .ldb = ldb};
+    m.bb = t->pack;                                 /* [BF_TN_K, ldb] at most */
+    m.ab = (const float *)t->pack + BF_TN_K * ldb; /* [BF_TN_K, lda] at most */
+    for (int k = k0; k < k1; k += BF_TN_K) {
+        const float *a = t->m->a + (size_t)k * n + r0, *b = t->m->b + (size_t)k * q;
+        m.p = min_int(BF_TN_K, k1 - k);
+        m.resume = k > k0;
+        switch (t->bf) {
+        case BF_NATIVE: bf_tn_native(&m, a, (size_t)n, b, r0, r1); break;
+        case BF_EMU_AVX512: bf_tn_emu_avx512(&m, a, (size_t)n, b, r0, r1); break;
+        default: bf_tn_avx2(&m, a, (size_t)n, b, r0, r1); break;
+        }
+    }
+}
+
+/* Each leaf's partial by bf16_dot, then the tree. */
+void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
+                              const float *b /* [p,q] */, int n, int p, int q, int seg)
+{
+    int L = leaf_count(p, seg);
+    size_t na = (size_t)p * n, nb = (size_t)p * q, nc = (size_t)n * q;
+    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [p,n], [p,q] */
+    float *part = xmalloc(sizeof(float) * (size_t)L * nc);         /* [L,n,q] */
+    k_round_bf16_ref(ra, a, na);
+    k_round_bf16_ref(rb, b, nb);
+#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < L; l++) {
+            int k0 = leaf_lo(l, p, seg), rows = leaf_hi(l, p, seg) - k0;
+            for (int j = 0; j < q; j++)
+                part[(size_t)l * nc + (size_t)i * q + j] =
+                    bf16_dot(0.0f, ra + (size_t)k0 * n + i, (size_t)n, rb + (size_t)k0 * q + j,
+                             (size_t)q, rows);
+        }
+    tree_finish(add_plain, c, part, L, nc);
+    free(ra);
+    free(part);
 }
 
 /* ---- entry points ---- */
@@ -3492,7 +3610,7 @@ void k_matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */, const f
                        const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
                        const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
-    struct bfmm m = {c, NULL, NULL, bias, r1, r2, relu, p, q, 0, 0};
+    struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .relu = relu, .p = p, .q = q};
     if (n <= 0 || q <= 0)
         return;
     switch (isa_get()) {
@@ -3506,7 +3624,7 @@ void k_matmul_bf16(float *c /* [n,q] */, const float *a /* [n,p] */, const float
                    const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
                    const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
-    struct bfmm m = {c, NULL, NULL, bias, r1, r2, relu, p, q, 0, 0};
+    struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .relu = relu, .p = p, .q = q};
     if (n > 0 && q > 0 && bf16_native())
         matmul_bf16_native(&m, a, b, n);
     else

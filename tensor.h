@@ -202,13 +202,21 @@ void k_matmul_bf16_ref(float *c, const float *a, const float *b, const float *bi
  * tests hold it to the instruction's bits. */
 void k_matmul_bf16_emu(float *c, const float *a, const float *b, const float *bias,
                        const float *r1, const float *r2, int relu, int n, int p, int q);
-/* The matrix unit's other operands, rounded as they are loaded (no extra
- * pass over memory): each gives exactly the bits of rounding every input
- * with k_round_bf16 first and calling the fp32 kernel (products of bf16
- * values are exact in fp32). attention_bwd rounds dout and qkv. */
+/* c[n,q] = a^T @ b, a[p,n], b[p,q], on the matrix unit: each leaf of seg
+ * rows (as k_matmul_tn_seg) is k_matmul_bf16 of the leaf's a^T and b with
+ * no bias, so its pairs of k are the leaf's rows (lo, lo+1), (lo+2, lo+3),
+ * ... (an odd last row paired with zero); the leaves' partials are then
+ * combined by the fp32 tree, so shards of whole leaves still sum to the
+ * same bits. vdpbf16ps where k_matmul_bf16 uses it, else its emulation;
+ * _emu forces the emulation. */
 void k_matmul_tn_seg_bf16(float *c, const float *a, const float *b, int n, int p, int q, int seg);
 void k_matmul_tn_seg_bf16_ref(float *c, const float *a, const float *b, int n, int p, int q,
                               int seg);
+void k_matmul_tn_seg_bf16_emu(float *c, const float *a, const float *b, int n, int p, int q,
+                              int seg);
+/* Attention's operands rounded as they are loaded (no extra pass over
+ * memory): the bits of rounding every input with k_round_bf16 first and
+ * calling the fp32 kernel. attention_bwd rounds dout and qkv. */
 void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
 void k_attention_bf16_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
 void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,

@@ -992,6 +992,12 @@ static void test_shards(int B, int T, int seg)
             SHARDED("matmul_tn_seg 37x33", (size_t)A2 * Q2,
                     k_matmul_tn_seg(full, a2, b2, A2, n, Q2, seg),
                     k_matmul_tn_seg(out_, a2 + r0_ * A2, b2 + r0_ * Q2, A2, rows, Q2, seg));
+            SHARDED("matmul_tn_seg_bf16 128x64", (size_t)A1 * Q1,
+                    k_matmul_tn_seg_bf16(full, a1, b1, A1, n, Q1, seg),
+                    k_matmul_tn_seg_bf16(out_, a1 + r0_ * A1, b1 + r0_ * Q1, A1, rows, Q1, seg));
+            SHARDED("matmul_tn_seg_bf16 37x33", (size_t)A2 * Q2,
+                    k_matmul_tn_seg_bf16(full, a2, b2, A2, n, Q2, seg),
+                    k_matmul_tn_seg_bf16(out_, a2 + r0_ * A2, b2 + r0_ * Q2, A2, rows, Q2, seg));
             SHARDED("sum_rows_seg", (size_t)Q1, k_sum_rows_seg(full, b1, n, Q1, seg),
                     k_sum_rows_seg(out_, b1 + r0_ * Q1, rows, Q1, seg));
             SHARDED("layernorm_bwd_seg dw, db", 2 * (size_t)C,
@@ -1300,6 +1306,94 @@ static void test_bf16(void)
     free(a), free(b), free(bias), free(r1), free(out);
 }
 
+/* same_bits, but any NaN equals any NaN: past the leaves the tree adds
+ * plain floats, and which of two NaNs a + b keeps is the compiler's choice
+ * (it may swap the operands of an addition). */
+static void same_bits_nan(const char *what, const float *got, const float *want, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += !(isnan(got[i]) && isnan(want[i])) && f_bits(got[i]) != f_bits(want[i]);
+    CHECK(bad == 0, "%s [%s]: %zu elements' bits differ", what, isa_name(isa_get()), bad);
+}
+
+/* The weight-gradient kernel a^T b, a[p,n], b[p,q], on every path and
+ * native and emulated, against its twin bit for bit; the twin against
+ * k_matmul_bf16_ref of each leaf's transpose (the hand-checked kernel), and
+ * the leaves against the fp32 tree applied to those partials. */
+static void test_bf16_tn(int n, int p, int q, int seg, int kind)
+{
+    size_t nc = (size_t)n * q;
+    int L = p > 0 ? (seg < 1 ? 1 : (p + seg - 1) / seg) : 0;
+    float *a = rvec((size_t)p * n + 1, 1), *b = rvec((size_t)p * q + 1, 1);
+    float *want = fvec(nc), *got = fvec(nc), *nat = fvec(nc), *at = fvec((size_t)p * n + 1);
+    float *part = fvec(nc * (L > 0 ? L : 1));
+    const float **parts = malloc(sizeof(float *) * (L > 0 ? L : 1));
+    char what[96];
+    bf16_fill(a, (size_t)p * n, kind, 0);
+    bf16_fill(b, (size_t)p * q, kind, 0);
+    k_matmul_tn_seg_bf16_ref(want, a, b, n, p, q, seg);
+    for (int l = 0; l < L; l++) { /* leaf l: matmul_bf16 of its transpose */
+        int k0 = seg < 1 ? 0 : l * seg, k1 = seg < 1 || k0 + seg > p ? p : k0 + seg;
+        for (int k = k0; k < k1; k++)
+            for (int i = 0; i < n; i++)
+                at[(size_t)i * (k1 - k0) + (k - k0)] = a[(size_t)k * n + i];
+        k_matmul_bf16_ref(part + (size_t)l * nc, at, b + (size_t)k0 * q, NULL, NULL, NULL, 0, n,
+                          k1 - k0, q);
+        parts[l] = part + (size_t)l * nc;
+    }
+    k_tree_sum_ref(got, parts, L, nc);
+    snprintf(what, sizeof what, "matmul_tn_seg_bf16_ref n=%d p=%d q=%d seg=%d kind %d", n, p, q,
+             seg, kind);
+    same_bits_nan(what, want, got, nc);
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        snprintf(what, sizeof what, "matmul_tn_seg_bf16%s n=%d p=%d q=%d seg=%d kind %d",
+                 bf16_native() ? " (native)" : "", n, p, q, seg, kind);
+        memset(nat, 0x55, sizeof(float) * nc);
+        k_matmul_tn_seg_bf16(nat, a, b, n, p, q, seg);
+        same_bits_nan(what, nat, want, nc);
+        snprintf(what, sizeof what, "matmul_tn_seg_bf16_emu n=%d p=%d q=%d seg=%d kind %d", n, p,
+                 q, seg, kind);
+        memset(got, 0x55, sizeof(float) * nc);
+        k_matmul_tn_seg_bf16_emu(got, a, b, n, p, q, seg);
+        same_bits_nan(what, got, want, nc);
+        snprintf(what, sizeof what, "matmul_tn_seg_bf16 native vs emulated n=%d p=%d q=%d seg=%d",
+                 n, p, q, seg);
+        if (bf16_native()) /* the same tree code after the leaves: NaNs too */
+            same_bits(what, nat, got, sizeof(float) * nc);
+    }
+    free(a), free(b), free(want), free(got), free(nat), free(at), free(part), free(parts);
+}
+
+static void test_bf16_tn_all(void)
+{
+    static const int shapes[][4] = {
+        /* n, p, q, seg: the model's dW shapes with one leaf per example;
+         * odd leaves (a pair padded with zero at each leaf's end); leaves
+         * longer than one packing (the tiles resume from c); c's rows not a
+         * multiple of the threads' unit; no rows */
+        {32, 512, 96, 128}, {64, 384, 32, 128}, {32, 256, 128, 128}, {37, 21, 33, 7},
+        {5, 11, 17, 0},     {64, 600, 48, 0},   {19, 900, 130, 301}, {8, 1, 3, 0},
+        {24, 0, 5, 3},      {1, 9, 1, 2},       {100, 40, 64, 3},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int kind = BF_PLAIN; kind <= BF_BOUNDARY; kind++)
+            test_bf16_tn(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], kind);
+    enum { P = 4096, N = 32, Q = 96 };
+    float *a = rvec((size_t)P * N, 1), *b = rvec((size_t)P * Q, 1), *out = fvec((size_t)N * Q);
+    int saved = omp_get_max_threads();
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        SAME_AT_ANY_THREADS("matmul_tn_seg_bf16", out, (size_t)N * Q,
+                            k_matmul_tn_seg_bf16(out, a, b, N, P, Q, 128));
+        SAME_AT_ANY_THREADS("matmul_tn_seg_bf16_emu", out, (size_t)N * Q,
+                            k_matmul_tn_seg_bf16_emu(out, a, b, N, P, Q, 128));
+    }
+    omp_set_num_threads(saved);
+    free(a), free(b), free(out);
+}
+
 /* The on-load rounding kernels equal rounding first (k_round_bf16) and
  * running the fp32 kernel, on every path, and their twins do the same. */
 static void test_bf16_on_load(int B, int T, int C, int H, int seg)
@@ -1321,14 +1415,7 @@ static void test_bf16_on_load(int B, int T, int C, int H, int seg)
         k_attention_bwd(want, rd, rq, o, lse, B, T, C, H);
         k_attention_bwd_bf16(got, dout, qkv, o, lse, B, T, C, H);
         same_bits("attention_bwd_bf16 = bwd of rounded dout, qkv", got, want, sizeof(float) * n3);
-        k_matmul_tn_seg(want, rq, rd, 3 * C, n, C, seg);
-        k_matmul_tn_seg_bf16(got, qkv, dout, 3 * C, n, C, seg);
-        same_bits("matmul_tn_seg_bf16 = tn_seg of rounded inputs", got, want,
-                  sizeof(float) * 3 * C * C);
     }
-    k_matmul_tn_seg_ref(want, rq, rd, 3 * C, n, C, seg);
-    k_matmul_tn_seg_bf16_ref(got, qkv, dout, 3 * C, n, C, seg);
-    same_bits("matmul_tn_seg_bf16_ref", got, want, sizeof(float) * 3 * C * C);
     k_attention_ref(want, lse, rq, B, T, C, H);
     k_attention_bf16_ref(got, l2, qkv, B, T, C, H);
     same_bits("attention_bf16_ref", got, want, sizeof(float) * n1);
@@ -1356,5 +1443,6 @@ void test_kernels(void)
     test_bf16();
     test_bf16_on_load(4, 128, 32, 4, 128);
     test_bf16_on_load(3, 7, 24, 2, 3);
+    test_bf16_tn_all();
     isa_set(isa);
 }
