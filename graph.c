@@ -341,7 +341,7 @@ static Tensor *matmul_tn(Graph *g, Tensor *a, Tensor *b)
         shape_fail("matmul_tn", a, b);
     Node *n = new_node(g, KOP_MATMUL_TN, 2, IN(a, b));
     memcpy(n->a, (long[]){a->cols, a->rows, b->cols, g->seg}, 4 * sizeof(long));
-    n->f[1] = g->prec == PREC_BF16; /* a and b rounded on load */
+    n->f[1] = g->prec != PREC_FP32; /* the matrix unit: bf16 pairs, fp32 sums */
     Tensor *y = add_out(g, n, DT_F32, a->cols, b->cols, 1);
     run_node(g, n);
     return stored_partial(g, y);

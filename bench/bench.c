@@ -14,7 +14,10 @@
  * quotes medians: on a shared machine the noise then falls on all of them
  * alike instead of on whichever ran during a disturbance.
  *
- *   bench/bench [--quick] [--data FILE]
+ *   bench/bench [--quick] [--data FILE] [--only SECTION[,SECTION...]]
+ *
+ * SECTION: kernels, steps, eval (with the projection), torch, scaling; the
+ * peak is always measured (the other sections quote percentages of it).
  */
 #include <immintrin.h>
 #include <limits.h>
@@ -39,6 +42,7 @@ char *openblas_get_config(void);
 
 static struct {
     int quick;            /* --quick: a smoke run of seconds */
+    const char *only;     /* --only: comma-separated sections, NULL = all */
     int threads;          /* all threads: OpenMP's default at start-up */
     char data[PATH_MAX];  /* the corpus, or the synthetic text we wrote */
     char torch[PATH_MAX]; /* torch_ref.py, next to this binary */
@@ -75,6 +79,35 @@ static double median(double *v, int n)
 }
 
 static const char *mark(int met) { return met ? "met" : "MISSED"; }
+
+static const char *const sections[] = {"kernels", "steps", "eval", "torch", "scaling"};
+
+/* Whether --only asks for this section (every one without --only). */
+static int wanted(const char *section)
+{
+    if (!opt.only)
+        return 1;
+    size_t len = strlen(section);
+    for (const char *s = opt.only; *s; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) {
+        if (strcspn(s, ",") == len && !strncmp(s, section, len))
+            return 1;
+    }
+    return 0;
+}
+
+/* --only's list names only known sections. */
+static int only_ok(const char *list)
+{
+    for (const char *s = list; *s; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) {
+        size_t len = strcspn(s, ","), k = 0;
+        while (k < sizeof sections / sizeof *sections &&
+               !(strlen(sections[k]) == len && !strncmp(s, sections[k], len)))
+            k++;
+        if (k == sizeof sections / sizeof *sections)
+            return 0;
+    }
+    return *list != 0;
+}
 
 /* ---- peak: independent FMA chains ----
  * 12 accumulators: more chains than FMA latency x FMA ports (4 x 2 on
@@ -649,6 +682,35 @@ static void step_row(const struct layout *l, const struct variant *all, const st
            mark(ms <= target), opt.threads > 1 ? mark(x >= 1.8) : "-");
 }
 
+/* Median over rounds of fp32's time / bf16's in the same round: the two
+ * ran back to back, so a round's disturbance mostly cancels. */
+static double paired_speedup(const struct variant *fp, const struct variant *bf)
+{
+    double r[MAX_ROUNDS];
+    for (int i = 0; i < fp->rounds; i++)
+        r[i] = fp->ms[i] / bf->ms[i];
+    return median(r, fp->rounds);
+}
+
+/* Issue 4's criterion: bf16 faster than fp32 on the same layout. */
+static void bf16_vs_fp32(const struct variant *v)
+{
+    printf("  bf16 speed-up over fp32 (median of per-round ratios):");
+    for (int t = 0; t < 2; t++)
+        for (int f = 0; f < NL; f++) {
+            const struct layout *l = &layouts[f];
+            if (l->prec != PREC_FP32 || strcmp(l->device, "xla"))
+                continue;
+            for (int b = 0; b < NL; b++)
+                if (layouts[b].prec == PREC_BF16 && layouts[b].cores == l->cores) {
+                    double x = paired_speedup(&v[f + t * NL], &v[b + t * NL]);
+                    printf(" %d core%s %s %.2fx %s;", l->cores, l->cores > 1 ? "s" : "",
+                           t ? "1 thread" : "all", x, mark(x > 1));
+                }
+        }
+    printf("\n\n");
+}
+
 /* best[0] fp32, best[1] bf16: the fastest layout at all threads. */
 static void step_table(struct best *best)
 {
@@ -671,9 +733,10 @@ static void step_table(struct best *best)
         step_row(&layouts[i], &v[i], &v[i + NL], fl, best);
     printf("  (ms/step and MFU at %d threads, then at 1; MFU of the measured peak at that thread "
            "count, bf16 rows of vdpbf16ps's;\n   the issue's \"12 ms = 60%% MFU\" assumed a "
-           "%.0f GFLOP/s peak: 60%% of the measured %.0f is %.1f ms)\n\n",
+           "%.0f GFLOP/s peak: 60%% of the measured %.0f is %.1f ms)\n",
            opt.threads, fl / 0.012 / 0.6 * 1e-9, peak.fp32[1],
            fl / (0.6 * peak.fp32[1] * 1e9) * 1e3);
+    bf16_vs_fp32(v);
     for (int i = 0; i < 2 * NL; i++)
         variant_free(&v[i]);
 }
@@ -894,8 +957,11 @@ int main(int argc, char **argv)
             opt.quick = 1;
         else if (!strcmp(argv[i], "--data") && i + 1 < argc)
             data = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc && only_ok(argv[i + 1]))
+            opt.only = argv[++i];
         else {
-            fprintf(stderr, "usage: bench/bench [--quick] [--data FILE]\n");
+            fprintf(stderr, "usage: bench/bench [--quick] [--data FILE] [--only SECTION,...] "
+                            "(sections: kernels, steps, eval, torch, scaling)\n");
             return 2;
         }
     }
@@ -904,15 +970,22 @@ int main(int argc, char **argv)
     find_files(data);
     header();
     measure_peaks();
-    kernel_table();
+    if (wanted("kernels"))
+        kernel_table();
     load_corpus();
-    struct best best[2];
+    struct best best[2] = {{0, "-"}, {0, "-"}};
     double eval_ms, gen_ms;
-    step_table(best);
-    eval_table(&eval_ms, &gen_ms);
-    projection(best, eval_ms, gen_ms);
-    torch_table();
-    scaling_table();
+    if (wanted("steps"))
+        step_table(best);
+    if (wanted("eval")) {
+        eval_table(&eval_ms, &gen_ms);
+        if (wanted("steps"))
+            projection(best, eval_ms, gen_ms);
+    }
+    if (wanted("torch"))
+        torch_table();
+    if (wanted("scaling"))
+        scaling_table();
     if (opt.tmp[0])
         unlink(opt.tmp);
     free(corpus.bytes);
