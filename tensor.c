@@ -1995,6 +1995,33 @@ INLINE_AVX512 __m512 pv_first_avx512(float *o /* [w,C] */, int C, float *p /* [n
     return l;
 }
 
+/* Scores of keys j..j+3 for the block's 16 queries (transposed in qt),
+ * scaled and causally masked, into sc; returns their lane-wise max. */
+INLINE_AVX512 __m512 scores4_avx512(float *sc /* [tp,16] */, const float *qt /* [hs,16] */,
+                                    const float *qkv /* [T,3C], head's q col */, size_t ld, int j,
+                                    int i0, int hs, __m512 scale)
+{
+    const float *k = qkv + (size_t)j * ld + hs; /* key j's [hs]; the next ld apart */
+    __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+#pragma GCC unroll 8
+    for (int d = 0; d < hs; d++) {
+        __m512 qd = _mm512_loadu_ps(qt + 16 * d);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            s[u] = _mm512_fmadd_ps(qd, _mm512_set1_ps(k[u * ld + d]), s[u]);
+    }
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) { /* queries before key j+u do not see it */
+        s[u] = _mm512_mask_mov_ps(_mm512_mul_ps(s[u], scale), below16(j + u - i0),
+                                  _mm512_set1_ps(-INFINITY));
+        _mm512_storeu_ps(sc + 16 * (j + u), s[u]);
+        mx = _mm512_max_ps(mx, s[u]);
+    }
+    return mx;
+}
+
 INLINE_AVX512 void attention_body_avx512(float *o /* [T,C], head's col */, float *lse /* [T] */,
                                          const float *qkv /* [T,3C], head's q col */, int T, int C,
                                          int hs, float *qt /* [hs,16] */,
@@ -2008,7 +2035,12 @@ INLINE_AVX512 void attention_body_avx512(float *o /* [T,C], head's col */, float
         int w = min_int(16, T - i0), nk = i0 + w; /* queries i0.., keys 0..nk-1 */
         q_block_transpose(qt, qkv + i0 * ld, ld, w, 16, hs);
         __m512 mx = ninf;
-        for (int j = 0; j < nk; j++) {
+        int j = 0;
+        /* four keys at a time: each score is still one chain of hs FMAs
+         * in channel order (the same bits), but four chains overlap */
+        for (; j + 4 <= nk; j += 4)
+            mx = _mm512_max_ps(mx, scores4_avx512(sc, qt, qkv, ld, j, i0, hs, scale));
+        for (; j < nk; j++) {
             const float *k = qkv + j * ld + hs; /* [hs] */
             __m512 s = _mm512_setzero_ps();
 #pragma GCC unroll 8
