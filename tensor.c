@@ -916,20 +916,63 @@ static void sum_blocks(float *out /* [q] */, const float *part /* [nblk,q] */, i
             out[j] += part[(size_t)b * q + j];
 }
 
+/* dst[c, r] = src[r, c] for rows r < R and columns c < K (dst's rows dld
+ * apart, src's sld apart): 8 x 8 blocks by shuffles, the edges one by
+ * one. The attention heads transpose their q, k and v with it, a few
+ * thousand floats a head: one by one that was a fifth of the forward. */
+T_AVX2 static void transpose_block(float *dst, size_t dld, const float *src, size_t sld, int R,
+                                   int K)
+{
+    int r0 = 0;
+    for (; r0 + 8 <= R; r0 += 8) {
+        int c0 = 0;
+        for (; c0 + 8 <= K; c0 += 8) {
+            __m256 x[8], t[8], u[8];
+            for (int k = 0; k < 8; k++)
+                x[k] = _mm256_loadu_ps(src + (size_t)(r0 + k) * sld + c0);
+            for (int k = 0; k < 8; k += 2) {
+                t[k] = _mm256_unpacklo_ps(x[k], x[k + 1]);
+                t[k + 1] = _mm256_unpackhi_ps(x[k], x[k + 1]);
+            }
+            for (int k = 0; k < 8; k += 4) {
+                u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+                u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+                u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+                u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+            }
+            for (int k = 0; k < 4; k++) {
+                float *lo = dst + (size_t)(c0 + k) * dld + r0, *hi = lo + 4 * dld;
+                _mm256_storeu_ps(lo, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+                _mm256_storeu_ps(hi, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+            }
+        }
+        for (int c = c0; c < K; c++)
+            for (int r = r0; r < r0 + 8; r++)
+                dst[(size_t)c * dld + r] = src[(size_t)r * sld + c];
+    }
+    for (int c = 0; c < K; c++)
+        for (int r = r0; r < R; r++)
+            dst[(size_t)c * dld + r] = src[(size_t)r * sld + c];
+}
+
+/* Zeroes columns [c0, c1) of rows [0, R) of x (rows ld apart). */
+static void zero_cols(float *x, size_t ld, int R, int c0, int c1)
+{
+    for (int r = 0; r < R; r++)
+        for (int c = c0; c < c1; c++)
+            x[(size_t)r * ld + c] = 0.0f;
+}
+
 /* One head's keys and values, transposed to [hs,tp] so the SIMD loops run
  * over keys; zero-padded from T to tp (a multiple of 16) so whole vectors
  * can be loaded past the last key. */
 static void kv_transpose(float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
                          const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp)
 {
-    for (int d = 0; d < hs; d++) {
-        for (int j = 0; j < T; j++) {
-            kt[(size_t)d * tp + j] = qkv[(size_t)j * 3 * C + hs + d];
-            vt[(size_t)d * tp + j] = qkv[(size_t)j * 3 * C + 2 * hs + d];
-        }
-        for (int j = T; j < tp; j++)
-            kt[(size_t)d * tp + j] = vt[(size_t)d * tp + j] = 0.0f;
-    }
+    transpose_block(kt, (size_t)tp, qkv + hs, 3 * (size_t)C, T, hs);
+    transpose_block(vt, (size_t)tp, qkv + 2 * hs, 3 * (size_t)C, T, hs);
+    zero_cols(kt, (size_t)tp, hs, T, tp);
+    zero_cols(vt, (size_t)tp, hs, T, tp);
 }
 
 static int round16(int x) { return (x + 15) / 16 * 16; }
@@ -945,9 +988,8 @@ static int key_stride(int T) { return round16(T) + 16; }
 static void q_block_transpose(float *qt /* [hs,W] */, const float *q0 /* query i0, rows ld apart */,
                               size_t ld, int w, int W, int hs)
 {
-    for (int d = 0; d < hs; d++)
-        for (int r = 0; r < W; r++)
-            qt[d * W + r] = r < w ? q0[r * ld + d] : 0.0f;
+    transpose_block(qt, (size_t)W, q0, ld, w, hs);
+    zero_cols(qt, (size_t)W, hs, w, W);
 }
 
 /* vt[d,j] = channel d of value j, for channels padded with zeros to a
@@ -955,9 +997,9 @@ static void q_block_transpose(float *qt /* [hs,W] */, const float *q0 /* query i
 static void v_transpose(float *vt /* [round8(hs),tp] */,
                         const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp)
 {
-    for (int d = 0; d < (hs + 7) / 8 * 8; d++)
-        for (int j = 0; j < T; j++)
-            vt[(size_t)d * tp + j] = d < hs ? qkv[(size_t)j * 3 * C + 2 * hs + d] : 0.0f;
+    transpose_block(vt, (size_t)tp, qkv + 2 * hs, 3 * (size_t)C, T, hs);
+    zero_cols(vt, (size_t)tp, hs, T, tp);
+    zero_cols(vt + (size_t)hs * tp, (size_t)tp, (hs + 7) / 8 * 8 - hs, 0, tp);
 }
 
 /* ======================================================================
@@ -2085,6 +2127,41 @@ T_AVX512 static void attention_head_avx512(float *o /* [T,C], head's col */, flo
  *  2. per chunk, dV and dK summed over those queries in 16 accumulators;
  *  3. dQ_i = scale sum_j dS_ij K_j, channels in the lanes, 8 queries at a
  *     time so the chains overlap. */
+/* P and dS of queries i..i+U-1 against keys k0..k0+15. */
+INLINE_AVX512 void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */,
+                                  const float *dout /* [T,C], head's col */,
+                                  const float *qkv /* [T,3C], head's q col */,
+                                  const float *lse /* [T] */, const float *D /* [T] */, int C,
+                                  int hs, const float *kt /* [hs,tp] */,
+                                  const float *vt /* [hs,tp] */, int tp, int k0, int i, int U,
+                                  size_t ld3, __m512 scale)
+{
+    __m512 s[4], dp[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+        s[u] = dp[u] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int d = 0; d < hs; d++) {
+        __m512 kd = _mm512_loadu_ps(kt + (size_t)d * tp + k0);
+        __m512 vd = _mm512_loadu_ps(vt + (size_t)d * tp + k0);
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            const float *q = qkv + (size_t)(i + u) * ld3, *g = dout + (size_t)(i + u) * C;
+            s[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), kd, s[u]);
+            dp[u] = _mm512_fmadd_ps(_mm512_set1_ps(g[d]), vd, dp[u]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
+        int r = i + u;
+        __m512 p = exp16(_mm512_fmsub_ps(s[u], scale, _mm512_set1_ps(lse[r])));
+        p = _mm512_maskz_mov_ps(lanes16(r + 1 - k0), p); /* keys after r are not seen */
+        _mm512_storeu_ps(pr + 16 * (size_t)r, p);
+        _mm512_storeu_ps(ds + (size_t)r * tp + k0,
+                         _mm512_mul_ps(p, _mm512_sub_ps(dp[u], _mm512_set1_ps(D[r]))));
+    }
+}
+
 INLINE_AVX512 void bwd_probs_avx512(float *pr /* [T,16], rows k0.. */, float *ds /* [T,tp] */,
                                     const float *dout /* [T,C], head's col */,
                                     const float *qkv /* [T,3C], head's q col */,
@@ -2094,21 +2171,13 @@ INLINE_AVX512 void bwd_probs_avx512(float *pr /* [T,16], rows k0.. */, float *ds
 {
     const size_t ld3 = 3 * (size_t)C;
     const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hs));
-    for (int i = k0; i < T; i++) {
-        const float *q = qkv + i * ld3, *g = dout + (size_t)i * C; /* [hs] each */
-        __m512 s = _mm512_setzero_ps(), dp = _mm512_setzero_ps();
-#pragma GCC unroll 8
-        for (int d = 0; d < hs; d++) {
-            s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + (size_t)d * tp + k0), s);
-            dp = _mm512_fmadd_ps(_mm512_set1_ps(g[d]), _mm512_loadu_ps(vt + (size_t)d * tp + k0),
-                                 dp);
-        }
-        __m512 p = exp16(_mm512_fmsub_ps(s, scale, _mm512_set1_ps(lse[i])));
-        p = _mm512_maskz_mov_ps(lanes16(i + 1 - k0), p); /* keys after i are not seen */
-        _mm512_storeu_ps(pr + 16 * (size_t)i, p);
-        _mm512_storeu_ps(ds + (size_t)i * tp + k0,
-                         _mm512_mul_ps(p, _mm512_sub_ps(dp, _mm512_set1_ps(D[i]))));
-    }
+    int i = k0;
+    /* U queries at a time: each dot product is still one chain of hs FMAs
+     * in channel order (the same bits), but 2U chains overlap */
+    for (; i + 2 <= T; i += 2)
+        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 2, ld3, scale);
+    for (; i < T; i++)
+        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 1, ld3, scale);
 }
 
 /* dV and dK of keys k0..k0+15, channels d0..d0+nd-1 (nd <= 8). */
