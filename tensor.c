@@ -2553,25 +2553,56 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
     add_into(dst + r0 * q, right + r0 * q, (r1 - r0) * q);
 }
 
+/* Whether nth threads can each take a whole subtree of the L leaves: the
+ * subtrees at depth log2(nth) are then [t*L/nth, (t+1)*L/nth), and the
+ * tree over their results is the tree's top (the sharding rule, tensor.h). */
+static int leaf_split(int nth, int L) { return nth > 1 && !(nth & (nth - 1)) && L % nth == 0; }
+
+/* Each thread reads only its leaves' rows of a and b when the leaves split
+ * evenly into subtrees (with the threads sharing c's rows, each read all
+ * of b, from memory at the model's sizes); else the threads share c's rows
+ * over all leaves. The same bits either way. */
 static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, int n, int seg,
                                 int bf)
 {
-    int L = leaf_count(m->p, seg), depth = tree_depth(L), tiles = (n + mr - 1) / mr;
+    int L = leaf_count(m->p, seg), tiles = (n + mr - 1) / mr;
+    size_t nc = (size_t)n * m->q;
     if (L == 0) {
-        memset(m->c, 0, sizeof(float) * (size_t)n * m->q);
+        memset(m->c, 0, sizeof(float) * nc);
         return;
     }
-    float *tmp = depth ? xmalloc(sizeof(float) * (size_t)depth * n * m->q) : NULL;
-#pragma omp parallel if ((long)n * m->p * m->q >= PAR_WORK)
+    int par = (long)n * m->p * m->q >= PAR_WORK, nth = par ? omp_get_max_threads() : 1;
+    int split = leaf_split(nth, L), depth = tree_depth(L);
+    /* per thread: [depth,n,q] scratch and [n,q] for its subtree's result
+     * (thread 0's goes to c); sharing rows, thread 0's scratch serves all
+     * (a nested region may get fewer threads than asked: then they share) */
+    float *tmp = xmalloc(sizeof(float) * (size_t)nth * (depth + 1) * nc);
+    float **res = xmalloc(sizeof(float *) * (size_t)nth);
+#pragma omp parallel if (par) num_threads(nth)
     {
-        struct tn_tree t = {m, leaf, tmp, n, seg, mr, 0, 0, bf, NULL};
+        int me = omp_get_thread_num(), lo = 0, hi = L;
+        struct tn_tree t = {m, leaf, tmp, n, seg, mr, 0, tiles, bf, NULL};
         if (bf != BF_NONE) /* [BF_TN_K, ldb + lda] floats hold either path's packing */
             t.pack = xmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(m->q) + round16(n)));
-        my_share(tiles, &t.t0, &t.t1);
+        float *dst = m->c;
+        if (split && omp_get_num_threads() == nth) {
+            t.tmp = tmp + (size_t)me * (depth + 1) * nc;
+            dst = me ? t.tmp + (size_t)depth * nc : m->c;
+            lo = me * (L / nth), hi = lo + L / nth;
+            res[me] = dst;
+        } else {
+            my_share(tiles, &t.t0, &t.t1);
+        }
         if (t.t0 < t.t1)
-            tn_subtree(&t, m->c, 0, L, 0);
+            tn_subtree(&t, dst, lo, hi, 0);
         free(t.pack);
+        if (split && omp_get_num_threads() == nth) {
+#pragma omp barrier
+#pragma omp single
+            tree_sum_chunked(m->c, (const float *const *)res, nth, nc); /* nested: serial */
+        }
     }
+    free(res);
     free(tmp);
 }
 
