@@ -591,6 +591,11 @@ static void variant_setup(struct variant *v)
     v->g = g_new();
     g_set_lazy(v->g, !strcmp(v->device, "xla"));
     g_set_precision(v->g, v->prec);
+    if (v->prec == PREC_BF16_PURE) { /* as gpt train: weights and Adam state bf16 from the start */
+        k_round_bf16(v->m.w, v->m.w, v->m.nw);
+        k_round_bf16(v->m.m, v->m.m, v->m.nw);
+        k_round_bf16(v->m.v, v->m.v, v->m.nw);
+    }
     batch_alloc(&v->b, DB, DT);
     rng_seed(&v->r, 1337, 1);
 }
@@ -663,6 +668,8 @@ static const struct layout {
     {"xla", 8, PREC_FP32, "xla 8 cores (v3-8), fp32"},
     {"xla", 1, PREC_BF16, "xla 1 core, bf16"},
     {"xla", 8, PREC_BF16, "xla 8 cores (v3-8), bf16"},
+    {"xla", 1, PREC_BF16_PURE, "xla 1 core, bf16-pure"},
+    {"xla", 8, PREC_BF16_PURE, "xla 8 cores, bf16-pure"},
 };
 enum { NL = sizeof layouts / sizeof *layouts };
 
@@ -672,14 +679,18 @@ static void step_row(const struct layout *l, const struct variant *all, const st
                      double fl, struct best *best)
 {
     double ms = variant_median(all), ms1 = variant_median(one), x = ms1 / ms;
-    int bf = l->prec == PREC_BF16;
+    int bf = l->prec != PREC_FP32, pure = l->prec == PREC_BF16_PURE;
     const double *pk = bf && peak.bf16[1] > 0 ? peak.bf16 : peak.fp32;
     double target = bf ? 7 : 12;
-    if (ms < best[bf].ms)
+    if (!pure && ms < best[bf].ms) /* the speed issue's targets: fp32 and bf16 */
         best[bf] = (struct best){ms, l->name};
-    printf("  %-26s %9.2f %9.2f %6.0f%% %6.0f%% %7.2fx   <= %2.0f ms %-6s  >= 1.8x %s\n",
-           l->name, ms, ms1, 100 * mfu(fl, ms, pk[1]), 100 * mfu(fl, ms1, pk[0]), x, target,
-           mark(ms <= target), opt.threads > 1 ? mark(x >= 1.8) : "-");
+    printf("  %-26s %9.2f %9.2f %6.0f%% %6.0f%% %7.2fx   ", l->name, ms, ms1,
+           100 * mfu(fl, ms, pk[1]), 100 * mfu(fl, ms1, pk[0]), x);
+    if (pure)
+        printf("%-16s  %s\n", "-", "-");
+    else
+        printf("<= %2.0f ms %-6s  >= 1.8x %s\n", target, mark(ms <= target),
+               opt.threads > 1 ? mark(x >= 1.8) : "-");
 }
 
 /* Median over rounds of fp32's time / bf16's in the same round: the two
