@@ -26,9 +26,12 @@ test: gpt tests/run
 # The benchmark: dynamic, to time OpenBLAS's sgemm on our matmul shapes
 # when it is installed (Debian: libopenblas-dev). A header alone proves
 # nothing (Debian's reference BLAS ships a cblas.h too), so the test is
-# that a call to cblas_sgemm links against -lopenblas.
-BLAS := $(shell if printf '\043include <cblas.h>\nint main(void){cblas_sgemm(0,0,0,0,0,0,0,0,0,0,0,0,0,0);return 0;}\n' | \
-          $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1; then echo -DHAVE_OPENBLAS -lopenblas; fi)
+# that a call to cblas_sgemm links against -lopenblas (with pkg-config's
+# include path where it knows one). Deferred (=): only the bench runs it.
+BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS = $(shell if printf '\043include <cblas.h>\nint main(void){cblas_sgemm(0,0,0,0,0,0,0,0,0,0,0,0,0,0);return 0;}\n' | \
+          $(CC) $(BLAS_CFLAGS) -x c - -o /dev/null -lopenblas >/dev/null 2>&1; then \
+          echo -DHAVE_OPENBLAS $(BLAS_CFLAGS) -lopenblas; fi)
 bench/bench: $(SRC) $(HDR) bench/bench.c
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(BLAS) $(LDLIBS)
 

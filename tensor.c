@@ -2079,7 +2079,8 @@ INLINE_AVX512 void attention_body_avx512(float *o /* [T,C], head's col */, float
         __m512 mx = ninf;
         int j = 0;
         /* four keys at a time: each score is still one chain of hs FMAs
-         * in channel order (the same bits), but four chains overlap */
+         * in channel order (the same bits, NaN payloads aside), but four
+         * chains overlap */
         for (; j + 4 <= nk; j += 4)
             mx = _mm512_max_ps(mx, scores4_avx512(sc, qt, qkv, ld, j, i0, hs, scale));
         for (; j < nk; j++) {
@@ -2120,13 +2121,6 @@ T_AVX512 static void attention_head_avx512(float *o /* [T,C], head's col */, flo
         attention_body_avx512(o, lse, qkv, T, C, hs, qt, vt, sc, tp);
 }
 
-/* The backward pass of one head in three sweeps, each with its reduction
- * in registers rather than in memory:
- *  1. per 16-key chunk, for every query that sees it (keys in the lanes):
- *     P and dS, kept as rows of 16 (P) and in the [T,tp] matrix dS;
- *  2. per chunk, dV and dK summed over those queries in 16 accumulators;
- *  3. dQ_i = scale sum_j dS_ij K_j, channels in the lanes, 8 queries at a
- *     time so the chains overlap. */
 /* P and dS of queries i..i+U-1 against keys k0..k0+15. */
 INLINE_AVX512 void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */,
                                   const float *dout /* [T,C], head's col */,
@@ -2162,6 +2156,13 @@ INLINE_AVX512 void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */
     }
 }
 
+/* The backward pass of one head in three sweeps, each with its reduction
+ * in registers rather than in memory:
+ *  1. per 16-key chunk, for every query that sees it (keys in the lanes):
+ *     P and dS, kept as rows of 16 (P) and in the [T,tp] matrix dS;
+ *  2. per chunk, dV and dK summed over those queries in 16 accumulators;
+ *  3. dQ_i = scale sum_j dS_ij K_j, channels in the lanes, 8 queries at a
+ *     time so the chains overlap. */
 INLINE_AVX512 void bwd_probs_avx512(float *pr /* [T,16], rows k0.. */, float *ds /* [T,tp] */,
                                     const float *dout /* [T,C], head's col */,
                                     const float *qkv /* [T,3C], head's q col */,
@@ -2518,11 +2519,12 @@ enum bf_path { BF_NONE = -1, BF_NATIVE, BF_EMU_AVX512, BF_EMU_AVX2 };
 struct tn_tree;
 static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
 
-/* One thread's part of matmul_tn_seg: its row tiles [t0, t1) of c, for
- * every leaf. A subtree's left child writes to the subtree's own output,
- * its right child to the scratch array of the subtree's level, so the whole
- * tree needs tree_depth(L) arrays of [n,q] and adds each leaf in while it
- * is still in cache. */
+/* One thread's part of matmul_tn_seg: its row tiles [t0, t1) of c over
+ * the leaves of the subtree it evaluates (all of them, or its own subtree
+ * when the threads split the leaves). A subtree's left child writes to the
+ * subtree's own output, its right child to the scratch array of the
+ * subtree's level, so a tree of L leaves needs tree_depth(L) arrays of
+ * [n,q] and adds each leaf in while it is still in cache. */
 struct tn_tree {
     const struct mm *m;
     tn_leaf_fn *leaf;
@@ -2572,11 +2574,12 @@ static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, in
         return;
     }
     int par = (long)n * m->p * m->q >= PAR_WORK, nth = par ? omp_get_max_threads() : 1;
-    int split = leaf_split(nth, L), depth = tree_depth(L);
-    /* per thread: [depth,n,q] scratch and [n,q] for its subtree's result
-     * (thread 0's goes to c); sharing rows, thread 0's scratch serves all
-     * (a nested region may get fewer threads than asked: then they share) */
-    float *tmp = xmalloc(sizeof(float) * (size_t)nth * (depth + 1) * nc);
+    int split = leaf_split(nth, L), depth = tree_depth(L), sub = tree_depth(split ? L / nth : 1);
+    /* split: per thread [sub,n,q] scratch and [n,q] for its subtree's
+     * result (thread 0's goes to c); sharing rows: one [depth,n,q] (a
+     * nested region may get fewer threads than asked: then they share) */
+    size_t own = (size_t)(sub + 1) * nc, need = split ? nth * own : (size_t)depth * nc;
+    float *tmp = xmalloc(sizeof(float) * (need > (size_t)depth * nc ? need : (size_t)depth * nc));
     float **res = xmalloc(sizeof(float *) * (size_t)nth);
 #pragma omp parallel if (par) num_threads(nth)
     {
@@ -2586,8 +2589,8 @@ static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, in
             t.pack = xmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(m->q) + round16(n)));
         float *dst = m->c;
         if (split && omp_get_num_threads() == nth) {
-            t.tmp = tmp + (size_t)me * (depth + 1) * nc;
-            dst = me ? t.tmp + (size_t)depth * nc : m->c;
+            t.tmp = tmp + (size_t)me * own;
+            dst = me ? t.tmp + (size_t)sub * nc : m->c;
             lo = me * (L / nth), hi = lo + L / nth;
             res[me] = dst;
         } else {

@@ -16,8 +16,9 @@
  *
  *   bench/bench [--quick] [--data FILE] [--only SECTION[,SECTION...]]
  *
- * SECTION: kernels, steps, eval (with the projection), torch, scaling; the
- * peak is always measured (the other sections quote percentages of it).
+ * SECTION: kernels, steps, eval, torch, scaling (the projected full run
+ * needs steps and eval); the peak is always measured (the other sections
+ * quote percentages of it).
  */
 #include <immintrin.h>
 #include <limits.h>
@@ -694,7 +695,7 @@ static void step_row(const struct layout *l, const struct variant *all, const st
 }
 
 /* Median over rounds of fp32's time / bf16's in the same round: the two
- * ran back to back, so a round's disturbance mostly cancels. */
+ * ran in the same round, so a round's disturbance mostly cancels. */
 static double paired_speedup(const struct variant *fp, const struct variant *bf)
 {
     double r[MAX_ROUNDS];

@@ -6,7 +6,7 @@
  * 2. Every SIMD path the CPU has against the twins, on random inputs at
  *    awkward shapes (rows not a multiple of the tile, widths not a multiple
  *    of the vector, T = 1, head sizes 8, 12, 16, ignored targets).
- * 3. The determinism contract: the same bits at 1, 2 and 3 threads.
+ * 3. The determinism contract: the same bits at 1, 2, 3 and 4 threads.
  * 4. Sharding: the *_seg reductions over N = 2, 4, 8 shards of the rows,
  *    combined by k_tree_sum, give the bits of one call over all rows.
  *
@@ -873,7 +873,7 @@ static void test_paths(void)
  * 3. Determinism: the same bits whatever the thread count
  * ====================================================================== */
 
-/* Runs `stmt` at 1, 2 and 3 threads; the `n` floats at `buf` must come out
+/* Runs `stmt` at 1, 2, 3 and 4 threads; the `n` floats at `buf` must come out
  * with the same bits each time. */
 #define SAME_AT_ANY_THREADS(name, buf, n, stmt)                                                \
     do {                                                                                       \
@@ -882,7 +882,7 @@ static void test_paths(void)
         omp_set_num_threads(1);                                                                \
         stmt;                                                                                  \
         memcpy(first_, (buf), bytes_);                                                         \
-        for (int th_ = 2; th_ <= 3; th_++) {                                                   \
+        for (int th_ = 2; th_ <= 4; th_++) {                                                   \
             omp_set_num_threads(th_);                                                          \
             memset((buf), 0x7f, bytes_);                                                       \
             stmt;                                                                              \
