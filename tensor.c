@@ -2677,26 +2677,17 @@ static void matmul_tn_seg_any(float *c /* [n,q] */, const float *a /* [p,n] */,
                               const float *b /* [p,q] */, int n, int p, int q, int seg, int bf)
 {
     struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p, 0};
-    switch (isa_get()) {
-    case ISA_AVX512:
-        if (bf == BF_NONE)
-            matmul_tn_seg_tiles(tn_leaf_avx512, MR_AVX512, &m, n, seg, BF_NONE);
-        else
-            matmul_tn_seg_tiles(NULL, BF_TN_MR, &m, n, seg, bf);
-        break;
-    case ISA_AVX2:
-        if (bf == BF_NONE)
-            matmul_tn_seg_tiles(tn_leaf_avx2, MR_AVX2, &m, n, seg, BF_NONE);
-        else
-            matmul_tn_seg_tiles(NULL, BF_TN_MR, &m, n, seg, BF_EMU_AVX2);
-        break;
-    default:
-        if (bf == BF_NONE)
-            k_matmul_tn_seg_ref(c, a, b, n, p, q, seg);
-        else
-            k_matmul_tn_seg_bf16_ref(c, a, b, n, p, q, seg);
-        break;
-    }
+    int isa = isa_get();
+    if (isa == ISA_SCALAR && bf == BF_NONE)
+        k_matmul_tn_seg_ref(c, a, b, n, p, q, seg);
+    else if (isa == ISA_SCALAR)
+        k_matmul_tn_seg_bf16_ref(c, a, b, n, p, q, seg);
+    else if (bf != BF_NONE) /* AVX2 has only the emulation */
+        matmul_tn_seg_tiles(NULL, BF_TN_MR, &m, n, seg, isa == ISA_AVX2 ? BF_EMU_AVX2 : bf);
+    else if (isa == ISA_AVX512)
+        matmul_tn_seg_tiles(tn_leaf_avx512, MR_AVX512, &m, n, seg, BF_NONE);
+    else
+        matmul_tn_seg_tiles(tn_leaf_avx2, MR_AVX2, &m, n, seg, BF_NONE);
 }
 
 void k_matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,

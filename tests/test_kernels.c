@@ -986,18 +986,15 @@ static void test_shards(int B, int T, int seg)
         snprintf(what, sizeof what, "%d shards of %s B=%d T=%d seg=%d", N, name, B, T, seg); \
         same_bits(what, got, full, sizeof(float) * (len));                                 \
     } while (0)
-            SHARDED("matmul_tn_seg 128x64", (size_t)A1 * Q1,
-                    k_matmul_tn_seg(full, a1, b1, A1, n, Q1, seg),
-                    k_matmul_tn_seg(out_, a1 + r0_ * A1, b1 + r0_ * Q1, A1, rows, Q1, seg));
-            SHARDED("matmul_tn_seg 37x33", (size_t)A2 * Q2,
-                    k_matmul_tn_seg(full, a2, b2, A2, n, Q2, seg),
-                    k_matmul_tn_seg(out_, a2 + r0_ * A2, b2 + r0_ * Q2, A2, rows, Q2, seg));
-            SHARDED("matmul_tn_seg_bf16 128x64", (size_t)A1 * Q1,
-                    k_matmul_tn_seg_bf16(full, a1, b1, A1, n, Q1, seg),
-                    k_matmul_tn_seg_bf16(out_, a1 + r0_ * A1, b1 + r0_ * Q1, A1, rows, Q1, seg));
-            SHARDED("matmul_tn_seg_bf16 37x33", (size_t)A2 * Q2,
-                    k_matmul_tn_seg_bf16(full, a2, b2, A2, n, Q2, seg),
-                    k_matmul_tn_seg_bf16(out_, a2 + r0_ * A2, b2 + r0_ * Q2, A2, rows, Q2, seg));
+            for (int f = 0; f < 4; f++) { /* fp32 and bf16, each at two shapes */
+                void (*tn)(float *, const float *, const float *, int, int, int, int) =
+                    f < 2 ? k_matmul_tn_seg : k_matmul_tn_seg_bf16;
+                const float *a = f % 2 ? a2 : a1, *bm = f % 2 ? b2 : b1;
+                int na = f % 2 ? A2 : A1, nq = f % 2 ? Q2 : Q1;
+                SHARDED(f < 2 ? "matmul_tn_seg" : "matmul_tn_seg_bf16", (size_t)na * nq,
+                        tn(full, a, bm, na, n, nq, seg),
+                        tn(out_, a + r0_ * na, bm + r0_ * nq, na, rows, nq, seg));
+            }
             SHARDED("sum_rows_seg", (size_t)Q1, k_sum_rows_seg(full, b1, n, Q1, seg),
                     k_sum_rows_seg(out_, b1 + r0_ * Q1, rows, Q1, seg));
             SHARDED("layernorm_bwd_seg dw, db", 2 * (size_t)C,
