@@ -2578,8 +2578,8 @@ static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, in
     /* split: per thread [sub,n,q] scratch and [n,q] for its subtree's
      * result (thread 0's goes to c); sharing rows: one [depth,n,q] (a
      * nested region may get fewer threads than asked: then they share) */
-    size_t own = (size_t)(sub + 1) * nc, need = split ? nth * own : (size_t)depth * nc;
-    float *tmp = xmalloc(sizeof(float) * (need > (size_t)depth * nc ? need : (size_t)depth * nc));
+    size_t own = (size_t)(sub + 1) * nc, shared = (size_t)depth * nc;
+    float *tmp = xmalloc(sizeof(float) * (split && nth * own > shared ? nth * own : shared));
     float **res = xmalloc(sizeof(float *) * (size_t)nth);
 #pragma omp parallel if (par) num_threads(nth)
     {
@@ -2588,7 +2588,8 @@ static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, in
         if (bf != BF_NONE) /* [BF_TN_K, ldb + lda] floats hold either path's packing */
             t.pack = xmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(m->q) + round16(n)));
         float *dst = m->c;
-        if (split && omp_get_num_threads() == nth) {
+        int mine = split && omp_get_num_threads() == nth; /* this thread's own subtree */
+        if (mine) {
             t.tmp = tmp + (size_t)me * own;
             dst = me ? t.tmp + (size_t)sub * nc : m->c;
             lo = me * (L / nth), hi = lo + L / nth;
@@ -2599,7 +2600,7 @@ static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, in
         if (t.t0 < t.t1)
             tn_subtree(&t, dst, lo, hi, 0);
         free(t.pack);
-        if (split && omp_get_num_threads() == nth) {
+        if (mine) {
 #pragma omp barrier
 #pragma omp single
             tree_sum_chunked(m->c, (const float *const *)res, nth, nc); /* nested: serial */
@@ -3137,7 +3138,8 @@ static void bf_tile_exact(const struct bfmm *m, int i, int bi, int R, int j, int
 }
 
 /* Rounds b[p,q] (row stride lds) into bb[pe,ldb] (pe = p rounded up to
- * even), zero-padded: the emulated paths' B, and A of a^T b. */
+ * even), zero-padded: the emulated paths' operands (A's row block, whose
+ * padding row lands in the block's spare room, B, and both of a^T b). */
 static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size_t ldb)
 {
     int pe = p + (p & 1);
@@ -3145,15 +3147,6 @@ static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size
         for (size_t j = 0; j < ldb; j++)
             bb[(size_t)k * ldb + j] =
                 k < p && j < (size_t)q ? bf16_round(b[(size_t)k * lds + j]) : 0.0f;
-}
-
-/* Rounds rows [i0, i0+R) of a[.,p] into ab[R,lda], zero past p. */
-static void bf_round_a(float *ab, const float *a, int i0, int R, int p, size_t lda)
-{
-    for (int r = 0; r < R; r++)
-        for (size_t k = 0; k < lda; k++)
-            ab[(size_t)r * lda + k] =
-                k < (size_t)p ? bf16_round(a[(size_t)(i0 + r) * p + k]) : 0.0f;
 }
 
 /* ---- emulated, AVX2 ----
@@ -3189,8 +3182,8 @@ INLINE_AVX2 void bf_tile_avx2(const struct bfmm *m, int i, int bi, int j, int R,
         __m256i msk = v < full ? _mm256_set1_epi32(-1) : tail;
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) { /* a denormal start must be read as zero */
-            acc[r][v] = m->resume ? _mm256_maskload_ps(m->c + (size_t)(i + r) * m->q + j + 8 * v, msk)
-                                  : init;
+            const float *cr = m->c + (size_t)(i + r) * m->q + j + 8 * v;
+            acc[r][v] = m->resume ? _mm256_maskload_ps(cr, msk) : init;
             lo[0] = bf_track_avx2(lo[0], acc[r][v]);
         }
     }
@@ -3205,7 +3198,8 @@ INLINE_AVX2 void bf_tile_avx2(const struct bfmm *m, int i, int bi, int j, int R,
                 bv[v] = _mm256_loadu_ps(bk + 8 * v);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                __m256 av = _mm256_broadcast_ss(ab + (size_t)r * m->sar + (size_t)(k + h) * m->sak);
+                const float *ar = ab + (size_t)r * m->sar + (size_t)(k + h) * m->sak;
+                __m256 av = _mm256_broadcast_ss(ar);
 #pragma GCC unroll 2
                 for (int v = 0; v < V; v++) {
                     acc[r][v] = _mm256_fmadd_ps(bv[v], av, acc[r][v]);
@@ -3289,7 +3283,7 @@ T_AVX2 static void matmul_bf16_avx2(struct bfmm *m, const float *a, const float 
 #pragma omp for schedule(static)
         for (int t = 0; t < blocks; t++) {
             int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-            bf_round_a(ab, a, i0, rows, p, lda);
+            bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
             bf_block_avx2(&mine, i0, rows);
         }
         free(ab);
@@ -3480,7 +3474,7 @@ T_AVX512 static void matmul_bf16_emu_avx512(struct bfmm *m, const float *a, cons
 #pragma omp for schedule(static)
         for (int t = 0; t < blocks; t++) {
             int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-            bf_round_a(ab, a, i0, rows, p, lda);
+            bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
             BF_ROWS(bf_tile_emu_avx512, &mine, i0, rows, 4, 12, 8, 6, 4);
         }
         free(ab);
@@ -3511,8 +3505,9 @@ T_BF16 static void bf_pack_b(uint32_t *bp, const float *b, size_t lds, int p, in
      * interleaves them into 16 pairs: 5 instructions where widening each
      * half and merging took 10 (the packing is a third of a weight
      * gradient's time at the model's shapes) */
-    static const uint16_t pairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    static const uint16_t pairs[32] = {0, 16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                       21, 6, 22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                       11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i idx = _mm512_loadu_si512(pairs);
     int p2 = (p + 1) / 2;
     for (int jp = 0; jp < p2; jp++) {

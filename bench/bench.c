@@ -81,33 +81,38 @@ static double median(double *v, int n)
 
 static const char *mark(int met) { return met ? "met" : "MISSED"; }
 
-static const char *const sections[] = {"kernels", "steps", "eval", "torch", "scaling"};
+static const char sections[] = "kernels,steps,eval,torch,scaling"; /* --only's names */
+
+/* Whether the comma-separated list has the item name[0..len). */
+static int list_has(const char *list, const char *name, size_t len)
+{
+    for (;;) {
+        size_t n = strcspn(list, ",");
+        if (n == len && !strncmp(list, name, len))
+            return 1;
+        if (!list[n])
+            return 0;
+        list += n + 1;
+    }
+}
 
 /* Whether --only asks for this section (every one without --only). */
 static int wanted(const char *section)
 {
-    if (!opt.only)
-        return 1;
-    size_t len = strlen(section);
-    for (const char *s = opt.only; *s; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) {
-        if (strcspn(s, ",") == len && !strncmp(s, section, len))
-            return 1;
-    }
-    return 0;
+    return !opt.only || list_has(opt.only, section, strlen(section));
 }
 
 /* --only's list names only known sections. */
 static int only_ok(const char *list)
 {
-    for (const char *s = list; *s; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) {
-        size_t len = strcspn(s, ","), k = 0;
-        while (k < sizeof sections / sizeof *sections &&
-               !(strlen(sections[k]) == len && !strncmp(s, sections[k], len)))
-            k++;
-        if (k == sizeof sections / sizeof *sections)
+    for (;;) {
+        size_t n = strcspn(list, ",");
+        if (!list_has(sections, list, n))
             return 0;
+        if (!list[n])
+            return 1;
+        list += n + 1;
     }
-    return *list != 0;
 }
 
 /* ---- peak: independent FMA chains ----
