@@ -1,5 +1,44 @@
-/* graph.c: records tensor ops, runs them eagerly, and differentiates the
- * record. Memory for one step (tensor headers and data) comes from bump
+/* graph.c: the graph layer, in two parts.
+ *
+ * Part 1, recording and autodiff: model code calls g_* builders; each one
+ * records a node (and on the eager cpu device runs it at once). g_backward
+ * walks the record backwards, one rule per op, and records the backward
+ * pass as more nodes of the same graph.
+ *
+ * Part 2, the lazy compiler (the xla device): nodes are only recorded until
+ * the host needs values. The pipeline of a cut:
+ *
+ *   g_embed, g_matmul, ... g_backward, g_adam        record: Node
+ *        |  g_mark_step, or g_read of a pending value: a cut
+ *        v
+ *   trace_build     the pending nodes the cut needs  trace: struct tnode
+ *        v
+ *   key_build       the trace's structure as words (no pointers, no data)
+ *        v
+ *   lookup          hash, then the full key  -- hit ------------------+
+ *        | miss                                                       |
+ *        v                                                            |
+ *   compile         cse -> dce -> fuse_matmul -> fuse_adds            |
+ *        v                                                            |
+ *   lower           memory plan -> program of places: struct pinstr   |
+ *        v                                                            v
+ *   bind_slots -> xs_run_replicated   each core runs struct kinstr (xla_sim.c)
+ *
+ * One instruction at four levels, all with the same op (enum kop) and
+ * attributes (union kattr); what changes is what an operand is:
+ *
+ *   level  struct         an operand is                          lives
+ *   1      Node           Tensor *: a recorded value             until g_reset
+ *   2      struct tnode   struct ref: slot s, or output k of     one compile
+ *                         traced node i
+ *   3      struct pinstr  struct place: arena offset, or slot    in the cached Program
+ *   4      struct kinstr  void *: this core's buffer             one kernel call
+ *
+ * A slot is a buffer that outlives the program (weights, optimizer state,
+ * batch inputs, caches): the program names it by number and each run binds
+ * this step's pointer to it, so one compiled program serves every step.
+ *
+ * Memory for one step (tensor headers and eager data) comes from bump
  * arenas that g_reset rewinds, so a training step calls malloc only while
  * the arenas are still growing in the first step. */
 #include "graph.h"
@@ -71,32 +110,44 @@ static void arena_free(struct arena *a)
     a->cur = NULL;
 }
 
-/* ---- graph ---- */
+/* ======================================================================
+ * Part 1: recording and autodiff
+ * ====================================================================== */
 
-struct Graph;
-static void cut(struct Graph *g, Tensor *const *roots, int nroots, const char *why);
-static void cache_free(struct Graph *g);
+/* ---- the graph ---- */
 
 struct cache_entry;
 
+/* What the lazy compiler keeps from one cut to the next (part 2). */
+struct compiler {
+    struct cache_entry *cache; /* [ncache] compiled programs, by structure */
+    int ncache, capcache;
+    struct compile_stats last; /* what the last new compile did */
+    struct plan_buf *plan;     /* [nplan] the last new program's buffers */
+    int nplan;
+    int kernels[KOP_COUNT];    /* the last new program's kernels of each op */
+};
+
 struct Graph {
-    int lazy;
+    /* the record */
     Node *nodes; /* [cap_nodes] */
     int n_nodes, cap_nodes;
     int n_tensors;
     Tensor **grads; /* [cap_grads] by tensor id */
     int cap_grads;
     struct arena meta, data;
-    struct cache_entry *cache; /* compiled programs, by structure */
-    int ncache, capcache;
-    struct compile_stats last;
-    struct plan_buf *plan; /* [nplan] of the last new program */
-    int nplan;
-    int kernels[KOP_COUNT];
+    /* how ops are recorded */
+    int seg;  /* rows per example for backward reductions, 0: off */
+    int prec; /* enum precision */
+    /* the device */
+    int lazy;  /* record only; cuts compile and run (part 2) */
     int cores; /* simulated cores a cut runs on */
-    int seg;   /* rows per example for backward reductions, 0: off */
-    int prec;  /* enum precision */
+    struct compiler compiler;
 };
+
+struct Graph;
+static void run_pending(struct Graph *g, Tensor *const *roots, int nroots, const char *why);
+static void cache_free(struct compiler *cc);
 
 Graph *g_new(void)
 {
@@ -110,7 +161,7 @@ void g_free(Graph *g)
 {
     if (!g)
         return;
-    cache_free(g);
+    cache_free(&g->compiler);
     arena_free(&g->meta);
     arena_free(&g->data);
     free(g->nodes);
@@ -188,18 +239,18 @@ static void run_node(Graph *g, Node *n)
 {
     if (g->lazy)
         return;
-    struct kinstr k = {.op = n->op};
+    struct kinstr k = {.op = n->op, .attr = n->attr};
     for (int i = 0; i < n->nin; i++)
         k.in[i] = n->in[i] ? n->in[i]->data : NULL;
     for (int i = 0; i < n->nout; i++)
         k.out[i] = n->out[i]->data;
-    memcpy(k.a, n->a, sizeof k.a);
-    memcpy(k.f, n->f, sizeof k.f);
     xs_exec(&k);
 }
 
-static Node *new_node(Graph *g, int op, int nin, Tensor *const *in)
+/* A node for op with the op table's number of inputs, in[0..nin). */
+static Node *new_node(Graph *g, int op, Tensor *const *in)
 {
+    int nin = kop_info(op)->nin;
     if (g->n_nodes == g->cap_nodes) {
         g->cap_nodes = g->cap_nodes ? 2 * g->cap_nodes : 256;
         Node *nn = realloc(g->nodes, sizeof *nn * g->cap_nodes);
@@ -244,23 +295,23 @@ static void shape_fail(const char *op, const Tensor *a, const Tensor *b)
 
 static Tensor *round_bf16(Graph *g, Tensor *x)
 {
-    Node *n = new_node(g, KOP_ROUND_BF16, 1, IN(x));
-    n->a[0] = x->numel;
+    Node *n = new_node(g, KOP_ROUND_BF16, IN(x));
+    n->attr.elementwise.n = x->numel;
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     run_node(g, n);
     return y;
 }
 
-/* bf16-pure stores every float tensor as bf16: each op's result is rounded
- * as it is written. */
-static Tensor *stored(Graph *g, Tensor *y)
+/* y as the device stores it: bf16-pure stores every float tensor as bf16,
+ * so each op's result is rounded as it is written. */
+static Tensor *as_stored(Graph *g, Tensor *y)
 {
     return g->prec == PREC_BF16_PURE ? round_bf16(g, y) : y;
 }
 
 /* A matrix-unit operand: rounded to bf16 under --precision bf16 (under
  * bf16-pure it already is). */
-static Tensor *mxu_in(Graph *g, Tensor *x)
+static Tensor *mxu_operand(Graph *g, Tensor *x)
 {
     return g->prec == PREC_BF16 ? round_bf16(g, x) : x;
 }
@@ -268,9 +319,9 @@ static Tensor *mxu_in(Graph *g, Tensor *x)
 /* A batch reduction's result: in training (per-example rows set) it is a
  * core's partial sum, kept in fp32 until the all-reduce has summed the
  * cores' parts, so that bf16-pure gradients do not depend on the layout. */
-static Tensor *stored_partial(Graph *g, Tensor *y)
+static Tensor *as_stored_partial(Graph *g, Tensor *y)
 {
-    return g->seg > 0 ? y : stored(g, y);
+    return g->seg > 0 ? y : as_stored(g, y);
 }
 
 static int is_rounded(const Graph *g, const Tensor *x)
@@ -281,57 +332,55 @@ static int is_rounded(const Graph *g, const Tensor *x)
 Tensor *g_all_reduce(Graph *g, Tensor *x)
 {
     if (g->cores == 1)
-        return is_rounded(g, x) ? x : stored(g, x);
-    Node *n = new_node(g, KOP_ALL_REDUCE, 1, IN(x));
-    n->a[0] = x->numel;
-    n->a[1] = g->cores;
-    n->f[0] = 1.0f / (float)g->cores;
+        return is_rounded(g, x) ? x : as_stored(g, x);
+    Node *n = new_node(g, KOP_ALL_REDUCE, IN(x));
+    n->attr.all_reduce = (struct all_reduce_attr){.n = x->numel, .cores = g->cores};
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 0);
     run_node(g, n);
-    return stored(g, y);
+    return as_stored(g, y);
 }
 
 Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
 {
-    Node *n = new_node(g, KOP_EMBED, 2, IN(idx, table));
-    n->a[0] = idx->numel;
-    n->a[1] = table->rows;
-    n->a[2] = table->cols;
+    Node *n = new_node(g, KOP_EMBED, IN(idx, table));
+    n->attr.embed = (struct embed_attr){.n = idx->numel, .c = table->rows, .v = table->cols};
     Tensor *y = add_out(g, n, DT_F32, (int)idx->numel, table->rows, 1);
     run_node(g, n);
-    return stored(g, y);
+    return as_stored(g, y);
 }
 
 static Tensor *embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
 {
-    Node *n = new_node(g, KOP_EMBED_BWD, 2, IN(idx, dy));
-    memcpy(n->a, (long[]){idx->numel, table->rows, table->cols, g->seg}, 4 * sizeof(long));
+    Node *n = new_node(g, KOP_EMBED_BWD, IN(idx, dy));
+    n->attr.embed = (struct embed_attr){
+        .n = idx->numel, .c = table->rows, .v = table->cols, .seg = g->seg};
     Tensor *d = add_out(g, n, DT_F32, table->rows, table->cols, 0);
     run_node(g, n);
-    return stored_partial(g, d);
+    return as_stored_partial(g, d);
 }
 
 Tensor *g_add(Graph *g, Tensor *a, Tensor *b)
 {
     if (a->numel != b->numel)
         shape_fail("add", a, b);
-    Node *n = new_node(g, KOP_ADD, 2, IN(a, b));
-    n->a[0] = a->numel;
+    Node *n = new_node(g, KOP_ADD, IN(a, b));
+    n->attr.elementwise.n = a->numel;
     Tensor *y = add_out(g, n, DT_F32, a->rows, a->cols, 1);
     run_node(g, n);
-    return stored(g, y);
+    return as_stored(g, y);
 }
 
 Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias)
 {
     if (a->cols != b->rows || (bias && bias->numel != b->cols))
         shape_fail("matmul", a, b);
-    Node *n = new_node(g, KOP_MATMUL, 3, IN(a, b, bias));
-    memcpy(n->a, (long[]){a->rows, a->cols, b->cols}, 3 * sizeof(long));
-    n->f[1] = g->prec != PREC_FP32; /* the kernel rounds a and b to bf16 */
+    Node *n = new_node(g, KOP_MATMUL, IN(a, b, bias));
+    n->attr.matmul = (struct matmul_attr){
+        .n = a->rows, .p = a->cols, .q = b->cols,
+        .bf16 = g->prec != PREC_FP32}; /* the kernel rounds a and b to bf16 */
     Tensor *y = add_out(g, n, DT_F32, a->rows, b->cols, 1);
     run_node(g, n);
-    return stored(g, y);
+    return as_stored(g, y);
 }
 
 /* a^T @ b: a [p,n], b [p,q] -> [n,q]. Only backward passes record it. */
@@ -339,12 +388,13 @@ static Tensor *matmul_tn(Graph *g, Tensor *a, Tensor *b)
 {
     if (a->rows != b->rows)
         shape_fail("matmul_tn", a, b);
-    Node *n = new_node(g, KOP_MATMUL_TN, 2, IN(a, b));
-    memcpy(n->a, (long[]){a->cols, a->rows, b->cols, g->seg}, 4 * sizeof(long));
-    n->f[1] = g->prec != PREC_FP32; /* the matrix unit: bf16 pairs, fp32 sums */
+    Node *n = new_node(g, KOP_MATMUL_TN, IN(a, b));
+    n->attr.matmul = (struct matmul_attr){
+        .n = a->cols, .p = a->rows, .q = b->cols, .seg = g->seg,
+        .bf16 = g->prec != PREC_FP32}; /* the matrix unit: bf16 pairs, fp32 sums */
     Tensor *y = add_out(g, n, DT_F32, a->cols, b->cols, 1);
     run_node(g, n);
-    return stored_partial(g, y);
+    return as_stored_partial(g, y);
 }
 
 Tensor *g_transpose(Graph *g, Tensor *x)
@@ -352,9 +402,8 @@ Tensor *g_transpose(Graph *g, Tensor *x)
     /* (x^T)^T is x: backward passes through a linear layer ask for it. */
     if (x->node >= 0 && g->nodes[x->node].op == KOP_TRANSPOSE)
         return g->nodes[x->node].in[0];
-    Node *n = new_node(g, KOP_TRANSPOSE, 1, IN(x));
-    n->a[0] = x->rows;
-    n->a[1] = x->cols;
+    Node *n = new_node(g, KOP_TRANSPOSE, IN(x));
+    n->attr.transpose = (struct transpose_attr){.rows = x->rows, .cols = x->cols};
     Tensor *y = add_out(g, n, DT_F32, x->cols, x->rows, 1);
     run_node(g, n);
     return y;
@@ -367,19 +416,17 @@ Tensor *g_linear(Graph *g, Tensor *x, Tensor *w, Tensor *b)
 
 static Tensor *sum_rows(Graph *g, Tensor *x)
 {
-    Node *n = new_node(g, KOP_SUM_ROWS, 1, IN(x));
-    n->a[0] = x->rows;
-    n->a[1] = x->cols;
-    n->a[2] = g->seg;
+    Node *n = new_node(g, KOP_SUM_ROWS, IN(x));
+    n->attr.sum_rows = (struct sum_rows_attr){.n = x->rows, .q = x->cols, .seg = g->seg};
     Tensor *y = add_out(g, n, DT_F32, 1, x->cols, 1);
     run_node(g, n);
-    return stored_partial(g, y);
+    return as_stored_partial(g, y);
 }
 
 Tensor *g_relu(Graph *g, Tensor *x)
 {
-    Node *n = new_node(g, KOP_RELU, 1, IN(x));
-    n->a[0] = x->numel;
+    Node *n = new_node(g, KOP_RELU, IN(x));
+    n->attr.elementwise.n = x->numel;
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     run_node(g, n);
     return y;
@@ -387,43 +434,39 @@ Tensor *g_relu(Graph *g, Tensor *x)
 
 static Tensor *relu_bwd(Graph *g, Tensor *dy, Tensor *y)
 {
-    Node *n = new_node(g, KOP_RELU_BWD, 2, IN(dy, y));
-    n->a[0] = y->numel;
+    Node *n = new_node(g, KOP_RELU_BWD, IN(dy, y));
+    n->attr.elementwise.n = y->numel;
     Tensor *d = add_out(g, n, DT_F32, y->rows, y->cols, 1);
     run_node(g, n);
-    return stored(g, d);
+    return as_stored(g, d);
 }
 
 Tensor *g_layernorm(Graph *g, Tensor *x, Tensor *w, Tensor *b)
 {
     if (w->numel != x->cols || b->numel != x->cols)
         shape_fail("layernorm", x, w);
-    Node *n = new_node(g, KOP_LAYERNORM, 3, IN(x, w, b));
-    n->a[0] = x->rows;
-    n->a[1] = x->cols;
+    Node *n = new_node(g, KOP_LAYERNORM, IN(x, w, b));
+    n->attr.layernorm = (struct layernorm_attr){.n = x->rows, .c = x->cols};
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     add_out(g, n, DT_F32, x->rows, 1, 0); /* mean */
     add_out(g, n, DT_F32, x->rows, 1, 0); /* rstd */
     run_node(g, n);
-    return stored(g, y);
+    return as_stored(g, y);
 }
 
 /* Fills ln's gradient slots: d[0] for x, d[1] for w, d[2] for b. */
 static void layernorm_bwd(Graph *g, const Node *ln, Tensor *dy, Tensor **d)
 {
     Tensor *x = ln->in[0], *w = ln->in[1];
-    Node *n = new_node(g, KOP_LAYERNORM_BWD, 5,
-                       IN(dy, x, w, ln->out[1], ln->out[2]));
-    n->a[0] = x->rows;
-    n->a[1] = x->cols;
-    n->a[2] = g->seg;
+    Node *n = new_node(g, KOP_LAYERNORM_BWD, IN(dy, x, w, ln->out[1], ln->out[2]));
+    n->attr.layernorm = (struct layernorm_attr){.n = x->rows, .c = x->cols, .seg = g->seg};
     d[0] = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     d[1] = add_out(g, n, DT_F32, 1, x->cols, 1);
     d[2] = add_out(g, n, DT_F32, 1, x->cols, 1);
     run_node(g, n);
-    d[0] = stored(g, d[0]);
-    d[1] = stored_partial(g, d[1]);
-    d[2] = stored_partial(g, d[2]);
+    d[0] = as_stored(g, d[0]);
+    d[1] = as_stored_partial(g, d[1]);
+    d[2] = as_stored_partial(g, d[2]);
 }
 
 Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
@@ -431,24 +474,23 @@ Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
     int C = qkv->cols / 3;
     if (qkv->rows != B * T || qkv->cols % 3 || C % H)
         shape_fail("attention", qkv, qkv);
-    Node *n = new_node(g, KOP_ATTENTION, 1, IN(qkv));
-    memcpy(n->a, (long[]){B, T, C, H}, 4 * sizeof(long));
-    n->f[0] = g->prec == PREC_BF16; /* the kernel rounds q, k, v as it loads them */
+    Node *n = new_node(g, KOP_ATTENTION, IN(qkv));
+    n->attr.attention = (struct attention_attr){
+        .B = B, .T = T, .C = C, .H = H,
+        .bf16 = g->prec == PREC_BF16}; /* the kernel rounds q, k, v as it loads them */
     Tensor *y = add_out(g, n, DT_F32, B * T, C, 1);
     add_out(g, n, DT_F32, B * H, T, 0); /* lse */
     run_node(g, n);
-    return stored(g, y);
+    return as_stored(g, y);
 }
 
 static Tensor *attention_bwd(Graph *g, const Node *att, Tensor *dy)
 {
-    Node *n = new_node(g, KOP_ATTENTION_BWD, 4,
-                       IN(dy, att->in[0], att->out[0], att->out[1]));
-    memcpy(n->a, att->a, sizeof n->a);
-    memcpy(n->f, att->f, sizeof n->f); /* bf16: dy and q, k, v rounded on load */
+    Node *n = new_node(g, KOP_ATTENTION_BWD, IN(dy, att->in[0], att->out[0], att->out[1]));
+    n->attr = att->attr; /* bf16: dy and q, k, v rounded on load */
     Tensor *d = add_out(g, n, DT_F32, att->in[0]->rows, att->in[0]->cols, 1);
     run_node(g, n);
-    return stored(g, d);
+    return as_stored(g, d);
 }
 
 Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
@@ -457,40 +499,39 @@ Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
     int C = qkv->cols / 3, nb = qkv->rows;
     if (kc->cols != C || kc->rows % nb || vc->numel != kc->numel)
         shape_fail("attention_step", qkv, kc);
-    qkv = mxu_in(g, qkv);
-    Node *n = new_node(g, KOP_ATTENTION_STEP, 4, IN(qkv, kc, vc, pos));
-    memcpy(n->a, (long[]){nb, kc->rows / nb, C, H}, 4 * sizeof(long));
+    qkv = mxu_operand(g, qkv);
+    Node *n = new_node(g, KOP_ATTENTION_STEP, IN(qkv, kc, vc, pos));
+    n->attr.decode = (struct decode_attr){.nb = nb, .tmax = kc->rows / nb, .C = C, .H = H};
     Tensor *y = add_out(g, n, DT_F32, nb, C, 0);
     run_node(g, n);
-    return stored(g, y);
+    return as_stored(g, y);
 }
 
 Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
 {
     if (targets->numel != logits->rows)
         shape_fail("xent", logits, targets);
-    Node *n = new_node(g, KOP_XENT, 2, IN(logits, targets));
-    n->a[0] = logits->rows;
-    n->a[1] = logits->cols;
+    Node *n = new_node(g, KOP_XENT, IN(logits, targets));
+    n->attr.xent = (struct xent_attr){.n = logits->rows, .v = logits->cols};
     Tensor *y = add_out(g, n, DT_F32, 1, 1, 1);
     run_node(g, n);
-    return stored(g, y);
+    return as_stored(g, y);
 }
 
 static Tensor *xent_bwd(Graph *g, const Node *xe, Tensor *dy)
 {
-    Node *n = new_node(g, KOP_XENT_BWD, 3, IN(xe->in[0], xe->in[1], dy));
-    memcpy(n->a, xe->a, sizeof n->a);
+    Node *n = new_node(g, KOP_XENT_BWD, IN(xe->in[0], xe->in[1], dy));
+    n->attr = xe->attr;
     Tensor *d = add_out(g, n, DT_F32, xe->in[0]->rows, xe->in[0]->cols, 1);
     run_node(g, n);
-    return stored(g, d);
+    return as_stored(g, d);
 }
 
 Tensor *g_fill(Graph *g, float value, int rows, int cols)
 {
-    Node *n = new_node(g, KOP_FILL, 0, NULL);
-    n->a[0] = (long)rows * cols;
-    n->f[0] = value;
+    Node *n = new_node(g, KOP_FILL, NULL);
+    n->attr.fill.n = (long)rows * cols; /* by field: the struct has padding, kept zero */
+    n->attr.fill.value = value;
     Tensor *y = add_out(g, n, DT_F32, rows, cols, 0);
     run_node(g, n);
     return y;
@@ -501,10 +542,9 @@ void g_adam(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v,
 {
     if (grad->numel != p->numel || m->numel != p->numel || v->numel != p->numel)
         shape_fail("adam", p, grad);
-    Node *n = new_node(g, KOP_ADAM, 5, IN(p, grad, m, v, t));
-    n->a[0] = p->numel;
-    n->a[1] = g->prec == PREC_BF16_PURE;
-    memcpy(n->f, (float[]){lr, b1, b2, eps}, sizeof n->f);
+    Node *n = new_node(g, KOP_ADAM, IN(p, grad, m, v, t));
+    n->attr.adam = (struct adam_attr){.n = p->numel, .bf16_state = g->prec == PREC_BF16_PURE,
+                                      .lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps};
     run_node(g, n);
 }
 
@@ -512,7 +552,7 @@ const void *g_read(Graph *g, Tensor *t)
 {
     if (!t->data) {
         xs_counter_add(C_HOST_READ, 1);
-        cut(g, &t, 1, "host read");
+        run_pending(g, &t, 1, "host read");
     }
     return t->data;
 }
@@ -522,7 +562,7 @@ void g_mark_step(Graph *g, Tensor *const *keep, int n)
     if (!g->lazy)
         return;
     xs_counter_add(C_MARK_STEP, 1);
-    cut(g, keep, n, "mark_step");
+    run_pending(g, keep, n, "mark_step");
 }
 
 void g_set_lazy(Graph *g, int lazy) { g->lazy = lazy; }
@@ -621,11 +661,13 @@ Tensor *g_grad(Graph *g, Tensor *t)
     return t->id < g->cap_grads ? g->grads[t->id] : NULL;
 }
 
-/* ==== the lazy device: trace, compile, cache, replay ====
+/* ======================================================================
+ * Part 2: the lazy compiler (the xla device)
+ * ======================================================================
  *
  * A cut (mark_step or a host read) gathers the pending nodes the wanted
  * values depend on, plus every pending node with a side effect (Adam, KV
- * cache writes): that is the trace. Its structure (ops, shapes, constants,
+ * cache writes): that is the trace. Its structure (ops, shapes, attributes,
  * which operand comes from where) is serialised into a key. The key's hash
  * finds a cached program; the full key confirms it. A miss compiles: CSE,
  * dead-code elimination, fusion, a static memory plan. The program then
@@ -633,29 +675,44 @@ Tensor *g_grad(Graph *g, Tensor *t)
 
 uint64_t g_hash_mask = ~(uint64_t)0;
 
-/* An operand: none, slot s, or output k of traced node i. */
-#define REF_NONE ((int64_t)-1)
-#define SLOT_BIT ((int64_t)1 << 40)
-#define REF_SLOT(s) (SLOT_BIT | (s))
-#define REF_OUT(i, k) ((int64_t)(i) * KMAX_OUT + (k))
-#define IS_SLOT(r) ((r) >= SLOT_BIT)
-#define REF_NODE(r) ((int)((r) / KMAX_OUT))
-#define REF_IDX(r) ((int)((r) % KMAX_OUT))
+/* ---- level 2: the traced node and its operand references ---- */
+
+/* Where a traced operand comes from: nothing, slot s (an external buffer,
+ * bound when the program runs), or output k of traced node i. */
+enum ref_kind { REF_NONE, REF_SLOT, REF_OUT };
+struct ref {
+    int kind; /* enum ref_kind */
+    int at;   /* REF_SLOT: the slot; REF_OUT: the traced node */
+    int out;  /* REF_OUT: which of the node's outputs */
+};
+
+static struct ref no_ref(void) { return (struct ref){REF_NONE, 0, 0}; }
+static struct ref slot_ref(int slot) { return (struct ref){REF_SLOT, slot, 0}; }
+static struct ref out_ref(int node, int out) { return (struct ref){REF_OUT, node, out}; }
+static int is_out(struct ref r) { return r.kind == REF_OUT; }
+
+static int same_ref(struct ref a, struct ref b)
+{
+    return a.kind == b.kind && a.at == b.at && a.out == b.out;
+}
+
+/* A node output's index in the tables kept per output (uses, forwarding,
+ * values): KMAX_OUT entries per traced node. */
+static long out_index(struct ref r) { return (long)r.at * KMAX_OUT + r.out; }
 
 struct tnode {
     int op, nin, nout, dead;
-    int64_t in[KMAX_IN];
+    union kattr attr;
+    struct ref in[KMAX_IN];
     int rows[KMAX_OUT], cols[KMAX_OUT];
-    long a[4];
-    float f[4];
 };
 
 struct trace {
     int n, nslots, nroots;
     struct tnode *nodes; /* [n] in recording order, a topological order */
     Tensor **slot;       /* [nslots] external buffers */
-    int64_t *roots;      /* [nroots] refs of the values the host keeps */
-    Tensor **root_t;     /* [nroots] */
+    struct ref *roots;   /* [nroots] the values the host keeps */
+    Tensor **root_t;     /* [nroots] their tensors */
 };
 
 struct cache_entry {
@@ -690,27 +747,29 @@ static void mark_live(const Graph *g, char *live, int i)
             mark_live(g, live, n->in[k]->node);
 }
 
-static int64_t slot_of(struct trace *tr, Tensor *t, int *slot_by_id)
+static struct ref slot_of(struct trace *tr, Tensor *t, int *slot_by_id)
 {
     if (slot_by_id[t->id] < 0) {
         slot_by_id[t->id] = tr->nslots;
         tr->slot[tr->nslots++] = t;
     }
-    return REF_SLOT(slot_by_id[t->id]);
+    return slot_ref(slot_by_id[t->id]);
 }
 
-static int64_t ref_of(struct trace *tr, Tensor *t, const int *local, int *slot_by_id,
-                      const Graph *g)
+/* A tensor with data is an external buffer (a slot); one without is the
+ * output of a pending node, traced as local[node]. */
+static struct ref ref_of(struct trace *tr, Tensor *t, const int *local, int *slot_by_id,
+                         const Graph *g)
 {
     if (!t)
-        return REF_NONE;
+        return no_ref();
     if (t->data)
         return slot_of(tr, t, slot_by_id);
     const Node *p = &g->nodes[t->node];
     int k = 0;
     while (p->out[k] != t)
         k++;
-    return REF_OUT(local[t->node], k);
+    return out_ref(local[t->node], k);
 }
 
 static void trace_node(struct trace *tr, const Node *n, const int *local, int *slot_by_id,
@@ -721,13 +780,26 @@ static void trace_node(struct trace *tr, const Node *n, const int *local, int *s
     tn->op = n->op;
     tn->nin = n->nin;
     tn->nout = n->nout;
-    memcpy(tn->a, n->a, sizeof tn->a);
-    memcpy(tn->f, n->f, sizeof tn->f);
+    tn->attr = n->attr;
     for (int k = 0; k < KMAX_IN; k++)
-        tn->in[k] = k < n->nin ? ref_of(tr, n->in[k], local, slot_by_id, g) : REF_NONE;
+        tn->in[k] = k < n->nin ? ref_of(tr, n->in[k], local, slot_by_id, g) : no_ref();
     for (int k = 0; k < n->nout; k++) {
         tn->rows[k] = n->out[k]->rows;
         tn->cols[k] = n->out[k]->cols;
+    }
+}
+
+static void add_roots(struct trace *tr, Tensor *const *roots, int nroots, const int *local,
+                      int *slot_by_id, const Graph *g)
+{
+    for (int r = 0; r < nroots; r++) {
+        int dup = 0;
+        for (int q = 0; q < tr->nroots; q++)
+            dup |= tr->root_t[q] == roots[r];
+        if (roots[r]->data || dup)
+            continue;
+        tr->root_t[tr->nroots] = roots[r];
+        tr->roots[tr->nroots++] = ref_of(tr, roots[r], local, slot_by_id, g);
     }
 }
 
@@ -756,15 +828,7 @@ static void trace_build(Graph *g, Tensor *const *roots, int nroots, struct trace
         trace_node(tr, &g->nodes[i], local, slot_by_id, g);
         g->nodes[i].done = 1;
     }
-    for (int r = 0; r < nroots; r++) {
-        int dup = 0;
-        for (int q = 0; q < tr->nroots; q++)
-            dup |= tr->root_t[q] == roots[r];
-        if (roots[r]->data || dup)
-            continue;
-        tr->root_t[tr->nroots] = roots[r];
-        tr->roots[tr->nroots++] = ref_of(tr, roots[r], local, slot_by_id, g);
-    }
+    add_roots(tr, roots, nroots, local, slot_by_id, g);
     free(live);
     free(local);
     free(slot_by_id);
@@ -778,7 +842,10 @@ static void trace_free(struct trace *tr)
     free(tr->root_t);
 }
 
-/* ---- the cache key: structure only, never pointers or data ---- */
+/* ---- the cache key: structure only, never pointers or data ----
+ * Layout: node count, slot count, root count; 4 words per slot; then per
+ * node its op, operand counts, attributes and operand references, and the
+ * shapes of its outputs; last, the roots. */
 
 struct key {
     int64_t *v;
@@ -798,19 +865,26 @@ static void key_put(struct key *k, int64_t x)
     k->v[k->n++] = x;
 }
 
+static void key_ref(struct key *k, struct ref r)
+{
+    key_put(k, r.kind);
+    key_put(k, r.at);
+    key_put(k, r.out);
+}
+
+_Static_assert(sizeof(union kattr) % sizeof(int64_t) == 0, "attributes hash as whole words");
+
 static void key_node(struct key *k, const struct tnode *t)
 {
-    uint32_t fb[4];
-    memcpy(fb, t->f, sizeof fb);
+    int64_t words[sizeof(union kattr) / sizeof(int64_t)];
+    memcpy(words, &t->attr, sizeof words);
     key_put(k, t->op);
     key_put(k, t->nin);
     key_put(k, t->nout);
-    for (int i = 0; i < 4; i++) {
-        key_put(k, t->a[i]);
-        key_put(k, fb[i]);
-    }
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        key_put(k, words[i]);
     for (int i = 0; i < KMAX_IN; i++)
-        key_put(k, t->in[i]);
+        key_ref(k, t->in[i]);
     for (int i = 0; i < t->nout; i++) {
         key_put(k, t->rows[i]);
         key_put(k, t->cols[i]);
@@ -833,7 +907,7 @@ static struct key key_build(const struct trace *tr)
     for (int i = 0; i < tr->n; i++)
         key_node(&k, &tr->nodes[i]);
     for (int r = 0; r < tr->nroots; r++)
-        key_put(&k, tr->roots[r]);
+        key_ref(&k, tr->roots[r]);
     return k;
 }
 
@@ -845,45 +919,45 @@ static uint64_t key_hash(const struct key *k)
     return h & g_hash_mask;
 }
 
-static void cache_free(Graph *g)
+static void cache_free(struct compiler *cc)
 {
-    for (int i = 0; i < g->ncache; i++) {
-        free(g->cache[i].key);
-        program_free(g->cache[i].prog);
+    for (int i = 0; i < cc->ncache; i++) {
+        free(cc->cache[i].key);
+        program_free(cc->cache[i].prog);
     }
-    free(g->cache);
-    free(g->plan);
+    free(cc->cache);
+    free(cc->plan);
 }
 
-/* ---- compile: CSE, DCE, fusion ---- */
+/* ---- passes: CSE, DCE, fusion ---- */
 
 static int same_node(const struct tnode *a, const struct tnode *b)
 {
     return a->op == b->op && a->nin == b->nin && a->nout == b->nout &&
-           !memcmp(a->a, b->a, sizeof a->a) && !memcmp(a->f, b->f, sizeof a->f) &&
-           !memcmp(a->in, b->in, sizeof a->in);
+           !memcmp(&a->attr, &b->attr, sizeof a->attr) && !memcmp(a->in, b->in, sizeof a->in);
 }
 
-static int64_t follow(const int64_t *fwd, int64_t r)
+/* r, or what CSE replaced it with. */
+static struct ref follow(const struct ref *fwd, struct ref r)
 {
-    return r == REF_NONE || IS_SLOT(r) ? r : fwd[r];
+    return is_out(r) ? fwd[out_index(r)] : r;
 }
 
 /* Common subexpressions: a node equal to an earlier one (same op,
- * constants and operands) reuses the earlier one's outputs. */
+ * attributes and operands) reuses the earlier one's outputs. */
 static void cse(struct trace *tr)
 {
-    int64_t *fwd = xcalloc((size_t)tr->n * KMAX_OUT, sizeof *fwd);
+    struct ref *fwd = xcalloc((size_t)tr->n * KMAX_OUT, sizeof *fwd);
     for (int i = 0; i < tr->n; i++) {
         struct tnode *t = &tr->nodes[i];
         for (int k = 0; k < KMAX_IN; k++)
             t->in[k] = follow(fwd, t->in[k]);
         for (int k = 0; k < KMAX_OUT; k++)
-            fwd[REF_OUT(i, k)] = REF_OUT(i, k);
+            fwd[out_index(out_ref(i, k))] = out_ref(i, k);
         for (int j = 0; j < i && !side_effect(t->op); j++) {
             if (!tr->nodes[j].dead && same_node(&tr->nodes[j], t)) {
                 for (int k = 0; k < KMAX_OUT; k++)
-                    fwd[REF_OUT(i, k)] = REF_OUT(j, k);
+                    fwd[out_index(out_ref(i, k))] = out_ref(j, k);
                 t->dead = 1;
                 break;
             }
@@ -900,11 +974,11 @@ static int *count_uses(const struct trace *tr)
     int *uses = xcalloc((size_t)tr->n * KMAX_OUT, sizeof(int));
     for (int i = 0; i < tr->n; i++)
         for (int k = 0; k < KMAX_IN && !tr->nodes[i].dead; k++)
-            if (tr->nodes[i].in[k] != REF_NONE && !IS_SLOT(tr->nodes[i].in[k]))
-                uses[tr->nodes[i].in[k]]++;
+            if (is_out(tr->nodes[i].in[k]))
+                uses[out_index(tr->nodes[i].in[k])]++;
     for (int r = 0; r < tr->nroots; r++)
-        if (!IS_SLOT(tr->roots[r]))
-            uses[tr->roots[r]] += 1000; /* a root is never fused away */
+        if (is_out(tr->roots[r]))
+            uses[out_index(tr->roots[r])] += 1000; /* a root is never fused away */
     return uses;
 }
 
@@ -913,8 +987,8 @@ static void dce(struct trace *tr)
 {
     char *need = xcalloc((size_t)tr->n, 1);
     for (int r = 0; r < tr->nroots; r++)
-        if (!IS_SLOT(tr->roots[r]))
-            need[REF_NODE(tr->roots[r])] = 1;
+        if (is_out(tr->roots[r]))
+            need[tr->roots[r].at] = 1;
     for (int i = tr->n - 1; i >= 0; i--) {
         struct tnode *t = &tr->nodes[i];
         if (t->dead || !(need[i] || side_effect(t->op))) {
@@ -922,8 +996,8 @@ static void dce(struct trace *tr)
             continue;
         }
         for (int k = 0; k < KMAX_IN; k++)
-            if (t->in[k] != REF_NONE && !IS_SLOT(t->in[k]))
-                need[REF_NODE(t->in[k])] = 1;
+            if (is_out(t->in[k]))
+                need[t->in[k].at] = 1;
     }
     free(need);
 }
@@ -931,7 +1005,7 @@ static void dce(struct trace *tr)
 /* The single consumer of node i's output 0 that may absorb it. */
 static int only_consumer(const struct trace *tr, const int *uses, int i)
 {
-    if (uses[REF_OUT(i, 0)] != 1)
+    if (uses[out_index(out_ref(i, 0))] != 1)
         return -1;
     for (int j = i + 1; j < tr->n; j++) {
         if (tr->nodes[j].dead)
@@ -939,32 +1013,59 @@ static int only_consumer(const struct trace *tr, const int *uses, int i)
         if (side_effect(tr->nodes[j].op))
             return -1; /* never move a read past an in-place write */
         for (int k = 0; k < KMAX_IN; k++)
-            if (tr->nodes[j].in[k] == REF_OUT(i, 0))
+            if (same_ref(tr->nodes[j].in[k], out_ref(i, 0)))
                 return j;
     }
     return -1;
 }
 
-/* The consumer j takes over node i: j becomes i with j's outputs. */
+/* The consumer j takes over node i: j becomes op with i's operands and
+ * attributes, followed by j's other operands, and keeps j's outputs. */
 static void absorb(struct trace *tr, int i, int j, int op)
 {
     struct tnode *src = &tr->nodes[i], *dst = &tr->nodes[j];
-    int64_t extra[KMAX_IN];
+    struct ref extra[KMAX_IN];
     int ne = 0;
     for (int k = 0; k < dst->nin; k++)
-        if (dst->in[k] != REF_OUT(i, 0))
+        if (!same_ref(dst->in[k], out_ref(i, 0)))
             extra[ne++] = dst->in[k];
     int nin = src->nin;
-    int64_t in[KMAX_IN];
+    struct ref in[KMAX_IN];
     memcpy(in, src->in, sizeof in);
     for (int k = 0; k < ne; k++)
         in[nin++] = extra[k];
     memcpy(dst->in, in, sizeof in);
     dst->nin = nin;
     dst->op = op;
-    memcpy(dst->a, src->a, sizeof dst->a);
-    memcpy(dst->f, src->f, sizeof dst->f);
+    dst->attr = src->attr;
     src->dead = 1;
+}
+
+/* The next matmul fusion for node i, if any: 1 when it fused. */
+static int fuse_matmul_once(struct trace *tr, int i)
+{
+    struct tnode *t = &tr->nodes[i];
+    int *uses = count_uses(tr);
+    int j = only_consumer(tr, uses, i);
+    free(uses);
+    if (j < 0)
+        return 0;
+    struct tnode *c = &tr->nodes[j];
+    int relu = t->op == KOP_MATMUL_EX && t->attr.matmul.relu;
+    int residuals = t->op == KOP_MATMUL_EX ? t->nin - 3 : 0; /* after a, b, bias */
+    if (c->op == KOP_RELU && !residuals && !relu) {
+        absorb(tr, i, j, KOP_MATMUL_EX);
+        c->attr.matmul.relu = 1;
+        c->nin = 3;
+        return 1;
+    }
+    if (c->op == KOP_ADD && !relu && residuals < 2 && !same_ref(c->in[0], c->in[1])) {
+        if (t->op == KOP_MATMUL)
+            t->nin = 3; /* the bias operand stays in its place, even when absent */
+        absorb(tr, i, j, KOP_MATMUL_EX);
+        return 1;
+    }
+    return 0;
 }
 
 /* Epilogues folded into a matmul: ReLU, and residual adds. Both are exact:
@@ -976,27 +1077,8 @@ static void fuse_matmul(struct trace *tr)
         struct tnode *t = &tr->nodes[i];
         if (t->dead || (t->op != KOP_MATMUL && t->op != KOP_MATMUL_EX))
             continue;
-        int *uses = count_uses(tr);
-        int j = only_consumer(tr, uses, i);
-        free(uses);
-        if (j < 0)
-            continue;
-        struct tnode *c = &tr->nodes[j];
-        int relu = t->op == KOP_MATMUL_EX && t->f[0] != 0;
-        int nres = t->op == KOP_MATMUL_EX ? t->nin - 3 : 0;
-        if (c->op == KOP_RELU && !nres && !relu) {
-            absorb(tr, i, j, KOP_MATMUL_EX);
-            c->f[0] = 1;
-            c->nin = 3;
-        } else if (c->op == KOP_ADD && !relu && nres < 2 && c->in[0] != c->in[1]) {
-            if (t->op == KOP_MATMUL)
-                t->nin = 3;
-            absorb(tr, i, j, KOP_MATMUL_EX);
-            c->f[0] = 0;
-        } else {
-            continue;
-        }
-        i = -1; /* the absorbed node may fuse again */
+        if (fuse_matmul_once(tr, i))
+            i = -1; /* the absorbed node may fuse again */
     }
 }
 
@@ -1015,11 +1097,11 @@ static void fuse_adds(struct trace *tr)
         if (j < 0 || tr->nodes[j].op != KOP_ADD || t->nin >= KMAX_IN)
             continue;
         struct tnode *c = &tr->nodes[j];
-        if (c->in[0] == c->in[1])
+        if (same_ref(c->in[0], c->in[1]))
             continue;
-        if (c->in[1] == REF_OUT(i, 0)) {
+        if (same_ref(c->in[1], out_ref(i, 0))) {
             c->in[1] = c->in[0];
-            c->in[0] = REF_OUT(i, 0);
+            c->in[0] = out_ref(i, 0);
         }
         absorb(tr, i, j, KOP_ADD_N);
         i = -1;
@@ -1030,9 +1112,10 @@ static void fuse_adds(struct trace *tr)
 
 /* A value the program keeps in its arena, and when it is alive. */
 struct value {
-    int64_t ref; /* node output, or REF_SLOT for a transferred input */
+    struct ref ref;  /* a node output, or the slot of a transferred input */
     long bytes, off;
     int first, last; /* instruction indices; inputs are born at -1 */
+    int id;          /* its index before the plan sorted the values */
 };
 
 static int by_size_desc(const void *a, const void *b)
@@ -1069,7 +1152,7 @@ static size_t place_values(struct value *v, int n)
     return high;
 }
 
-/* ---- emitting the program ---- */
+/* ---- lowering: the program of places (level 3) ---- */
 
 struct emit {
     const struct trace *tr;
@@ -1083,18 +1166,23 @@ struct emit {
 
 static long value_bytes(long rows, long cols) { return (rows * cols * 4 + 63) & ~63L; }
 
-static void add_value(struct emit *e, int64_t ref, long bytes, int first)
+static void add_value(struct emit *e, struct ref ref, long bytes, int first)
 {
     struct value *v = &e->val[e->nval];
-    v->ref = ref;
-    v->bytes = bytes;
-    v->first = first;
-    v->last = first;
-    if (IS_SLOT(ref))
-        e->slot_val[ref & (SLOT_BIT - 1)] = e->nval;
+    *v = (struct value){.ref = ref, .bytes = bytes, .first = first, .last = first,
+                        .id = e->nval};
+    if (ref.kind == REF_SLOT)
+        e->slot_val[ref.at] = e->nval;
     else
-        e->where[ref] = e->nval;
+        e->where[out_index(ref)] = e->nval;
     e->nval++;
+}
+
+/* The value an operand reads, or -1 (none, or a slot bound in place). */
+static long value_of(const struct emit *e, struct ref r)
+{
+    return r.kind == REF_NONE ? -1 : r.kind == REF_SLOT ? e->slot_val[r.at]
+                                                        : e->where[out_index(r)];
 }
 
 /* The device runs a stretch of consecutive all-reduces as one collective,
@@ -1123,36 +1211,32 @@ static void collect_values(struct emit *e)
     for (int s = 0; s < tr->nslots; s++) {
         e->slot_val[s] = -1;
         if (tr->slot[s]->kind == TK_INPUT)
-            add_value(e, REF_SLOT(s), value_bytes(tr->slot[s]->rows, tr->slot[s]->cols), -1);
+            add_value(e, slot_ref(s), value_bytes(tr->slot[s]->rows, tr->slot[s]->cols), -1);
     }
     for (int k = 0; k < e->nk; k++) {
         const struct tnode *t = &tr->nodes[e->order[k]];
         for (int o = 0; o < t->nout; o++)
-            add_value(e, REF_OUT(e->order[k], o), value_bytes(t->rows[o], t->cols[o]), k);
+            add_value(e, out_ref(e->order[k], o), value_bytes(t->rows[o], t->cols[o]), k);
         for (int i = 0; i < KMAX_IN; i++) {
-            int64_t r = t->in[i];
-            long vi = r == REF_NONE ? -1 : IS_SLOT(r) ? e->slot_val[r & (SLOT_BIT - 1)] : e->where[r];
+            long vi = value_of(e, t->in[i]);
             if (vi >= 0)
                 e->val[vi].last = k;
         }
     }
     for (int r = 0; r < tr->nroots; r++)
-        if (!IS_SLOT(tr->roots[r]))
-            e->val[e->where[tr->roots[r]]].last = e->nk; /* read after the run */
+        if (is_out(tr->roots[r]))
+            e->val[value_of(e, tr->roots[r])].last = e->nk; /* read after the run */
     widen_collectives(e);
 }
 
-static struct place place_of(const struct emit *e, const long *off_of, int64_t r)
+static struct place place_of(const struct emit *e, const long *off_of, struct ref r)
 {
-    if (r == REF_NONE)
-        return (struct place){PL_NONE, 0};
-    if (IS_SLOT(r)) {
-        long s = r & (SLOT_BIT - 1);
-        if (e->slot_val[s] >= 0)
-            return (struct place){PL_ARENA, off_of[e->slot_val[s]]};
-        return (struct place){PL_SLOT, s};
-    }
-    return (struct place){PL_ARENA, off_of[e->where[r]]};
+    long vi = value_of(e, r);
+    if (vi >= 0)
+        return (struct place){PL_ARENA, off_of[vi]};
+    if (r.kind == REF_SLOT)
+        return (struct place){PL_SLOT, r.at};
+    return (struct place){PL_NONE, 0};
 }
 
 static Program *emit_program(struct emit *e, const long *off_of, size_t arena)
@@ -1165,12 +1249,11 @@ static Program *emit_program(struct emit *e, const long *off_of, size_t arena)
         const struct tnode *t = &tr->nodes[e->order[k]];
         struct pinstr *pi = &p->ins[k];
         pi->op = t->op;
-        memcpy(pi->a, t->a, sizeof pi->a);
-        memcpy(pi->f, t->f, sizeof pi->f);
+        pi->attr = t->attr;
         for (int i = 0; i < KMAX_IN; i++)
             pi->in[i] = place_of(e, off_of, t->in[i]);
         for (int o = 0; o < t->nout; o++)
-            pi->out[o] = place_of(e, off_of, REF_OUT(e->order[k], o));
+            pi->out[o] = place_of(e, off_of, out_ref(e->order[k], o));
     }
     p->arena_bytes = arena;
     p->nslots = tr->nslots + tr->nroots;
@@ -1196,15 +1279,15 @@ static double seconds_now(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static void record_plan(Graph *g, const struct value *v, int n)
+static void record_plan(struct compiler *cc, const struct value *v, int n)
 {
-    free(g->plan);
-    g->plan = xcalloc((size_t)n, sizeof *g->plan);
-    g->nplan = n;
-    g->last.buffers = 0;
+    free(cc->plan);
+    cc->plan = xcalloc((size_t)n, sizeof *cc->plan);
+    cc->nplan = n;
+    cc->last.buffers = 0;
     for (int i = 0; i < n; i++) {
-        g->plan[i] = (struct plan_buf){v[i].off, v[i].bytes, v[i].first, v[i].last};
-        g->last.buffers += (size_t)v[i].bytes;
+        cc->plan[i] = (struct plan_buf){v[i].off, v[i].bytes, v[i].first, v[i].last};
+        cc->last.buffers += (size_t)v[i].bytes;
     }
 }
 
@@ -1218,27 +1301,26 @@ static void fmt_bytes(char *buf, size_t n, double b)
         snprintf(buf, n, "%.1f KiB", b / 1024.0);
 }
 
-/* "op f32[r,c] 1.5 MiB" for value i of the plan. */
-static void value_name(char *buf, size_t n, const struct emit *e, long i)
+/* "op f32[r,c] 1.5 MiB" for a value of the plan. */
+static void value_name(char *buf, size_t n, const struct emit *e, const struct value *v)
 {
-    int64_t r = e->val[i].ref;
     char sz[32];
-    fmt_bytes(sz, sizeof sz, (double)e->val[i].bytes);
-    if (IS_SLOT(r)) {
-        const Tensor *t = e->tr->slot[r & (SLOT_BIT - 1)];
+    fmt_bytes(sz, sizeof sz, (double)v->bytes);
+    if (v->ref.kind == REF_SLOT) {
+        const Tensor *t = e->tr->slot[v->ref.at];
         snprintf(buf, n, "input %s[%d,%d] %s", t->dtype == DT_I32 ? "s32" : "f32", t->rows,
                  t->cols, sz);
         return;
     }
-    const struct tnode *t = &e->tr->nodes[REF_NODE(r)];
-    snprintf(buf, n, "%s f32[%d,%d] %s", kop_name(t->op), t->rows[REF_IDX(r)],
-             t->cols[REF_IDX(r)], sz);
+    const struct tnode *t = &e->tr->nodes[v->ref.at];
+    snprintf(buf, n, "%s f32[%d,%d] %s", kop_name(t->op), t->rows[v->ref.out],
+             t->cols[v->ref.out], sz);
 }
 
 /* XLA refuses at compile time a program whose buffers do not fit a core's
  * HBM; so do we, naming the biggest buffers as its RESOURCE_EXHAUSTED
  * error does. Resident buffers (weights, optimizer state) count too. */
-static void check_hbm(const struct emit *e, const struct value *sorted, size_t arena)
+static void check_hbm(const struct emit *e, const struct value *by_size, size_t arena)
 {
     size_t resident = 0, hbm = xs_hbm();
     for (int s = 0; s < e->tr->nslots; s++)
@@ -1252,7 +1334,7 @@ static void check_hbm(const struct emit *e, const struct value *sorted, size_t a
     fmt_bytes(r, sizeof r, (double)resident);
     fmt_bytes(have, sizeof have, (double)hbm);
     for (int i = 0; i < 3 && i < e->nval; i++)
-        value_name(big[i], sizeof big[i], e, sorted[i].ref);
+        value_name(big[i], sizeof big[i], e, &by_size[i]);
     fprintf(stderr, "gpt: RESOURCE_EXHAUSTED: compiling a program of %d kernels: it needs "
             "%s of HBM per core (%s arena + %s weights and state), %s has %s per core "
             "(--hbm); largest buffers: %s; %s; %s\n", e->nk, need, a, r,
@@ -1260,8 +1342,16 @@ static void check_hbm(const struct emit *e, const struct value *sorted, size_t a
     exit(1);
 }
 
+static void emit_free(struct emit *e)
+{
+    free(e->order);
+    free(e->val);
+    free(e->where);
+    free(e->slot_val);
+}
+
 /* Plans memory for the surviving nodes and emits the program. */
-static Program *lower(Graph *g, const struct trace *tr)
+static Program *lower(struct compiler *cc, const struct trace *tr)
 {
     struct emit e = {.tr = tr};
     e.order = xcalloc((size_t)tr->n, sizeof(int));
@@ -1272,41 +1362,37 @@ static Program *lower(Graph *g, const struct trace *tr)
     e.where = xcalloc((size_t)tr->n * KMAX_OUT, sizeof *e.where);
     e.slot_val = xcalloc((size_t)tr->nslots, sizeof *e.slot_val);
     collect_values(&e);
-    struct value *sorted = xcalloc((size_t)e.nval, sizeof *sorted);
-    memcpy(sorted, e.val, sizeof *sorted * (size_t)e.nval);
-    for (int i = 0; i < e.nval; i++)
-        sorted[i].ref = i; /* remember each value's index through the sort */
-    size_t arena = place_values(sorted, e.nval);
+    struct value *by_size = xcalloc((size_t)e.nval, sizeof *by_size);
+    memcpy(by_size, e.val, sizeof *by_size * (size_t)e.nval);
+    size_t arena = place_values(by_size, e.nval); /* sorts, then sets off */
     long *off_of = xcalloc((size_t)e.nval, sizeof *off_of);
     for (int i = 0; i < e.nval; i++)
-        off_of[sorted[i].ref] = sorted[i].off;
-    check_hbm(&e, sorted, arena);
-    record_plan(g, sorted, e.nval);
+        off_of[by_size[i].id] = by_size[i].off;
+    check_hbm(&e, by_size, arena);
+    record_plan(cc, by_size, e.nval);
     Program *p = emit_program(&e, off_of, arena);
-    memset(g->kernels, 0, sizeof g->kernels);
+    memset(cc->kernels, 0, sizeof cc->kernels);
     for (int k = 0; k < e.nk; k++)
-        g->kernels[tr->nodes[e.order[k]].op]++;
-    g->last.kernels = e.nk;
-    g->last.arena = arena;
+        cc->kernels[tr->nodes[e.order[k]].op]++;
+    cc->last.kernels = e.nk;
+    cc->last.arena = arena;
     free(off_of);
-    free(sorted);
-    free(e.order);
-    free(e.val);
-    free(e.where);
-    free(e.slot_val);
+    free(by_size);
+    emit_free(&e);
     return p;
 }
 
 static void dump_trace(const struct trace *tr, FILE *f, int dot, const Program *p);
 
-static void save_graph(const Graph *g, const struct trace *tr, const char *stage, const Program *p)
+static void save_graph(const struct compiler *cc, const struct trace *tr, const char *stage,
+                       const Program *p)
 {
     const char *prefix = getenv("GPT_SAVE_GRAPHS"), *fmt = getenv("GPT_SAVE_GRAPHS_FMT");
     if (!prefix || !*prefix)
         return;
     int dot = fmt && !strcmp(fmt, "dot");
     char path[4096];
-    snprintf(path, sizeof path, "%s-%03d-%s.%s", prefix, g->ncache, stage, dot ? "dot" : "txt");
+    snprintf(path, sizeof path, "%s-%03d-%s.%s", prefix, cc->ncache, stage, dot ? "dot" : "txt");
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "gpt: GPT_SAVE_GRAPHS: cannot write %s\n", path);
@@ -1316,45 +1402,46 @@ static void save_graph(const Graph *g, const struct trace *tr, const char *stage
     fclose(f);
 }
 
-static Program *compile(Graph *g, struct trace *tr)
+/* The passes, in order, then lowering. */
+static Program *compile(struct compiler *cc, struct trace *tr)
 {
     double t0 = seconds_now();
-    g->last.nodes = tr->n;
-    save_graph(g, tr, "before", NULL);
+    cc->last.nodes = tr->n;
+    save_graph(cc, tr, "before", NULL);
     cse(tr);
     dce(tr);
     fuse_matmul(tr);
     fuse_adds(tr);
-    Program *p = lower(g, tr);
-    g->last.ms = (seconds_now() - t0) * 1e3;
-    save_graph(g, tr, "after", p);
+    Program *p = lower(cc, tr);
+    cc->last.ms = (seconds_now() - t0) * 1e3;
+    save_graph(cc, tr, "after", p);
     return p;
 }
 
 int g_compile_stats(const Graph *g, struct compile_stats *s)
 {
-    *s = g->last;
-    return g->ncache;
+    *s = g->compiler.last;
+    return g->compiler.ncache;
 }
 
 int g_plan(const Graph *g, const struct plan_buf **bufs)
 {
-    *bufs = g->plan;
-    return g->nplan;
+    *bufs = g->compiler.plan;
+    return g->compiler.nplan;
 }
 
-int g_kernel_count(const Graph *g, int op) { return g->kernels[op]; }
+int g_kernel_count(const Graph *g, int op) { return g->compiler.kernels[op]; }
 
 /* ---- graph dumps (GPT_SAVE_GRAPHS) ---- */
 
-static void ref_name(char *buf, size_t n, int64_t r)
+static void ref_name(char *buf, size_t n, struct ref r)
 {
-    if (r == REF_NONE)
+    if (r.kind == REF_NONE)
         snprintf(buf, n, "-");
-    else if (IS_SLOT(r))
-        snprintf(buf, n, "in%ld", (long)(r & (SLOT_BIT - 1)));
+    else if (r.kind == REF_SLOT)
+        snprintf(buf, n, "in%d", r.at);
     else
-        snprintf(buf, n, "%%%d.%d", REF_NODE(r), REF_IDX(r));
+        snprintf(buf, n, "%%%d.%d", r.at, r.out);
 }
 
 /* Kernel index, output offset and last use of live node i. */
@@ -1369,7 +1456,7 @@ static void node_plan(const struct trace *tr, const Program *p, int i, int *k, l
         if (tr->nodes[j].dead)
             continue;
         for (int q = 0; q < KMAX_IN; q++)
-            if (tr->nodes[j].in[q] == REF_OUT(i, 0))
+            if (same_ref(tr->nodes[j].in[q], out_ref(i, 0)))
                 *last = kj;
         kj++;
     }
@@ -1378,13 +1465,14 @@ static void node_plan(const struct trace *tr, const Program *p, int i, int *k, l
 static void dump_text_node(const struct trace *tr, FILE *f, int i, const Program *p)
 {
     const struct tnode *t = &tr->nodes[i];
-    char b[32];
+    char b[32], attrs[256];
     fprintf(f, "%%%d = %s(", i, kop_name(t->op));
     for (int k = 0; k < t->nin; k++) {
         ref_name(b, sizeof b, t->in[k]);
         fprintf(f, "%s%s", k ? ", " : "", b);
     }
-    fprintf(f, ") -> [%d,%d]", t->rows[0], t->cols[0]);
+    kop_format_attrs(attrs, sizeof attrs, t->op, &t->attr);
+    fprintf(f, ") -> [%d,%d]  {%s}", t->rows[0], t->cols[0], attrs);
     if (p) {
         int k, last;
         long off;
@@ -1394,6 +1482,8 @@ static void dump_text_node(const struct trace *tr, FILE *f, int i, const Program
     }
     fputc('\n', f);
 }
+
+static int is_fused(int op) { return op == KOP_MATMUL_EX || op == KOP_ADD_N; }
 
 static void dump_dot_node(const struct trace *tr, FILE *f, int i, const Program *p)
 {
@@ -1405,14 +1495,12 @@ static void dump_dot_node(const struct trace *tr, FILE *f, int i, const Program 
         node_plan(tr, p, i, &k, &off, &last);
         fprintf(f, "\\nbuf @%ld +%ld B\\nlive %d..%d", off, (long)t->rows[0] * t->cols[0] * 4, k, last);
     }
-    fprintf(f, "\"%s];\n", t->op >= KOP_MATMUL_EX ? ", style=filled, fillcolor=lightblue" : "");
+    fprintf(f, "\"%s];\n", is_fused(t->op) ? ", style=filled, fillcolor=lightblue" : "");
     for (int k = 0; k < t->nin; k++) {
-        if (t->in[k] == REF_NONE)
-            continue;
-        if (IS_SLOT(t->in[k]))
-            fprintf(f, "  s%ld -> n%d;\n", (long)(t->in[k] & (SLOT_BIT - 1)), i);
-        else
-            fprintf(f, "  n%d -> n%d;\n", REF_NODE(t->in[k]), i);
+        if (t->in[k].kind == REF_SLOT)
+            fprintf(f, "  s%d -> n%d;\n", t->in[k].at, i);
+        else if (is_out(t->in[k]))
+            fprintf(f, "  n%d -> n%d;\n", t->in[k].at, i);
     }
 }
 
@@ -1438,10 +1526,10 @@ static void dump_trace(const struct trace *tr, FILE *f, int dot, const Program *
 
 /* ---- the cache and the cut ---- */
 
-static Program *lookup(const Graph *g, const struct key *k, uint64_t h)
+static Program *lookup(const struct compiler *cc, const struct key *k, uint64_t h)
 {
-    for (int i = 0; i < g->ncache; i++) {
-        const struct cache_entry *c = &g->cache[i];
+    for (int i = 0; i < cc->ncache; i++) {
+        const struct cache_entry *c = &cc->cache[i];
         /* the hash only narrows the search; the full key decides */
         if (c->hash == h && c->keylen == k->n && !memcmp(c->key, k->v, sizeof *k->v * (size_t)k->n))
             return c->prog;
@@ -1449,28 +1537,28 @@ static Program *lookup(const Graph *g, const struct key *k, uint64_t h)
     return NULL;
 }
 
-static void insert(Graph *g, struct key *k, uint64_t h, Program *p)
+static void insert(struct compiler *cc, struct key *k, uint64_t h, Program *p)
 {
-    if (g->ncache == g->capcache) {
-        g->capcache = g->capcache ? 2 * g->capcache : 16;
-        g->cache = realloc(g->cache, sizeof *g->cache * (size_t)g->capcache);
-        if (!g->cache) {
+    if (cc->ncache == cc->capcache) {
+        cc->capcache = cc->capcache ? 2 * cc->capcache : 16;
+        cc->cache = realloc(cc->cache, sizeof *cc->cache * (size_t)cc->capcache);
+        if (!cc->cache) {
             fprintf(stderr, "gpt: out of memory (compile cache)\n");
             exit(1);
         }
     }
-    g->cache[g->ncache++] = (struct cache_entry){h, k->v, k->n, p};
+    cc->cache[cc->ncache++] = (struct cache_entry){h, k->v, k->n, p};
     k->v = NULL;
 }
 
 /* Why a trace missed the cache: the cached key sharing the longest prefix
- * with it, and what the first difference is about. */
-static void explain_miss(const Graph *g, const struct key *k, const char *why)
+ * with it, and what the first difference is about (see the key's layout). */
+static void explain_miss(const struct compiler *cc, const struct key *k, const char *why)
 {
     int best = -1;
     long best_len = -1;
-    for (int i = 0; i < g->ncache; i++) {
-        const struct cache_entry *c = &g->cache[i];
+    for (int i = 0; i < cc->ncache; i++) {
+        const struct cache_entry *c = &cc->cache[i];
         long j = 0;
         while (j < c->keylen && j < k->n && c->key[j] == k->v[j])
             j++;
@@ -1481,10 +1569,10 @@ static void explain_miss(const Graph *g, const struct key *k, const char *why)
     }
     const char *what = best_len < 3 ? "node or input count"
                        : best_len < 3 + 4 * k->v[1] ? "an input's shape or kind"
-                       : "an op, shape or constant";
+                       : "an op, shape or attribute";
     fprintf(stderr, "xla: new graph after %s; nearest cached graph #%d differs in %s "
             "(key word %ld: %lld vs %lld)\n", why, best, what, best_len,
-            best_len < g->cache[best].keylen ? (long long)g->cache[best].key[best_len] : -1LL,
+            best_len < cc->cache[best].keylen ? (long long)cc->cache[best].key[best_len] : -1LL,
             best_len < k->n ? (long long)k->v[best_len] : -1LL);
 }
 
@@ -1498,26 +1586,27 @@ static int debug_on(void)
     return on;
 }
 
-static Program *get_program(Graph *g, struct trace *tr, const char *why)
+/* The cached program for this trace's structure, compiled on a miss. */
+static Program *get_program(struct compiler *cc, struct trace *tr, const char *why)
 {
     struct key k = key_build(tr);
     uint64_t h = key_hash(&k);
-    Program *p = lookup(g, &k, h);
+    Program *p = lookup(cc, &k, h);
     if (p) {
         xs_counter_add(C_CACHED, 1);
         free(k.v);
         return p;
     }
-    if (debug_on() && g->ncache)
-        explain_miss(g, &k, why);
-    p = compile(g, tr);
-    xs_metric_add(M_COMPILE, g->last.ms * 1e-3);
+    if (debug_on() && cc->ncache)
+        explain_miss(cc, &k, why);
+    p = compile(cc, tr);
+    xs_metric_add(M_COMPILE, cc->last.ms * 1e-3);
     xs_counter_add(C_UNCACHED, 1);
-    insert(g, &k, h, p);
+    insert(cc, &k, h, p);
     if (debug_on())
         fprintf(stderr, "xla: compile #%d: %d nodes -> %d kernels, arena %zu bytes vs %zu "
-                "in all buffers, %.2f ms\n", g->ncache, g->last.nodes, g->last.kernels,
-                g->last.arena, g->last.buffers, g->last.ms);
+                "in all buffers, %.2f ms\n", cc->ncache, cc->last.nodes, cc->last.kernels,
+                cc->last.arena, cc->last.buffers, cc->last.ms);
     return p;
 }
 
@@ -1541,12 +1630,14 @@ static void **bind_slots(Graph *g, const struct trace *tr, const Program *p)
     return slots;
 }
 
-static void cut(Graph *g, Tensor *const *roots, int nroots, const char *why)
+/* A cut: trace what is pending, find or compile its program, run it on
+ * every core. Afterwards the roots have data and the traced nodes are done. */
+static void run_pending(Graph *g, Tensor *const *roots, int nroots, const char *why)
 {
     struct trace tr;
     trace_build(g, roots, nroots, &tr);
     if (tr.n > 0) {
-        Program *p = get_program(g, &tr, why);
+        Program *p = get_program(&g->compiler, &tr, why);
         void **slots = bind_slots(g, &tr, p);
         void *const *per_core[XS_MAX_CORES];
         for (int c = 0; c < g->cores; c++)

@@ -1,7 +1,11 @@
-/* graph.h: the recording graph. Model code calls g_* builders; each one
+/* graph.h: the graph layer. Model code calls g_* builders; each one
  * records a node. In eager mode (the cpu device) the node runs at once.
  * Reverse-mode autodiff walks the record backwards, one rule per op, and
- * records the backward pass as more nodes of the same graph. */
+ * records the backward pass as more nodes of the same graph. In lazy mode
+ * (the xla device) nodes are only recorded; a cut (g_mark_step, or g_read
+ * of a pending value) traces them, finds or compiles a program for the
+ * trace's structure, and runs it on the simulated cores. graph.c's head
+ * comment draws the pipeline. */
 #ifndef GRAPH_H
 #define GRAPH_H
 #include <stdint.h>
@@ -26,14 +30,14 @@ typedef struct Tensor {
     int requires_grad; /* a gradient must flow back into it */
 } Tensor;
 
+/* A recorded op (level 1 of an instruction's four, see graph.c). */
 typedef struct Node {
     int op; /* enum kop */
+    union kattr attr; /* its named attributes (xla_sim.h) */
     int nin, nout;
     Tensor *in[KMAX_IN];
     Tensor *out[KMAX_OUT];
-    long a[4];  /* kernel dimensions, see enum kop */
-    float f[4]; /* kernel constants */
-    int done;   /* lazy mode: already executed by an earlier cut */
+    int done; /* lazy mode: already executed by an earlier cut */
 } Node;
 
 typedef struct Graph Graph;

@@ -2,72 +2,146 @@
  * This is where a "device" lives; graph.c decides what to run, this file
  * decides how a single instruction becomes a tensor.c call. */
 #include "xla_sim.h"
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
 #include <omp.h>
 
-static const char *const kop_names[KOP_COUNT] = {
-    "embed", "embed_bwd", "add", "matmul", "matmul_tn", "transpose",
-    "sum_rows", "relu", "relu_bwd", "layernorm", "layernorm_bwd",
-    "attention", "attention_bwd", "attention_step", "xent", "xent_bwd",
-    "fill", "adam", "round_bf16", "all_reduce", "matmul_ex", "add_n",
-};
-
-const char *kop_name(int op)
-{
-    return op >= 0 && op < KOP_COUNT ? kop_names[op] : "?";
-}
+/* ---- the op table ---- */
 
 /* Causal attention does about half of the T*T work: the masked half is
  * skipped, so it is not counted either. */
-static double attention_flops(const long *a, int bwd)
+static double attention_pairs(const struct kinstr *k)
 {
-    double B = a[0], T = a[1], C = a[2];
-    double pairs = B * T * (T + 1) / 2;
-    return (bwd ? 8.0 : 4.0) * pairs * C;
+    double B = k->attr.attention.B, T = k->attr.attention.T;
+    return B * T * (T + 1) / 2;
 }
 
-double kop_flops(const struct kinstr *k)
+static double flops_none(const struct kinstr *k) { return 0; }
+static double flops_matmul(const struct kinstr *k)
 {
-    const long *a = k->a;
-    switch (k->op) {
-    case KOP_MATMUL:
-    case KOP_MATMUL_EX:
-    case KOP_MATMUL_TN: return 2.0 * a[0] * a[1] * a[2];
-    case KOP_ATTENTION: return attention_flops(a, 0);
-    case KOP_ATTENTION_BWD: return attention_flops(a, 1);
-    case KOP_ATTENTION_STEP: return 4.0 * a[0] * (*(const int32_t *)k->in[3] + 1) * a[2];
-    case KOP_LAYERNORM: return 8.0 * a[0] * a[1];
-    case KOP_LAYERNORM_BWD: return 14.0 * a[0] * a[1];
-    case KOP_XENT:
-    case KOP_XENT_BWD: return 4.0 * a[0] * a[1];
-    case KOP_ADAM: return 12.0 * a[0];
-    case KOP_ADD_N:
-    case KOP_ADD:
-    case KOP_RELU:
-    case KOP_RELU_BWD: return (double)a[0];
-    default: return 0;
+    return 2.0 * k->attr.matmul.n * k->attr.matmul.p * k->attr.matmul.q;
+}
+static double flops_attention(const struct kinstr *k)
+{
+    return 4.0 * attention_pairs(k) * k->attr.attention.C;
+}
+static double flops_attention_bwd(const struct kinstr *k)
+{
+    return 8.0 * attention_pairs(k) * k->attr.attention.C;
+}
+static double flops_decode(const struct kinstr *k) /* the new query against pos+1 keys */
+{
+    long keys = *(const int32_t *)k->in[3] + 1;
+    return 4.0 * k->attr.decode.nb * keys * k->attr.decode.C;
+}
+static double flops_layernorm(const struct kinstr *k)
+{
+    return 8.0 * k->attr.layernorm.n * k->attr.layernorm.c;
+}
+static double flops_layernorm_bwd(const struct kinstr *k)
+{
+    return 14.0 * k->attr.layernorm.n * k->attr.layernorm.c;
+}
+static double flops_xent(const struct kinstr *k)
+{
+    return 4.0 * k->attr.xent.n * k->attr.xent.v;
+}
+static double flops_adam(const struct kinstr *k) { return 12.0 * k->attr.adam.n; }
+static double flops_elementwise(const struct kinstr *k) { return (double)k->attr.elementwise.n; }
+
+#define L(family, field) {#field, offsetof(union kattr, family.field), 0}
+#define F(family, field) {#field, offsetof(union kattr, family.field), 1}
+#define EMBED_ATTRS {L(embed, n), L(embed, c), L(embed, v), L(embed, seg)}
+#define N_ATTR {L(elementwise, n)}
+#define MATMUL_ATTRS \
+    {L(matmul, n), L(matmul, p), L(matmul, q), L(matmul, seg), L(matmul, bf16), L(matmul, relu)}
+#define LN_ATTRS {L(layernorm, n), L(layernorm, c), L(layernorm, seg)}
+#define ATT_ATTRS \
+    {L(attention, B), L(attention, T), L(attention, C), L(attention, H), L(attention, bf16)}
+#define XENT_ATTRS {L(xent, n), L(xent, v)}
+
+static const struct kop_info kop_table[KOP_COUNT] = {
+    [KOP_EMBED] = {"embed", 2, 1, EMBED_ATTRS, flops_none},
+    [KOP_EMBED_BWD] = {"embed_bwd", 2, 1, EMBED_ATTRS, flops_none},
+    [KOP_ADD] = {"add", 2, 1, N_ATTR, flops_elementwise},
+    [KOP_MATMUL] = {"matmul", 3, 1, MATMUL_ATTRS, flops_matmul},
+    [KOP_MATMUL_TN] = {"matmul_tn", 2, 1, MATMUL_ATTRS, flops_matmul},
+    [KOP_TRANSPOSE] = {"transpose", 1, 1, {L(transpose, rows), L(transpose, cols)}, flops_none},
+    [KOP_SUM_ROWS] = {"sum_rows", 1, 1, {L(sum_rows, n), L(sum_rows, q), L(sum_rows, seg)},
+                      flops_none},
+    [KOP_RELU] = {"relu", 1, 1, N_ATTR, flops_elementwise},
+    [KOP_RELU_BWD] = {"relu_bwd", 2, 1, N_ATTR, flops_elementwise},
+    [KOP_LAYERNORM] = {"layernorm", 3, 3, LN_ATTRS, flops_layernorm},
+    [KOP_LAYERNORM_BWD] = {"layernorm_bwd", 5, 3, LN_ATTRS, flops_layernorm_bwd},
+    [KOP_ATTENTION] = {"attention", 1, 2, ATT_ATTRS, flops_attention},
+    [KOP_ATTENTION_BWD] = {"attention_bwd", 4, 1, ATT_ATTRS, flops_attention_bwd},
+    [KOP_ATTENTION_STEP] = {"attention_step", 4, 1,
+                            {L(decode, nb), L(decode, tmax), L(decode, C), L(decode, H)},
+                            flops_decode},
+    [KOP_XENT] = {"xent", 2, 1, XENT_ATTRS, flops_xent},
+    [KOP_XENT_BWD] = {"xent_bwd", 3, 1, XENT_ATTRS, flops_xent},
+    [KOP_FILL] = {"fill", 0, 1, {L(fill, n), F(fill, value)}, flops_none},
+    [KOP_ADAM] = {"adam", 5, 0,
+                  {L(adam, n), L(adam, bf16_state), F(adam, lr), F(adam, beta1),
+                   F(adam, beta2), F(adam, eps)},
+                  flops_adam},
+    [KOP_ROUND_BF16] = {"round_bf16", 1, 1, N_ATTR, flops_none},
+    [KOP_ALL_REDUCE] = {"all_reduce", 1, 1, {L(all_reduce, n), L(all_reduce, cores)},
+                        flops_none},
+    [KOP_MATMUL_EX] = {"matmul_ex", 5, 1, MATMUL_ATTRS, flops_matmul},
+    [KOP_ADD_N] = {"add_n", KMAX_IN, 1, N_ATTR, flops_elementwise},
+};
+#undef L
+#undef F
+
+const struct kop_info *kop_info(int op) { return &kop_table[op]; }
+
+const char *kop_name(int op)
+{
+    return op >= 0 && op < KOP_COUNT ? kop_table[op].name : "?";
+}
+
+double kop_flops(const struct kinstr *k) { return kop_table[k->op].flops(k); }
+
+void kop_format_attrs(char *buf, size_t n, int op, const union kattr *a)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (const struct kop_attr *f = kop_table[op].attr; f < kop_table[op].attr + 6 && f->name;
+         f++) {
+        const char *at = (const char *)a + f->offset;
+        int w = f->is_float ? snprintf(buf + used, n - used, "%s%s=%g", used ? ", " : "",
+                                       f->name, *(const float *)at)
+                            : snprintf(buf + used, n - used, "%s%s=%ld", used ? ", " : "",
+                                       f->name, *(const long *)at);
+        if (w < 0 || (size_t)w >= n - used)
+            return;
+        used += (size_t)w;
     }
 }
 
-static void exec_attention_family(const struct kinstr *k)
+/* ---- dispatch: one instruction becomes one tensor.c call ---- */
+
+static void exec_attention(const struct kinstr *k)
 {
-    const long *a = k->a;
-    switch (k->op) {
-    case KOP_ATTENTION:
-        (k->f[0] != 0 ? k_attention_bf16 : k_attention)(k->out[0], k->out[1], k->in[0], a[0],
-                                                        a[1], a[2], a[3]);
-        break;
-    case KOP_ATTENTION_BWD:
-        (k->f[0] != 0 ? k_attention_bwd_bf16 : k_attention_bwd)(
-            k->out[0], k->in[0], k->in[1], k->in[2], k->in[3], a[0], a[1], a[2], a[3]);
-        break;
-    default: /* KOP_ATTENTION_STEP */
-        k_attention_step(k->out[0], k->in[1], k->in[2], k->in[0], a[0],
-                         *(const int32_t *)k->in[3], a[1], a[2], a[3]);
-    }
+    const struct attention_attr *at = &k->attr.attention;
+    void *const *in = k->in;
+    if (k->op == KOP_ATTENTION)
+        (at->bf16 ? k_attention_bf16 : k_attention)(k->out[0], k->out[1], in[0], at->B, at->T,
+                                                    at->C, at->H);
+    else /* dout, qkv, out, lse */
+        (at->bf16 ? k_attention_bwd_bf16 : k_attention_bwd)(k->out[0], in[0], in[1], in[2],
+                                                            in[3], at->B, at->T, at->C, at->H);
+}
+
+static void exec_decode(const struct kinstr *k) /* qkv, kc, vc, pos */
+{
+    const struct decode_attr *d = &k->attr.decode;
+    k_attention_step(k->out[0], k->in[1], k->in[2], k->in[0], d->nb, *(const int32_t *)k->in[3],
+                     d->tmax, d->C, d->H);
 }
 
 static void fill(float *y /* [n] */, long n, float v)
@@ -84,95 +158,117 @@ static void exec_add_n(const struct kinstr *k)
         xs[m] = k->in[m];
         m++;
     }
-    k_add_n(k->out[0], xs, m, k->a[0]);
+    k_add_n(k->out[0], xs, m, k->attr.elementwise.n);
 }
 
-/* KOP_MATMUL is KOP_MATMUL_EX without epilogue inputs (in[3], in[4] are
+/* KOP_MATMUL is KOP_MATMUL_EX without residual inputs (in[3], in[4] are
  * NULL for it) and without ReLU. */
 static void exec_matmul(const struct kinstr *k)
 {
-    const long *a = k->a;
-    int relu = k->op == KOP_MATMUL_EX && k->f[0] != 0;
+    const struct matmul_attr *mm = &k->attr.matmul;
+    const float *a = k->in[0], *b = k->in[1], *bias = k->in[2];
     const float *r1 = k->op == KOP_MATMUL_EX ? k->in[3] : NULL;
     const float *r2 = k->op == KOP_MATMUL_EX ? k->in[4] : NULL;
-    if (k->f[1] != 0)
-        k_matmul_bf16(k->out[0], k->in[0], k->in[1], k->in[2], r1, r2, relu, a[0], a[1], a[2]);
+    if (mm->bf16)
+        k_matmul_bf16(k->out[0], a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
     else if (k->op == KOP_MATMUL)
-        k_matmul(k->out[0], k->in[0], k->in[1], k->in[2], a[0], a[1], a[2]);
+        k_matmul(k->out[0], a, b, bias, mm->n, mm->p, mm->q);
     else
-        k_matmul_ex(k->out[0], k->in[0], k->in[1], k->in[2], r1, r2, relu, a[0], a[1], a[2]);
+        k_matmul_ex(k->out[0], a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
 }
 
-/* With a[1] set the parameter and both moments are stored as bf16, as
- * XLA_USE_BF16 stores every float tensor. */
-static void exec_adam(const struct kinstr *k)
+/* a^T b; bf16 inputs with seg 0 are one leaf, k_matmul_tn's order. */
+static void exec_matmul_tn(const struct kinstr *k)
 {
+    const struct matmul_attr *mm = &k->attr.matmul;
+    if (mm->bf16)
+        k_matmul_tn_seg_bf16(k->out[0], k->in[0], k->in[1], mm->n, mm->p, mm->q, mm->seg);
+    else if (mm->seg > 0)
+        k_matmul_tn_seg(k->out[0], k->in[0], k->in[1], mm->n, mm->p, mm->q, mm->seg);
+    else
+        k_matmul_tn(k->out[0], k->in[0], k->in[1], mm->n, mm->p, mm->q);
+}
+
+static void exec_layernorm_bwd(const struct kinstr *k) /* dy, x, w, mean, rstd */
+{
+    const struct layernorm_attr *ln = &k->attr.layernorm;
+    void *const *in = k->in, *const *out = k->out;
+    if (ln->seg > 0)
+        k_layernorm_bwd_seg(out[0], out[1], out[2], in[0], in[1], in[2], in[3], in[4], ln->n,
+                            ln->c, ln->seg);
+    else
+        k_layernorm_bwd(out[0], out[1], out[2], in[0], in[1], in[2], in[3], in[4], ln->n, ln->c);
+}
+
+static void exec_embed_bwd(const struct kinstr *k) /* idx, dy */
+{
+    const struct embed_attr *e = &k->attr.embed;
+    if (e->seg > 0)
+        k_embed_bwd_seg(k->out[0], k->in[0], k->in[1], e->n, e->c, e->v, e->seg);
+    else
+        k_embed_bwd(k->out[0], k->in[0], k->in[1], e->n, e->c, e->v);
+}
+
+static void exec_sum_rows(const struct kinstr *k)
+{
+    const struct sum_rows_attr *s = &k->attr.sum_rows;
+    if (s->seg > 0)
+        k_sum_rows_seg(k->out[0], k->in[0], s->n, s->q, s->seg);
+    else
+        k_sum_rows(k->out[0], k->in[0], s->n, s->q);
+}
+
+/* With bf16_state the parameter and both moments are stored as bf16, as
+ * XLA_USE_BF16 stores every float tensor. */
+static void exec_adam(const struct kinstr *k) /* p, g, m, v, t */
+{
+    const struct adam_attr *ad = &k->attr.adam;
     float *p = k->in[0], *m = k->in[2], *v = k->in[3];
-    k_adam(p, m, v, k->in[1], k->a[0], k->f[0], k->f[1], k->f[2], k->f[3],
+    k_adam(p, m, v, k->in[1], ad->n, ad->lr, ad->beta1, ad->beta2, ad->eps,
            *(const int32_t *)k->in[4]);
-    if (k->a[1]) {
-        k_round_bf16(p, p, k->a[0]);
-        k_round_bf16(m, m, k->a[0]);
-        k_round_bf16(v, v, k->a[0]);
+    if (ad->bf16_state) {
+        k_round_bf16(p, p, ad->n);
+        k_round_bf16(m, m, ad->n);
+        k_round_bf16(v, v, ad->n);
     }
+}
+
+/* One core alone: the all-reduce is the tree of one part, scaled by 1/1. */
+static void exec_all_reduce_alone(const struct kinstr *k)
+{
+    float scale = 1.0f / (float)k->attr.all_reduce.cores;
+    for (long i = 0; i < k->attr.all_reduce.n; i++)
+        ((float *)k->out[0])[i] = ((const float *)k->in[0])[i] * scale;
 }
 
 static void dispatch(const struct kinstr *k)
 {
-    const long *a = k->a;
-    void *const *in = k->in;
-    void *const *out = k->out;
+    const union kattr *a = &k->attr;
+    void *const *in = k->in, *const *out = k->out;
     switch (k->op) {
-    case KOP_EMBED: k_embed(out[0], in[0], in[1], a[0], a[1], a[2]); break;
-    case KOP_EMBED_BWD:
-        if (a[3] > 0)
-            k_embed_bwd_seg(out[0], in[0], in[1], a[0], a[1], a[2], a[3]);
-        else
-            k_embed_bwd(out[0], in[0], in[1], a[0], a[1], a[2]);
-        break;
-    case KOP_ADD: k_add(out[0], in[0], in[1], a[0]); break;
+    case KOP_EMBED: k_embed(out[0], in[0], in[1], a->embed.n, a->embed.c, a->embed.v); break;
+    case KOP_EMBED_BWD: exec_embed_bwd(k); break;
+    case KOP_ADD: k_add(out[0], in[0], in[1], a->elementwise.n); break;
     case KOP_MATMUL:
     case KOP_MATMUL_EX: exec_matmul(k); break;
-    case KOP_MATMUL_TN:
-        if (k->f[1] != 0) /* bf16 inputs; seg 0 is one leaf, k_matmul_tn's order */
-            k_matmul_tn_seg_bf16(out[0], in[0], in[1], a[0], a[1], a[2], a[3]);
-        else if (a[3] > 0)
-            k_matmul_tn_seg(out[0], in[0], in[1], a[0], a[1], a[2], a[3]);
-        else
-            k_matmul_tn(out[0], in[0], in[1], a[0], a[1], a[2]);
-        break;
-    case KOP_TRANSPOSE: k_transpose(out[0], in[0], a[0], a[1]); break;
-    case KOP_SUM_ROWS:
-        if (a[2] > 0)
-            k_sum_rows_seg(out[0], in[0], a[0], a[1], a[2]);
-        else
-            k_sum_rows(out[0], in[0], a[0], a[1]);
-        break;
-    case KOP_RELU: k_relu(out[0], in[0], a[0]); break;
-    case KOP_RELU_BWD: k_relu_bwd(out[0], in[0], in[1], a[0]); break;
+    case KOP_MATMUL_TN: exec_matmul_tn(k); break;
+    case KOP_TRANSPOSE: k_transpose(out[0], in[0], a->transpose.rows, a->transpose.cols); break;
+    case KOP_SUM_ROWS: exec_sum_rows(k); break;
+    case KOP_RELU: k_relu(out[0], in[0], a->elementwise.n); break;
+    case KOP_RELU_BWD: k_relu_bwd(out[0], in[0], in[1], a->elementwise.n); break;
     case KOP_LAYERNORM:
-        k_layernorm(out[0], out[1], out[2], in[0], in[1], in[2], a[0], a[1]);
+        k_layernorm(out[0], out[1], out[2], in[0], in[1], in[2], a->layernorm.n, a->layernorm.c);
         break;
-    case KOP_LAYERNORM_BWD:
-        if (a[2] > 0)
-            k_layernorm_bwd_seg(out[0], out[1], out[2], in[0], in[1], in[2], in[3],
-                                in[4], a[0], a[1], a[2]);
-        else
-            k_layernorm_bwd(out[0], out[1], out[2], in[0], in[1], in[2], in[3],
-                            in[4], a[0], a[1]);
-        break;
+    case KOP_LAYERNORM_BWD: exec_layernorm_bwd(k); break;
     case KOP_ATTENTION:
-    case KOP_ATTENTION_BWD:
-    case KOP_ATTENTION_STEP: exec_attention_family(k); break;
-    case KOP_XENT: k_xent(out[0], in[0], in[1], a[0], a[1]); break;
-    case KOP_XENT_BWD: k_xent_bwd(out[0], in[0], in[1], in[2], a[0], a[1]); break;
-    case KOP_FILL: fill(out[0], a[0], k->f[0]); break;
+    case KOP_ATTENTION_BWD: exec_attention(k); break;
+    case KOP_ATTENTION_STEP: exec_decode(k); break;
+    case KOP_XENT: k_xent(out[0], in[0], in[1], a->xent.n, a->xent.v); break;
+    case KOP_XENT_BWD: k_xent_bwd(out[0], in[0], in[1], in[2], a->xent.n, a->xent.v); break;
+    case KOP_FILL: fill(out[0], a->fill.n, a->fill.value); break;
     case KOP_ADAM: exec_adam(k); break;
-    case KOP_ROUND_BF16: k_round_bf16(out[0], in[0], a[0]); break;
-    case KOP_ALL_REDUCE: /* alone (one core), the tree of one part */
-        for (long i = 0; i < a[0]; i++)
-            ((float *)out[0])[i] = ((const float *)in[0])[i] * k->f[0];
-        break;
+    case KOP_ROUND_BF16: k_round_bf16(out[0], in[0], a->elementwise.n); break;
+    case KOP_ALL_REDUCE: exec_all_reduce_alone(k); break;
     case KOP_ADD_N: exec_add_n(k); break;
     default: break;
     }
@@ -329,13 +425,11 @@ static void *resolve(const struct place *pl, unsigned char *arena, void *const *
 
 static struct kinstr bind(const struct pinstr *pi, unsigned char *arena, void *const *slots)
 {
-    struct kinstr k = {.op = pi->op};
+    struct kinstr k = {.op = pi->op, .attr = pi->attr};
     for (int j = 0; j < KMAX_IN; j++)
         k.in[j] = resolve(&pi->in[j], arena, slots);
     for (int j = 0; j < KMAX_OUT; j++)
         k.out[j] = resolve(&pi->out[j], arena, slots);
-    memcpy(k.a, pi->a, sizeof k.a);
-    memcpy(k.f, pi->f, sizeof k.f);
     return k;
 }
 
@@ -392,14 +486,15 @@ static void all_reduce(const struct pinstr *pi, int n, unsigned char **arena,
 {
     const float *parts[XS_MAX_CORES];
     float *out[XS_MAX_CORES];
-    size_t len = (size_t)pi->a[0];
+    size_t len = (size_t)pi->attr.all_reduce.n;
+    float scale = 1.0f / (float)n; /* a power of two: exact */
     for (int c = 0; c < n; c++) {
         parts[c] = resolve(&pi->in[0], arena[c], slots[c]);
         out[c] = resolve(&pi->out[0], arena[c], slots[c]);
     }
     k_tree_sum(out[0], parts, n, len);
     for (size_t i = 0; i < len; i++)
-        out[0][i] *= pi->f[0]; /* 1/n, a power of two: exact */
+        out[0][i] *= scale;
     for (int c = 1; c < n; c++)
         memcpy(out[c], out[0], len * sizeof(float));
 }
@@ -426,7 +521,7 @@ static int run_all_reduces(const Program *p, int i0, int n, unsigned char **aren
     int i1 = i0;
     long bytes = 0;
     while (i1 < p->n && p->ins[i1].op == KOP_ALL_REDUCE)
-        bytes += p->ins[i1++].a[0] * 4;
+        bytes += p->ins[i1++].attr.all_reduce.n * 4;
     double t0 = now_seconds();
 #pragma omp parallel for schedule(dynamic)
     for (int i = i0; i < i1; i++)

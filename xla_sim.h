@@ -7,40 +7,84 @@
 #include <stdio.h>
 #include "tensor.h"
 
-/* The kernel instruction set. Graph ops map onto these one to one before
- * fusion; fused kernels are added after them. */
+/* ---- the kernel instruction set ----
+ * Every op the device can run, with its operands (in -> out) and its named
+ * attributes. Graph ops map onto these one to one; the compiler's fusion
+ * adds the last two. kop_table (xla_sim.c) is the one place that gives each
+ * op its name, operand counts, attribute names and FLOP count: builders,
+ * fusion, dispatch, the profile and the graph dumps all go through it. */
 enum kop {
-    KOP_EMBED,          /* in idx i32[n], table[c,v]       out y[n,c]       a: n c v */
-    KOP_EMBED_BWD,      /* in idx i32[n], dy[n,c]          out dtable[c,v]  a: n c v seg */
-    KOP_ADD,            /* in a[n], b[n]                   out y[n]         a: n */
-    KOP_MATMUL,         /* in a[n,p], b[p,q], bias[q]|NULL out c[n,q]       a: n p q
-                           f: - bf16 (1: bf16 inputs, fp32 sums) */
-    KOP_MATMUL_TN,      /* in a[p,n], b[p,q]               out c[n,q]       a: n p q seg
-                           (seg > 0: the per-example tree of the *_seg kernels) */
-    KOP_TRANSPOSE,      /* in x[r,s]                       out y[s,r]       a: r s */
-    KOP_SUM_ROWS,       /* in x[n,q]                       out y[q]         a: n q seg */
-    KOP_RELU,           /* in x[n]                         out y[n]         a: n */
-    KOP_RELU_BWD,       /* in dy[n], y[n]                  out dx[n]        a: n */
-    KOP_LAYERNORM,      /* in x[n,c], w[c], b[c]           out y[n,c], mean[n], rstd[n]  a: n c */
-    KOP_LAYERNORM_BWD,  /* in dy, x, w, mean, rstd         out dx[n,c], dw[c], db[c]     a: n c seg */
-    KOP_ATTENTION,      /* in qkv[B,T,3C]                  out o[B,T,C], lse[B,H,T]     a: B T C H */
-    KOP_ATTENTION_BWD,  /* in do, qkv, o, lse              out dqkv[B,T,3C]             a: B T C H */
-    KOP_ATTENTION_STEP, /* in qkv[nb,3C], kc, vc [nb,tmax,C] (written), pos i32[1]
-                           out o[nb,C]                                      a: nb tmax C H */
-    KOP_XENT,           /* in logits[n,v], tgt i32[n]      out loss[1]      a: n v */
-    KOP_XENT_BWD,       /* in logits, tgt, dloss[1]        out dlogits[n,v] a: n v */
-    KOP_FILL,           /* out y[n] = f0                                    a: n */
-    KOP_ADAM,           /* in p, g, m, v [n] (p,m,v updated in place), t i32[1]
-                           a: n round   f: lr b1 b2 eps (round: p,m,v kept bf16) */
-    KOP_ROUND_BF16,     /* in x[n]                         out y[n] = bf16(x) a: n */
-    KOP_ALL_REDUCE,     /* in x[n] of every core           out y[n] on every core =
-                           (tree sum over cores) * f0     a: n cores  f: 1/cores */
+    KOP_EMBED,          /* idx i32[n], table[c,v] -> y[n,c]                      embed */
+    KOP_EMBED_BWD,      /* idx i32[n], dy[n,c] -> dtable[c,v]                    embed */
+    KOP_ADD,            /* a[n], b[n] -> y[n]                                    elementwise */
+    KOP_MATMUL,         /* a[n,p], b[p,q], bias[q]|NULL -> c[n,q]                matmul */
+    KOP_MATMUL_TN,      /* a[p,n], b[p,q] -> c[n,q] = a^T b (weight gradients)   matmul */
+    KOP_TRANSPOSE,      /* x[rows,cols] -> y[cols,rows]                          transpose */
+    KOP_SUM_ROWS,       /* x[n,q] -> y[q]                                        sum_rows */
+    KOP_RELU,           /* x[n] -> y[n]                                          elementwise */
+    KOP_RELU_BWD,       /* dy[n], y[n] -> dx[n]                                  elementwise */
+    KOP_LAYERNORM,      /* x[n,c], w[c], b[c] -> y[n,c], mean[n], rstd[n]        layernorm */
+    KOP_LAYERNORM_BWD,  /* dy, x, w, mean, rstd -> dx[n,c], dw[c], db[c]         layernorm */
+    KOP_ATTENTION,      /* qkv[B*T,3C] -> o[B*T,C], lse[B*H,T]                   attention */
+    KOP_ATTENTION_BWD,  /* do, qkv, o, lse -> dqkv[B*T,3C]                       attention */
+    KOP_ATTENTION_STEP, /* qkv[nb,3C], kc, vc[nb*tmax,C] (written), pos i32[1]
+                           -> o[nb,C]                                            decode */
+    KOP_XENT,           /* logits[n,v], tgt i32[n] -> loss[1]                    xent */
+    KOP_XENT_BWD,       /* logits, tgt, dloss[1] -> dlogits[n,v]                 xent */
+    KOP_FILL,           /* -> y[n] = value                                       fill */
+    KOP_ADAM,           /* p, g, m, v[n] (p, m, v updated in place), t i32[1]    adam */
+    KOP_ROUND_BF16,     /* x[n] -> y[n] = bf16(x)                                elementwise */
+    KOP_ALL_REDUCE,     /* x[n] of every core -> y[n] on every core, the mean    all_reduce */
     /* fused kernels, made only by the compiler */
-    KOP_MATMUL_EX,      /* in a, b, bias|NULL, r1|NULL, r2|NULL  out c[n,q] =
-                           relu?(a@b + bias) + r1 + r2   a: n p q   f: relu bf16 */
-    KOP_ADD_N,          /* in x0..x5 (NULL-terminated)     out y[n] = ((x0+x1)+x2)+...  a: n */
+    KOP_MATMUL_EX,      /* a, b, bias|NULL, r1|NULL, r2|NULL -> c[n,q] =
+                           relu?(a@b + bias) + r1 + r2                           matmul */
+    KOP_ADD_N,          /* x0..x5 (NULL-terminated) -> y[n] = ((x0+x1)+x2)+...   elementwise */
     KOP_COUNT
 };
+
+/* An op's named attributes: the union member named at the end of its line
+ * above. A node is created zeroed and attributes are set by name, so two
+ * instructions with equal attributes are equal byte for byte (the compiler
+ * compares and hashes them as bytes). */
+struct embed_attr { long n, c, v, seg; };   /* n tokens, table [c,v] */
+struct elementwise_attr { long n; };         /* n elements */
+struct matmul_attr {
+    long n, p, q; /* c[n,q] from [n,p] x [p,q] (matmul_tn: a is [p,n]) */
+    long seg;     /* matmul_tn: rows per leaf of the fixed tree, 0 = one plain sum */
+    long bf16;    /* 1: inputs rounded to bf16, fp32 sums (the TPU matrix unit) */
+    long relu;    /* matmul_ex: ReLU before the residual adds */
+};
+struct transpose_attr { long rows, cols; };
+struct sum_rows_attr { long n, q, seg; };
+struct layernorm_attr { long n, c, seg; };   /* seg: backward only */
+struct attention_attr { long B, T, C, H, bf16; };
+struct decode_attr { long nb, tmax, C, H; };
+struct xent_attr { long n, v; };
+struct fill_attr { long n; float value; };
+struct adam_attr {
+    long n;
+    long bf16_state; /* p, m, v stored as bf16 (XLA_USE_BF16) */
+    float lr, beta1, beta2, eps;
+};
+struct all_reduce_attr { long n, cores; };
+
+union kattr {
+    struct embed_attr embed;
+    struct elementwise_attr elementwise;
+    struct matmul_attr matmul;
+    struct transpose_attr transpose;
+    struct sum_rows_attr sum_rows;
+    struct layernorm_attr layernorm;
+    struct attention_attr attention;
+    struct decode_attr decode;
+    struct xent_attr xent;
+    struct fill_attr fill;
+    struct adam_attr adam;
+    struct all_reduce_attr all_reduce;
+};
+/* seg, wherever it appears: the backward reductions over rows sum leaves of
+ * seg rows in a fixed tree (tensor.h) so that gradients do not depend on
+ * how the batch is split over cores; 0 means a plain sum. */
 
 /* How floats are computed and stored (--precision). */
 enum precision {
@@ -52,14 +96,32 @@ enum precision {
 #define KMAX_IN 6
 #define KMAX_OUT 3
 
-/* One kernel call with its buffers resolved. */
+/* An instruction at the device: op, attributes, and its operands as
+ * pointers (level 4 of 4; graph.c's head comment shows the other three). */
 struct kinstr {
-    int op;
+    int op; /* enum kop */
+    union kattr attr;
     void *in[KMAX_IN];
     void *out[KMAX_OUT];
-    long a[4];
-    float f[4];
 };
+
+/* One named attribute of an op, for printing it. */
+struct kop_attr {
+    const char *name;
+    int offset;   /* in union kattr */
+    int is_float; /* else long */
+};
+
+/* The op table's row for one op. */
+struct kop_info {
+    const char *name;
+    int nin, nout;              /* operand counts (add_n: up to nin) */
+    struct kop_attr attr[6];    /* the named attributes, NULL-named after the last */
+    double (*flops)(const struct kinstr *k); /* floating-point ops one call performs */
+};
+const struct kop_info *kop_info(int op);
+/* Prints "name=value, ..." of k's attributes into buf. */
+void kop_format_attrs(char *buf, size_t n, int op, const union kattr *a);
 
 const char *kop_name(int op);
 /* Floating-point operations one instruction performs (for GFLOP/s). */
@@ -86,11 +148,11 @@ struct place {
     long at;  /* arena byte offset, or slot index */
 };
 
+/* An instruction of a compiled program: operands are places (level 3 of 4). */
 struct pinstr {
-    int op;
+    int op; /* enum kop */
+    union kattr attr;
     struct place in[KMAX_IN], out[KMAX_OUT];
-    long a[4];
-    float f[4];
 };
 
 /* A host buffer copied into the arena before the run, or out after it. */

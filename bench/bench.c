@@ -303,7 +303,7 @@ static void run_once(const struct contender *c)
 {
 #ifdef HAVE_OPENBLAS
     const struct kinstr *k = &c->k;
-    int n = (int)k->a[0], p = (int)k->a[1], q = (int)k->a[2];
+    int n = (int)k->attr.matmul.n, p = (int)k->attr.matmul.p, q = (int)k->attr.matmul.q;
     if (c->blas == 1) /* c[n,q] = a[n,p] b[p,q] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, q, p, 1.0f, k->in[0], p,
                     k->in[1], q, 0.0f, k->out[0], q);
@@ -395,13 +395,14 @@ static void matmul_rows(const struct operands *o, const struct mm_shape *s)
     struct kinstr k = {.op = s->tn ? KOP_MATMUL_TN : KOP_MATMUL,
                        .in = {o->a, o->b},
                        .out = {o->c},
-                       .a = {s->n, s->p, s->q, s->tn ? DT : 0}}; /* tn: per-window tree */
+                       .attr.matmul = {.n = s->n, .p = s->p, .q = s->q,
+                                       .seg = s->tn ? DT : 0}}; /* tn: per-window tree */
     if (s->tn) /* a [N,n] activations, b [N,q] their gradient: o->c, out [n,q] */
         k.in[1] = o->c, k.out[0] = o->wg;
     c[n++] = (struct contender){k, 0};
     if (bf) {
         c[n] = (struct contender){k, 0};
-        c[n++].k.f[1] = 1; /* bf16 inputs, fp32 sums */
+        c[n++].k.attr.matmul.bf16 = 1; /* bf16 inputs, fp32 sums */
     }
 #ifdef HAVE_OPENBLAS
     c[n++] = (struct contender){k, s->tn ? 2 : 1};
@@ -426,7 +427,8 @@ static void matmul_rows(const struct operands *o, const struct mm_shape *s)
 /* Attention, fp32 and bf16 together. */
 static void attention_rows(const struct operands *o, int bwd)
 {
-    struct kinstr k = {.op = bwd ? KOP_ATTENTION_BWD : KOP_ATTENTION, .a = {DB, DT, DC, DH}};
+    struct kinstr k = {.op = bwd ? KOP_ATTENTION_BWD : KOP_ATTENTION,
+                       .attr.attention = {.B = DB, .T = DT, .C = DC, .H = DH}};
     if (bwd) { /* dout, qkv, the forward's out and lse -> dqkv */
         k.in[0] = o->datt, k.in[1] = o->qkv, k.in[2] = o->att, k.in[3] = o->lse;
         k.out[0] = o->dqkv;
@@ -435,7 +437,7 @@ static void attention_rows(const struct operands *o, int bwd)
         k.out[0] = o->c, k.out[1] = o->c + DN * DC;
     }
     struct contender c[2] = {{k, 0}, {k, 0}};
-    c[1].k.f[0] = 1;
+    c[1].k.attr.attention.bf16 = 1;
     int n = bf16_native() ? 2 : 1;
     double med[2];
     time_group(c, n, med);
@@ -461,23 +463,26 @@ static void other_rows(struct operands *o)
 {
     long n = DN;
     single_row("layernorm", "4096x32", (struct kinstr){.op = KOP_LAYERNORM,
-               .in = {o->a, o->lnw, o->lnb}, .out = {o->c, o->mean, o->rstd}, .a = {n, DC}});
+               .in = {o->a, o->lnw, o->lnb}, .out = {o->c, o->mean, o->rstd}, .attr.layernorm = {.n = n, .c = DC}});
     single_row("layernorm_bwd_seg", "4096x32", (struct kinstr){.op = KOP_LAYERNORM_BWD,
                .in = {o->datt, o->a, o->lnw, o->mean, o->rstd}, .out = {o->c, o->dw, o->db},
-               .a = {n, DC, DT}});
+               .attr.layernorm = {.n = n, .c = DC, .seg = DT}});
     single_row("xent", "4096x128 logits", (struct kinstr){.op = KOP_XENT,
-               .in = {o->a, o->idx}, .out = {&o->loss}, .a = {n, DV}});
+               .in = {o->a, o->idx}, .out = {&o->loss}, .attr.xent = {.n = n, .v = DV}});
     single_row("xent_bwd", "4096x128 logits", (struct kinstr){.op = KOP_XENT_BWD,
-               .in = {o->a, o->idx, &o->dloss}, .out = {o->c}, .a = {n, DV}});
+               .in = {o->a, o->idx, &o->dloss}, .out = {o->c}, .attr.xent = {.n = n, .v = DV}});
     single_row("embed", "4096 of 32x128", (struct kinstr){.op = KOP_EMBED,
-               .in = {o->idx, o->emb}, .out = {o->c}, .a = {n, DC, DV}});
+               .in = {o->idx, o->emb}, .out = {o->c},
+               .attr.embed = {.n = n, .c = DC, .v = DV}});
     single_row("embed_bwd_seg", "4096 into 32x128", (struct kinstr){.op = KOP_EMBED_BWD,
-               .in = {o->idx, o->datt}, .out = {o->demb}, .a = {n, DC, DV, DT}});
+               .in = {o->idx, o->datt}, .out = {o->demb},
+               .attr.embed = {.n = n, .c = DC, .v = DV, .seg = DT}});
     char shape[32];
     snprintf(shape, sizeof shape, "%zu weights", o->nw);
     single_row("adam", shape, (struct kinstr){.op = KOP_ADAM,
-               .in = {o->p, o->g, o->m, o->v, &o->t}, .a = {(long)o->nw},
-               .f = {1e-3f, 0.9f, 0.999f, 1e-8f}});
+               .in = {o->p, o->g, o->m, o->v, &o->t},
+               .attr.adam = {.n = (long)o->nw, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
+                             .eps = 1e-8f}});
 }
 
 static void kernel_table(void)
