@@ -6,8 +6,8 @@ CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter
 OMP     := -fopenmp
 LDLIBS  := -lm
-SRC     := gpt.c graph.c xla_sim.c tensor.c
-HDR     := gpt.h graph.h xla_sim.h tensor.h
+SRC     := gpt.c graph.c xla_sim.c comm.c tensor.c
+HDR     := gpt.h graph.h xla_sim.h comm.h tensor.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c
 
@@ -16,11 +16,20 @@ all: gpt
 gpt: $(SRC) $(HDR)
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -static -o $@ $(SRC) $(LDLIBS)
 
-# The tests link the same sources with gpt.c's main() left out.
+# gpt-mpi: the same program over Open MPI (Debian: openmpi-bin,
+# libopenmpi-dev), for runs of several processes: mpirun -np N ./gpt-mpi.
+gpt-mpi: $(SRC) $(HDR)
+	mpicc $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -o $@ $(SRC) $(LDLIBS)
+
+mpi: gpt-mpi
+
+# The tests link the same sources with gpt.c's main() left out. With mpicc
+# on the machine, make test builds gpt-mpi too and the mpi suite runs it.
+MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
 tests/run: $(SRC) $(HDR) $(TESTSRC) tests/test.h
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(LDLIBS)
 
-test: gpt tests/run
+test: gpt $(MPI_BIN) tests/run
 	./tests/run
 
 # The benchmark: dynamic, to time OpenBLAS's sgemm on our matmul shapes
@@ -81,7 +90,7 @@ fuzz: $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c
 	    tests/tmp/fuzz tests/fuzz-corpus
 
 clean:
-	rm -f gpt gpt-debug gpt-dyn tests/run tests/run-debug bench/bench
+	rm -f gpt gpt-mpi gpt-debug gpt-dyn tests/run tests/run-debug bench/bench
 	rm -rf tests/tmp
 
-.PHONY: all test bench debug check-mem fuzz clean
+.PHONY: all mpi test bench debug check-mem fuzz clean

@@ -2,6 +2,7 @@
  * This is where a "device" lives; graph.c decides what to run, this file
  * decides how a single instruction becomes a tensor.c call. */
 #include "xla_sim.h"
+#include "comm.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -233,12 +234,16 @@ static void exec_adam(const struct kinstr *k) /* p, g, m, v, t */
     }
 }
 
-/* One core alone: the all-reduce is the tree of one part, scaled by 1/1. */
+/* The eager device's all-reduce: one core here, so the tree over this
+ * process's cores is its own buffer; the sum continues across processes. */
 static void exec_all_reduce_alone(const struct kinstr *k)
 {
-    float scale = 1.0f / (float)k->attr.all_reduce.cores;
-    for (long i = 0; i < k->attr.all_reduce.n; i++)
-        ((float *)k->out[0])[i] = ((const float *)k->in[0])[i] * scale;
+    long n = k->attr.all_reduce.n;
+    float *y = k->out[0], scale = 1.0f / (float)(k->attr.all_reduce.cores * comm_size());
+    memcpy(y, k->in[0], sizeof(float) * (size_t)n);
+    comm_all_reduce(y, (size_t)n);
+    for (long i = 0; i < n; i++)
+        y[i] *= scale;
 }
 
 static void dispatch(const struct kinstr *k)
@@ -380,6 +385,8 @@ void xs_set_device(const char *name, int cores, size_t hbm_bytes)
 int xs_cores(void) { return board.cores; }
 size_t xs_hbm(void) { return board.hbm; }
 const char *xs_device_name(void) { return board.name; }
+int xs_hosts(void) { return comm_size(); }
+int xs_host(void) { return comm_rank(); }
 
 /* ---- compiled programs ---- */
 
@@ -466,44 +473,92 @@ static void transfer_all(const Program *p, int n, unsigned char **arena,
     xs_metric_add(to_device ? M_TO_DEVICE : M_FROM_DEVICE, now_seconds() - t0);
 }
 
-void xs_run(const Program *p, void *const *slots)
-{
-    unsigned char *arena = device_arena(0, p->arena_bytes);
-    transfer_all(p, 1, &arena, &slots, 1);
-    double t0 = now_seconds();
-    run_instrs(p, 0, p->n, arena, slots);
-    double dt = now_seconds() - t0;
-    core_busy[0] += dt;
-    xs_metric_add(M_EXECUTE, dt);
-    transfer_all(p, 1, &arena, &slots, 0);
-}
-
-/* One all-reduce on every core: core 0's result is the tree over the
- * cores' inputs in core order, scaled; the others receive a copy, so the
- * replicas hold the same bits. */
-static void all_reduce(const struct pinstr *pi, int n, unsigned char **arena,
-                       void *const *const *slots)
+/* Core 0's result of one all-reduce: the tree over this board's cores'
+ * inputs in core order. */
+static float *board_sum(const struct pinstr *pi, int n, unsigned char **arena,
+                        void *const *const *slots)
 {
     const float *parts[XS_MAX_CORES];
-    float *out[XS_MAX_CORES];
-    size_t len = (size_t)pi->attr.all_reduce.n;
-    float scale = 1.0f / (float)n; /* a power of two: exact */
-    for (int c = 0; c < n; c++) {
+    float *out = resolve(&pi->out[0], arena[0], slots[0]);
+    for (int c = 0; c < n; c++)
         parts[c] = resolve(&pi->in[0], arena[c], slots[c]);
-        out[c] = resolve(&pi->out[0], arena[c], slots[c]);
+    k_tree_sum(out, parts, n, (size_t)pi->attr.all_reduce.n);
+    return out;
+}
+
+/* The boards' sums of every process, summed across processes (comm.c adds
+ * them in the tree's order over ranks: a board's cores are a subtree of
+ * the pod's, so the pod's sum has the bits of one board with all its
+ * cores). The stretch's buffers travel as one message, as XLA's all-reduce
+ * combiner would send them. */
+static void cross_host_sum(float *const *sums, const long *len, int m)
+{
+    size_t total = 0;
+    for (int i = 0; i < m; i++)
+        total += (size_t)len[i];
+    float *packed = malloc(sizeof(float) * total + 1), *at = packed;
+    if (!packed) {
+        fprintf(stderr, "gpt: out of memory (all-reduce of %zu floats)\n", total);
+        exit(1);
     }
-    k_tree_sum(out[0], parts, n, len);
-    for (size_t i = 0; i < len; i++)
-        out[0][i] *= scale;
-    for (int c = 1; c < n; c++)
-        memcpy(out[c], out[0], len * sizeof(float));
+    for (int i = 0; i < m; at += len[i], i++)
+        memcpy(at, sums[i], sizeof(float) * (size_t)len[i]);
+    double t0 = now_seconds();
+    comm_all_reduce(packed, total);
+    xs_metric_add(M_HOST_ALL_REDUCE, now_seconds() - t0);
+    xs_counter_add(C_HOST_ALL_REDUCE_BYTES, (long)(total * sizeof(float)));
+    at = packed;
+    for (int i = 0; i < m; at += len[i], i++)
+        memcpy(sums[i], at, sizeof(float) * (size_t)len[i]);
+    free(packed);
+}
+
+/* The consecutive all-reduces from i0, all at once: each one's tree over
+ * the board's cores, then across processes, then the mean (1/replicas, a
+ * power of two: exact) copied to every core, so replicas hold the same
+ * bits. Returns the index after the stretch. */
+static int run_all_reduces(const Program *p, int i0, int n, unsigned char **arena,
+                           void *const *const *slots)
+{
+    int i1 = i0;
+    while (i1 < p->n && p->ins[i1].op == KOP_ALL_REDUCE)
+        i1++;
+    float *sums[i1 - i0];
+    long len[i1 - i0], bytes = 0;
+    double t0 = now_seconds();
+#pragma omp parallel for schedule(dynamic) if (n > 1)
+    for (int i = i0; i < i1; i++)
+        sums[i - i0] = board_sum(&p->ins[i], n, arena, slots);
+    for (int i = i0; i < i1; i++)
+        bytes += 4 * (len[i - i0] = p->ins[i].attr.all_reduce.n);
+    xs_metric_add(M_ALL_REDUCE, now_seconds() - t0);
+    if (comm_size() > 1)
+        cross_host_sum(sums, len, i1 - i0);
+    for (int i = i0; i < i1; i++) {
+        float scale = 1.0f / (float)(p->ins[i].attr.all_reduce.cores * comm_size());
+        for (long j = 0; j < len[i - i0]; j++)
+            sums[i - i0][j] *= scale;
+        for (int c = 1; c < n; c++)
+            memcpy(resolve(&p->ins[i].out[0], arena[c], slots[c]), sums[i - i0],
+                   sizeof(float) * (size_t)len[i - i0]);
+    }
+    xs_counter_add(C_ALL_REDUCE, i1 - i0);
+    xs_counter_add(C_ALL_REDUCE_BYTES, bytes);
+    return i1;
 }
 
 /* Instructions [i0, i1), free of all-reduces, on every core at once. There
- * is no barrier inside: each core runs its stretch alone, one thread. */
+ * is no barrier inside: each core runs its stretch alone, one thread. One
+ * core alone gives its kernels every thread instead. */
 static void run_stretch(const Program *p, int i0, int i1, int n, unsigned char **arena,
                         void *const *const *slots)
 {
+    if (n == 1) {
+        double t0 = now_seconds();
+        run_instrs(p, i0, i1, arena[0], slots[0]);
+        core_busy[0] += now_seconds() - t0;
+        return;
+    }
     int threads = omp_get_max_threads() < n ? omp_get_max_threads() : n;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int c = 0; c < n; c++) {
@@ -513,32 +568,10 @@ static void run_stretch(const Program *p, int i0, int i1, int n, unsigned char *
     }
 }
 
-/* The consecutive all-reduces from i0 (XLA's combiner would fuse them
- * into one): independent of each other, so they share the threads. */
-static int run_all_reduces(const Program *p, int i0, int n, unsigned char **arena,
-                           void *const *const *slots)
-{
-    int i1 = i0;
-    long bytes = 0;
-    while (i1 < p->n && p->ins[i1].op == KOP_ALL_REDUCE)
-        bytes += p->ins[i1++].attr.all_reduce.n * 4;
-    double t0 = now_seconds();
-#pragma omp parallel for schedule(dynamic)
-    for (int i = i0; i < i1; i++)
-        all_reduce(&p->ins[i], n, arena, slots);
-    xs_metric_add(M_ALL_REDUCE, now_seconds() - t0);
-    xs_counter_add(C_ALL_REDUCE, i1 - i0);
-    xs_counter_add(C_ALL_REDUCE_BYTES, bytes);
-    return i1;
-}
-
 void xs_run_replicated(const Program *p, int n, void *const *const *slots)
 {
-    if (n <= 1) {
-        xs_run(p, slots[0]);
-        return;
-    }
     unsigned char *arena[XS_MAX_CORES];
+    n = n < 1 ? 1 : n;
     for (int c = 0; c < n; c++)
         arena[c] = device_arena(c, p->arena_bytes);
     cores_seen = n > cores_seen ? n : cores_seen;
@@ -552,7 +585,7 @@ void xs_run_replicated(const Program *p, int n, void *const *const *slots)
             run_stretch(p, i, j, n, arena, slots);
         i = j < p->n ? run_all_reduces(p, j, n, arena, slots) : j;
     }
-    xs_metric_add(M_EXECUTE_REPLICATED, now_seconds() - t0);
+    xs_metric_add(n > 1 ? M_EXECUTE_REPLICATED : M_EXECUTE, now_seconds() - t0);
     transfer_all(p, n, arena, slots, 0);
 }
 
@@ -568,10 +601,10 @@ static struct metric metrics[M_COUNT];
 static long counters[C_COUNTERS];
 static const char *const metric_names[M_COUNT] = {
     "CompileTime", "ExecuteTime", "ExecuteReplicatedTime", "AllReduceTime",
-    "TransferToDeviceTime", "TransferFromDeviceTime"};
+    "CrossHostAllReduceTime", "TransferToDeviceTime", "TransferFromDeviceTime"};
 static const char *const counter_names[C_COUNTERS] = {
     "CachedCompile", "UncachedCompile", "MarkStep", "HostReadCut", "AllReduce",
-    "AllReduceBytes"};
+    "AllReduceBytes", "CrossHostAllReduceBytes"};
 
 void xs_metric_add(int m, double seconds)
 {

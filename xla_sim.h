@@ -173,12 +173,11 @@ typedef struct Program {
 } Program;
 
 void program_free(Program *p);
-/* Runs p on core xla:0 with slots[i] bound to slot i; inputs and outputs
- * are transferred and timed in the metrics. Its kernels use every thread. */
-void xs_run(const Program *p, void *const *slots);
-/* Runs p replicated on cores xla:0..n-1, core c with slots[c]. The cores
- * run concurrently (OpenMP across them, each core's kernels on one thread)
- * and meet only at KOP_ALL_REDUCE instructions. */
+/* Runs p replicated on cores xla:0..n-1, core c with slots[c][i] bound to
+ * slot i; inputs and outputs are transferred and timed in the metrics. The
+ * cores run concurrently (OpenMP across them, each core's kernels on one
+ * thread; one core alone gives its kernels every thread) and meet only at
+ * KOP_ALL_REDUCE instructions, which continue across processes. */
 void xs_run_replicated(const Program *p, int n, void *const *const *slots);
 
 /* ---- the simulated TPU ----
@@ -199,12 +198,19 @@ void xs_set_device(const char *name, int cores, size_t hbm_bytes);
 int xs_cores(void);
 size_t xs_hbm(void);
 const char *xs_device_name(void);
+/* A pod: xs_hosts() processes (comm.h), each running a board of xs_cores()
+ * cores; host h's core c is the pod's ordinal h * xs_cores() + c, and an
+ * all-reduce spans every ordinal. */
+int xs_hosts(void);
+int xs_host(void);
 
 /* ---- metrics, in PyTorch/XLA's names ---- */
-enum xs_metric { M_COMPILE, M_EXECUTE, M_EXECUTE_REPLICATED, M_ALL_REDUCE, M_TO_DEVICE,
-                 M_FROM_DEVICE, M_COUNT };
+/* AllReduce* is the sum over a board's cores; CrossHostAllReduce* its
+ * continuation across processes (hosts of a pod). */
+enum xs_metric { M_COMPILE, M_EXECUTE, M_EXECUTE_REPLICATED, M_ALL_REDUCE, M_HOST_ALL_REDUCE,
+                 M_TO_DEVICE, M_FROM_DEVICE, M_COUNT };
 enum xs_counter { C_CACHED, C_UNCACHED, C_MARK_STEP, C_HOST_READ, C_ALL_REDUCE,
-                  C_ALL_REDUCE_BYTES, C_COUNTERS };
+                  C_ALL_REDUCE_BYTES, C_HOST_ALL_REDUCE_BYTES, C_COUNTERS };
 void xs_metric_add(int metric, double seconds);
 void xs_counter_add(int counter, long n);
 long xs_counter(int counter);

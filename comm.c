@@ -1,0 +1,147 @@
+/* comm.c: the transport between processes (see comm.h). The first half is
+ * the single-process build; the second, compiled with -DGPT_MPI by mpicc,
+ * is Open MPI's. The all-reduce is ours in both: MPI_Allreduce promises no
+ * summation order, so the ranks' buffers are gathered and every rank adds
+ * them in the same fixed tree. */
+#include "comm.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tensor.h"
+
+static double timeout_s = 120;
+
+void comm_set_timeout(double seconds) { timeout_s = seconds; }
+
+#ifndef GPT_MPI
+
+/* ---- one process ---- */
+
+int comm_init(int *argc, char ***argv) { return 1; }
+void comm_finalize(void) {}
+int comm_rank(void) { return 0; }
+int comm_size(void) { return 1; }
+const char *comm_name(void) { return "single process"; }
+void comm_allgather(const void *mine, void *all, size_t bytes) { memmove(all, mine, bytes); }
+void comm_all_reduce(float *buf, size_t len) {}
+void comm_broadcast(void *buf, size_t bytes, int root) {}
+void comm_barrier(void) {}
+_Noreturn void comm_abort(int code) { exit(code); }
+
+#else
+
+/* ---- Open MPI ---- */
+#include <mpi.h>
+#include <time.h>
+
+static int rank, size = 1;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+int comm_init(int *argc, char ***argv)
+{
+    MPI_Init(argc, argv);
+    /* errors come back to us, so that a lost peer is one clear line */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return size;
+}
+
+void comm_finalize(void) { MPI_Finalize(); }
+int comm_rank(void) { return rank; }
+int comm_size(void) { return size; }
+const char *comm_name(void) { return "Open MPI"; }
+
+_Noreturn void comm_abort(int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code); /* not reached */
+}
+
+static _Noreturn void lost(const char *what, const char *why)
+{
+    fprintf(stderr, "gpt: rank %d: %s in %s; another rank has died or hung, stopping the run\n",
+            rank, why, what);
+    comm_abort(1);
+}
+
+/* Waits for a non-blocking collective, polling, so that a dead or stuck
+ * peer ends the run after the timeout instead of hanging it. */
+static void finish(MPI_Request *req, int err, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0, done = 0;
+    double t0 = now_s();
+    struct timespec nap = {0, 20000}; /* 20 us, then longer */
+    while (!err && !done) {
+        err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done || err)
+            break;
+        if (now_s() - t0 > timeout_s) {
+            snprintf(msg, sizeof msg, "no answer for %.0f s", timeout_s);
+            lost(what, msg);
+        }
+        nanosleep(&nap, NULL);
+        if (nap.tv_nsec < 1000000)
+            nap.tv_nsec *= 2;
+    }
+    if (err) {
+        MPI_Error_string(err, msg, &len);
+        lost(what, msg);
+    }
+}
+
+void comm_allgather(const void *mine, void *all, size_t bytes)
+{
+    MPI_Request req;
+    if (bytes > (size_t)1 << 30)
+        lost("an all-gather", "a message over 1 GiB");
+    int err = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE,
+                             MPI_COMM_WORLD, &req);
+    finish(&req, err, "an all-gather");
+}
+
+void comm_all_reduce(float *buf, size_t len)
+{
+    if (size == 1)
+        return;
+    float *all = malloc(sizeof(float) * len * (size_t)size + 1);
+    const float *parts[64];
+    if (!all || size > 64)
+        lost("an all-reduce", all ? "more than 64 ranks" : "out of memory");
+    comm_allgather(buf, all, sizeof(float) * len);
+    for (int r = 0; r < size; r++)
+        parts[r] = all + (size_t)r * len;
+    k_tree_sum(buf, parts, size, len);
+    free(all);
+}
+
+void comm_broadcast(void *buf, size_t bytes, int root)
+{
+    MPI_Request req;
+    if (size == 1)
+        return;
+    if (bytes > (size_t)1 << 30)
+        lost("a broadcast", "a message over 1 GiB");
+    int err = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req);
+    finish(&req, err, "a broadcast");
+}
+
+void comm_barrier(void)
+{
+    MPI_Request req;
+    if (size == 1)
+        return;
+    int err = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    finish(&req, err, "a barrier");
+}
+
+#endif

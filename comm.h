@@ -1,0 +1,38 @@
+/* comm.h: the transport between the processes of a multi-process run (the
+ * hosts of a pod), below the all-reduce. One small interface; two builds:
+ * `make` links the single-process version (no MPI: one process, rank 0 of
+ * 1, every call trivial), `make mpi` links Open MPI's (gpt-mpi). Nothing
+ * above this header knows which one it is in.
+ *
+ * Every collective waits at most comm_set_timeout's seconds; past that, or
+ * when MPI reports a failed peer, the process prints one line naming its
+ * rank and what it was waiting for, and the whole job is aborted: a run
+ * never hangs because one of its processes died. */
+#ifndef COMM_H
+#define COMM_H
+#include <stddef.h>
+
+/* Starts the transport; call once, first. Returns the number of processes. */
+int comm_init(int *argc, char ***argv);
+/* Ends it; call once before a normal exit of a multi-process run. */
+void comm_finalize(void);
+int comm_rank(void);   /* this process, 0..size-1; 0 is the master */
+int comm_size(void);   /* processes in the run */
+const char *comm_name(void); /* "single process" or the transport's name */
+
+/* Seconds a collective may wait for the other processes (default 120). */
+void comm_set_timeout(double seconds);
+
+/* all[r * bytes ...] = rank r's mine[0..bytes), on every rank. */
+void comm_allgather(const void *mine, void *all, size_t bytes);
+/* buf[len] = the sum over ranks of every rank's buf, added in the fixed
+ * tree of tensor.h over the ranks in rank order, so every rank holds the
+ * same bits and they do not depend on timing or on MPI's reduction order. */
+void comm_all_reduce(float *buf, size_t len);
+/* Root's buf[0..bytes) on every rank. */
+void comm_broadcast(void *buf, size_t bytes, int root);
+void comm_barrier(void);
+/* Ends every process of the run with exit code `code`. */
+_Noreturn void comm_abort(int code);
+
+#endif
