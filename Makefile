@@ -47,6 +47,18 @@ bench/bench: $(SRC) $(HDR) bench/bench.c
 bench: bench/bench
 	./bench/bench $(BENCH_FLAGS)
 
+# The cross-host all-reduce's cost on this machine: 2 and 4 ranks, over
+# TCP on loopback (as between hosts) and over shared memory.
+MPIRUN := mpirun --allow-run-as-root --oversubscribe --bind-to none \
+          --mca btl_vader_single_copy_mechanism none
+bench/comm_bench: comm.c comm.h tensor.c tensor.h bench/comm_bench.c
+	mpicc $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor.c bench/comm_bench.c $(LDLIBS)
+
+bench-mpi: bench/comm_bench
+	$(MPIRUN) --mca btl self,tcp -np 2 ./bench/comm_bench "TCP on loopback"
+	$(MPIRUN) --mca btl self,tcp -np 4 ./bench/comm_bench "TCP on loopback"
+	$(MPIRUN) -np 2 ./bench/comm_bench "shared memory"
+
 # ASan + UBSan build of the binary and the tests (not static: the
 # sanitizer runtimes are shared libraries).
 debug: $(SRC) $(HDR) $(TESTSRC)
@@ -90,7 +102,7 @@ fuzz: $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c
 	    tests/tmp/fuzz tests/fuzz-corpus
 
 clean:
-	rm -f gpt gpt-mpi gpt-debug gpt-dyn tests/run tests/run-debug bench/bench
+	rm -f gpt gpt-mpi gpt-debug gpt-dyn tests/run tests/run-debug bench/bench bench/comm_bench
 	rm -rf tests/tmp
 
-.PHONY: all mpi test bench debug check-mem fuzz clean
+.PHONY: all mpi test bench bench-mpi debug check-mem fuzz clean

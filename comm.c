@@ -32,6 +32,7 @@ _Noreturn void comm_abort(int code) { exit(code); }
 
 /* ---- Open MPI ---- */
 #include <mpi.h>
+#include <sched.h>
 #include <time.h>
 
 static int rank, size = 1;
@@ -74,14 +75,15 @@ static _Noreturn void lost(const char *what, const char *why)
 }
 
 /* Waits for a non-blocking collective, polling, so that a dead or stuck
- * peer ends the run after the timeout instead of hanging it. */
+ * peer ends the run after the timeout instead of hanging it. The first
+ * polls only yield the core (an answer usually comes within microseconds,
+ * and a rank may share its core with others); later ones sleep. */
 static void finish(MPI_Request *req, int err, const char *what)
 {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0, done = 0;
     double t0 = now_s();
-    struct timespec nap = {0, 20000}; /* 20 us, then longer */
-    while (!err && !done) {
+    for (long polls = 0; !err; polls++) {
         err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done || err)
             break;
@@ -89,9 +91,10 @@ static void finish(MPI_Request *req, int err, const char *what)
             snprintf(msg, sizeof msg, "no answer for %.0f s", timeout_s);
             lost(what, msg);
         }
-        nanosleep(&nap, NULL);
-        if (nap.tv_nsec < 1000000)
-            nap.tv_nsec *= 2;
+        if (polls < 20000)
+            sched_yield();
+        else
+            nanosleep(&(struct timespec){0, 100000}, NULL);
     }
     if (err) {
         MPI_Error_string(err, msg, &len);

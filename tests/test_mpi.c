@@ -1,0 +1,193 @@
+/* tests/test_mpi.c: pods over MPI, as a user runs them with mpirun. N
+ * processes of M simulated cores write the same checkpoint bytes as one
+ * process of N x M cores; a killed rank ends the run quickly, and the
+ * resumed run still matches; ranks started with different flags are
+ * refused. Skipped (with a note) when gpt-mpi or mpirun is missing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "test.h"
+
+/* As root in CI, 4 ranks on 2 cores, OpenMP threads left free, one thread
+ * a rank; the single-copy mechanism off, as containers need. */
+#define MPIRUN "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 " \
+               "--mca btl_vader_single_copy_mechanism none "
+#define DATA "tests/tmp/mpi.txt"
+#define TINY "--embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 8 " \
+             "--eval-batch 8 --eval-every 10 --data " DATA " --threads 1"
+#define CKPT(dir, step) "tests/tmp/" dir "/ckpt-000000" step ".safetensors"
+
+static int have_mpi(void)
+{
+    char out[256];
+    return access("./gpt-mpi", X_OK) == 0 && t_run("command -v mpirun", out, sizeof out) == 0;
+}
+
+/* One training run of the pod np x cores (np 0: ./gpt, one process). */
+static int train(int np, int cores, const char *flags, const char *out_dir, char *out, size_t n)
+{
+    char cmd[1024];
+    if (np)
+        snprintf(cmd, sizeof cmd, MPIRUN "-np %d ./gpt-mpi train " TINY " --cores %d %s --out %s",
+                 np, cores, flags, out_dir);
+    else
+        snprintf(cmd, sizeof cmd, "./gpt train " TINY " --cores %d %s --out %s", cores, flags,
+                 out_dir);
+    return t_run(cmd, out, n);
+}
+
+/* Checks one pod layout against one process holding the same replicas. */
+static void check_layout(int np, int cores, const char *prec)
+{
+    char out[65536], flags[64], dir[64], ref[96], got[96];
+    snprintf(flags, sizeof flags, "--steps 20 --precision %s", prec);
+    snprintf(dir, sizeof dir, "tests/tmp/m-%dx%d-%s", np, cores, prec);
+    int rc = train(np, cores, flags, dir, out, sizeof out);
+    CHECK(rc == 0, "mpirun -np %d --cores %d %s: rc %d: %s", np, cores, prec, rc, out);
+    snprintf(ref, sizeof ref, "tests/tmp/m-ref%d-%s/ckpt-00000020.safetensors", np * cores, prec);
+    snprintf(got, sizeof got, "%s/ckpt-00000020.safetensors", dir);
+    CHECK(t_same_file(ref, got), "%dx%d %s differs from one process of %d cores", np, cores,
+          prec, np * cores);
+}
+
+/* Every layout of 4 replicas gives one process's bytes (which are one
+ * core's), fp32 and bf16; and so does 1x1. */
+static void check_layouts(void)
+{
+    static const char *const precisions[] = {"fp32", "bf16"};
+    char out[65536], flags[64], dir[64];
+    for (int p = 0; p < 2; p++) {
+        snprintf(flags, sizeof flags, "--steps 20 --precision %s", precisions[p]);
+        for (int cores = 1; cores <= 4; cores *= 4) {
+            snprintf(dir, sizeof dir, "tests/tmp/m-ref%d-%s", cores, precisions[p]);
+            int rc = train(0, cores, flags, dir, out, sizeof out);
+            CHECK(rc == 0, "one process, %d cores, %s: rc %d: %s", cores, precisions[p], rc, out);
+        }
+        char one[96], four[96];
+        snprintf(one, sizeof one, "tests/tmp/m-ref1-%s/ckpt-00000020.safetensors", precisions[p]);
+        snprintf(four, sizeof four, "tests/tmp/m-ref4-%s/ckpt-00000020.safetensors", precisions[p]);
+        CHECK(t_same_file(one, four), "one process, %s: 1 and 4 cores differ", precisions[p]);
+        check_layout(1, 1, precisions[p]);
+        check_layout(1, 4, precisions[p]);
+        check_layout(2, 2, precisions[p]);
+        check_layout(4, 1, precisions[p]);
+    }
+}
+
+/* Only the master prints; the eval loss and metrics cover the pod. */
+static void check_output(void)
+{
+    char out[65536];
+    int rc = train(2, 2, "--steps 11 --metrics", "tests/tmp/m-out", out, sizeof out);
+    CHECK(rc == 0, "2x2 with --metrics: rc %d: %s", rc, out);
+    const char *first = strstr(out, "step      0 |");
+    CHECK(first && !strstr(first + 1, "step      0 |"), "not exactly one eval line per step: %s",
+          out);
+    CHECK(strstr(out, "Metric: CrossHostAllReduceTime") && strstr(out, "CrossHostAllReduceBytes"),
+          "no cross-host all-reduce metrics: %s", out);
+    CHECK(strstr(out, "rank 0:") && strstr(out, "rank 1:"), "no per-rank step times: %s", out);
+    CHECK(strstr(out, "2 hosts x 2 cores"), "the pod's layout is not reported: %s", out);
+}
+
+/* The network path: TCP only, no shared memory. */
+static void check_tcp(void)
+{
+    char out[65536];
+    int rc = t_run(MPIRUN "--mca btl self,tcp -np 2 ./gpt-mpi train " TINY
+                   " --steps 20 --cores 2 --out tests/tmp/m-tcp", out, sizeof out);
+    CHECK(rc == 0, "2x2 over TCP: rc %d: %s", rc, out);
+    CHECK(t_same_file(CKPT("m-ref4-fp32", "20"), CKPT("m-tcp", "20")),
+          "2x2 over TCP differs from one process of 4 cores");
+}
+
+/* Ranks started with different flags are refused, naming the rank. */
+static void check_flag_mismatch(void)
+{
+    char out[65536];
+    int rc = t_run(MPIRUN "-np 1 ./gpt-mpi train " TINY " --steps 5 --out tests/tmp/m-mis : "
+                   "-np 1 ./gpt-mpi train " TINY " --steps 6 --out tests/tmp/m-mis", out,
+                   sizeof out);
+    CHECK(rc == 2 && strstr(out, "rank 1") && strstr(out, "--steps 6"),
+          "different flags per rank: rc %d: %s", rc, out);
+}
+
+/* Resuming a 2x2 run as 4x1 and as one process of 4 cores continues bit
+ * for bit. */
+static void check_resume_layouts(void)
+{
+    char out[65536];
+    int rc = train(0, 4, "--steps 40", "tests/tmp/m-straight", out, sizeof out);
+    rc |= train(2, 2, "--steps 20", "tests/tmp/m-res", out, sizeof out);
+    rc |= t_run("cp -r tests/tmp/m-res tests/tmp/m-res2", out, sizeof out);
+    rc |= train(4, 1, "--steps 40 --resume", "tests/tmp/m-res", out, sizeof out);
+    rc |= train(0, 4, "--steps 40 --resume", "tests/tmp/m-res2", out, sizeof out);
+    CHECK(rc == 0, "resume runs failed: %s", out);
+    CHECK(t_same_file(CKPT("m-straight", "40"), CKPT("m-res", "40")),
+          "2x2 resumed as 4x1 differs from a straight run");
+    CHECK(t_same_file(CKPT("m-straight", "40"), CKPT("m-res2", "40")),
+          "2x2 resumed as 1x4 differs from a straight run");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+#define KILLRUN "--embed 32 --heads 4 --layers 2 --context 64 --seq 64 --batch 16 " \
+                "--eval-batch 16 --eval-every 100 --data " DATA " --threads 1 --ckpt-every 20 " \
+                "--steps 600 --keep 100"
+
+/* SIGKILL one rank mid-run: the job ends with an error well within a
+ * minute, its checkpoints load, and resuming matches a straight run. */
+static void check_kill(void)
+{
+    char out[65536];
+    t_run("rm -rf tests/tmp/m-kill tests/tmp/m-kill.rc", out, sizeof out);
+    t_run("(" MPIRUN "-np 2 ./gpt-mpi train " KILLRUN " --out tests/tmp/m-kill "
+          "> tests/tmp/m-kill.log 2>&1; echo $? > tests/tmp/m-kill.rc) >/dev/null 2>&1 &",
+          out, sizeof out);
+    double t0 = now_s();
+    while (access("tests/tmp/m-kill/ckpt-00000040.safetensors", F_OK) && now_s() - t0 < 120)
+        usleep(10000);
+    int killed = t_run("pkill -9 -n -f 'gpt-mpi train .*tests/tmp/m-kill'", out, sizeof out) == 0;
+    double t_kill = now_s();
+    while (access("tests/tmp/m-kill.rc", F_OK) && now_s() - t_kill < 90)
+        usleep(10000);
+    double took = now_s() - t_kill;
+    t_run("cat tests/tmp/m-kill.rc", out, sizeof out);
+    int rc = atoi(out);
+    CHECK(killed && rc != 0 && took < 60, "killing a rank: killed %d, rc %d after %.1f s", killed,
+          rc, took);
+    int finished = access("tests/tmp/m-kill/ckpt-00000600.safetensors", F_OK) == 0;
+    CHECK(!finished, "the run finished before a rank was killed (make it longer)");
+    CHECK(t_run("./gpt eval --ckpt tests/tmp/m-kill --data " DATA, out, sizeof out) == 0,
+          "the newest checkpoint after the kill does not load: %s", out);
+    rc = t_run(MPIRUN "-np 2 ./gpt-mpi train " KILLRUN " --resume --out tests/tmp/m-kill", out,
+               sizeof out);
+    CHECK(rc == 0, "resume after the kill: rc %d: %s", rc, out);
+    rc = t_run("./gpt train " KILLRUN " --cores 2 --out tests/tmp/m-kill-straight", out,
+               sizeof out);
+    CHECK(rc == 0 && t_same_file(CKPT("m-kill", "600"), CKPT("m-kill-straight", "600")),
+          "the run resumed after a kill differs from a straight one (rc %d)", rc);
+}
+
+void test_mpi(void)
+{
+    if (!have_mpi()) {
+        fprintf(stderr, "mpi: skipped (no ./gpt-mpi or no mpirun; make mpi builds it)\n");
+        return;
+    }
+    char out[256];
+    t_run("rm -rf tests/tmp/m-* && mkdir -p tests/tmp", out, sizeof out);
+    t_write_words(DATA, 40000);
+    check_layouts();
+    check_output();
+    check_tcp();
+    check_flag_mismatch();
+    check_resume_layouts();
+    check_kill();
+}
