@@ -1,16 +1,26 @@
-/* gpt.c: the program. Command line, data, the model written as graph ops,
- * the training loop, sampling and safetensors checkpoints.
+/* gpt.c: the program. The model written as graph ops, its training step
+ * and sampler, its checkpoints, and the command line.
  *
- * The model is the reference bitesizedGPT, op for op: see README.md. */
+ * The model is the reference bitesizedGPT (tests/reference_model.py), op
+ * for op. The file reads top-down, the model first:
+ *   the model          its parameters by name, the forward pass, the loss
+ *                      and the training step (backward, all-reduce, Adam)
+ *   sampling           the KV-cache decoder, temperature and top-k
+ *   data parallelism   per-core replicas and batch shards, kept out of the
+ *                      model's way
+ *   checkpoints        the model to and from safetensors tensors (the file
+ *                      format itself is safetensors.c)
+ *   helpers            random numbers, batches, allocation
+ *   the program        data, flags, train, sample, eval, main (tests link
+ *                      everything above it) */
 #include "gpt.h"
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,68 +28,50 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- small helpers ---- */
+static void *xcalloc(size_t n, size_t size);
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) {
-        fprintf(stderr, "gpt: out of memory (%zu x %zu bytes)\n", n, size);
-        exit(1);
-    }
-    return p;
-}
+/* ==== the model ==== */
 
-/* Usage errors exit 2, runtime errors 1; both are one line on stderr. */
-static _Noreturn void die(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("gpt: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(code);
-}
+/* One block's graph leaves. Shapes are PyTorch's (a Linear weight is
+ * [out,in]); C is the embedding width, M the MLP's. The reference's names
+ * are on the right, under decode_transformer.blocks.<l>. */
+struct block_leaves {
+    Tensor *qkv_w;           /* [3C,C] attention.attention.weight */
+    Tensor *ln1_w, *ln1_b;   /* [C]    layer_norms.0, before attention */
+    Tensor *ln2_w, *ln2_b;   /* [C]    layer_norms.1, before the MLP */
+    Tensor *fc_w, *fc_b;     /* [M,C], [M] compute.0 */
+    Tensor *proj_w, *proj_b; /* [C,M], [C] compute.2 */
+};
 
-/* ---- random numbers: xoshiro256**, seeded through splitmix64 ---- */
+/* The whole model's leaves in one recorded graph, filled from the
+ * parameter table by param_leaves; V is the vocabulary, T the context.
+ * Reference names under decode_transformer. */
+struct model_leaves {
+    Tensor *tok_emb;                       /* [C,V] token_embedding.weight */
+    Tensor *pos_emb;                       /* [C,T] postn_embedding.weight */
+    struct block_leaves block[MAX_LAYERS]; /* blocks.<l> */
+    Tensor *lnf_w, *lnf_b;                 /* [C]   unembedding.0 */
+    Tensor *head_w, *head_b;               /* [V,C], [V] unembedding.1 */
+};
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+/* Made in the data-parallel section: leaves with a buffer on every core. */
+static void param_leaves(Model *m, Graph *g, struct model_leaves *L, Tensor **leaf,
+                         int with_grad);
+static Tensor *moment_leaf(const Model *m, Graph *g, int which, const Param *p);
+static Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col);
 
-void rng_seed(Rng *r, uint64_t seed, uint64_t stream)
-{
-    uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
-}
+/* ---- parameters ----
+ * Model.p lists them in the reference's state_dict order, which is also
+ * the order initial weights are drawn in; each records the slot its leaf
+ * fills in struct model_leaves. */
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t rng_next(Rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-float rng_float(Rng *r) { return (float)(rng_next(r) >> 40) * 0x1.0p-24f; }
-
-/* ---- the model's parameters ---- */
+/* A leaf's slot, e.g. LEAF(block[l].fc_w): an offset rather than a
+ * pointer, as every recorded graph has leaves of its own. */
+#define LEAF(member) offsetof(struct model_leaves, member)
+#define NO_BIAS ((size_t)-1)
 
 static void add_param(Model *m, const char *name, int ndim, int rows, int cols,
-                      float fan_in)
+                      float fan_in, size_t leaf)
 {
     Param *p = &m->p[m->np++];
     snprintf(p->name, sizeof p->name, "decode_transformer.%s", name);
@@ -88,53 +80,61 @@ static void add_param(Model *m, const char *name, int ndim, int rows, int cols,
     p->cols = cols;
     p->off = m->nw;
     p->fan_in = fan_in;
+    p->leaf = leaf;
     m->nw += (size_t)rows * cols;
 }
 
-/* A Linear layer: weight [out,in] and optionally its bias [out]. */
-static void add_linear(Model *m, const char *name, int out, int in, int bias)
+/* A Linear layer: weight [out,in] and, unless b_leaf is NO_BIAS, bias [out]. */
+static void add_linear(Model *m, const char *name, int out, int in, size_t w_leaf,
+                       size_t b_leaf)
 {
     char n[64];
     snprintf(n, sizeof n, "%s.weight", name);
-    add_param(m, n, 2, out, in, (float)in);
-    if (bias) {
+    add_param(m, n, 2, out, in, (float)in, w_leaf);
+    if (b_leaf != NO_BIAS) {
         snprintf(n, sizeof n, "%s.bias", name);
-        add_param(m, n, 1, 1, out, (float)in);
+        add_param(m, n, 1, 1, out, (float)in, b_leaf);
     }
 }
 
-static void add_layernorm(Model *m, const char *name, int c)
+static void add_layernorm(Model *m, const char *name, int c, size_t w_leaf, size_t b_leaf)
 {
     char n[64];
     snprintf(n, sizeof n, "%s.weight", name);
-    add_param(m, n, 1, 1, c, 0);
+    add_param(m, n, 1, 1, c, 0, w_leaf);
     m->p[m->np - 1].is_ln_weight = 1;
     snprintf(n, sizeof n, "%s.bias", name);
-    add_param(m, n, 1, 1, c, 0);
+    add_param(m, n, 1, 1, c, 0, b_leaf);
 }
 
-/* The order is the reference's state_dict order, which is also the order
- * in which initial weights are drawn. */
+/* "blocks.<l>.<part>" in buf [64] */
+static const char *in_block(char *buf, int l, const char *part)
+{
+    snprintf(buf, 64, "blocks.%d.%s", l, part);
+    return buf;
+}
+
 static void build_params(Model *m)
 {
     const Config *c = &m->cfg;
+    int V = c->vocab, T = c->context, C = c->embed, M = c->mlp;
     char n[64];
-    add_linear(m, "token_embedding", c->embed, c->vocab, 0);
-    add_linear(m, "postn_embedding", c->embed, c->context, 0);
+    add_linear(m, "token_embedding", C, V, LEAF(tok_emb), NO_BIAS);
+    add_linear(m, "postn_embedding", C, T, LEAF(pos_emb), NO_BIAS);
     for (int l = 0; l < c->layers; l++) {
-        snprintf(n, sizeof n, "blocks.%d.attention.attention", l);
-        add_linear(m, n, 3 * c->embed, c->embed, 0);
-        for (int k = 0; k < 2; k++) {
-            snprintf(n, sizeof n, "blocks.%d.layer_norms.%d", l, k);
-            add_layernorm(m, n, c->embed);
-        }
-        snprintf(n, sizeof n, "blocks.%d.compute.0", l);
-        add_linear(m, n, c->mlp, c->embed, 1);
-        snprintf(n, sizeof n, "blocks.%d.compute.2", l);
-        add_linear(m, n, c->embed, c->mlp, 1);
+        add_linear(m, in_block(n, l, "attention.attention"), 3 * C, C, LEAF(block[l].qkv_w),
+                   NO_BIAS);
+        add_layernorm(m, in_block(n, l, "layer_norms.0"), C, LEAF(block[l].ln1_w),
+                      LEAF(block[l].ln1_b));
+        add_layernorm(m, in_block(n, l, "layer_norms.1"), C, LEAF(block[l].ln2_w),
+                      LEAF(block[l].ln2_b));
+        add_linear(m, in_block(n, l, "compute.0"), M, C, LEAF(block[l].fc_w),
+                   LEAF(block[l].fc_b));
+        add_linear(m, in_block(n, l, "compute.2"), C, M, LEAF(block[l].proj_w),
+                   LEAF(block[l].proj_b));
     }
-    add_layernorm(m, "unembedding.0", c->embed);
-    add_linear(m, "unembedding.1", c->vocab, c->embed, 1);
+    add_layernorm(m, "unembedding.0", C, LEAF(lnf_w), LEAF(lnf_b));
+    add_linear(m, "unembedding.1", V, C, LEAF(head_w), LEAF(head_b));
 }
 
 int model_init(Model *m, const Config *c, uint64_t seed)
@@ -168,23 +168,6 @@ void model_free(Model *m)
     m->ncores = 0;
 }
 
-void model_set_cores(Model *m, int n)
-{
-    free(m->rep);
-    m->ncores = n;
-    m->rep = n > 1 ? xcalloc((size_t)(n - 1) * 3 * m->nw, sizeof(float)) : NULL;
-    for (int c = 1; c < n; c++)
-        for (int k = 0; k < 3; k++)
-            memcpy(model_replica(m, c, k), model_replica(m, 0, k), m->nw * sizeof(float));
-}
-
-float *model_replica(const Model *m, int core, int which)
-{
-    if (core == 0)
-        return which == 0 ? m->w : which == 1 ? m->m : m->v;
-    return m->rep + ((size_t)(core - 1) * 3 + (size_t)which) * m->nw;
-}
-
 float *model_param(Model *m, const char *name)
 {
     for (int i = 0; i < m->np; i++)
@@ -193,159 +176,92 @@ float *model_param(Model *m, const char *name)
     return NULL;
 }
 
-/* ---- batches ---- */
+/* ---- the forward pass ---- */
 
-void batch_alloc(Batch *b, int B, int T)
-{
-    b->B = B;
-    b->T = T;
-    b->tok = xcalloc((size_t)B * T, sizeof(int32_t));
-    b->pos = xcalloc((size_t)B * T, sizeof(int32_t));
-    b->tgt = xcalloc((size_t)B * T, sizeof(int32_t));
-}
-
-void batch_free(Batch *b)
-{
-    free(b->tok);
-    free(b->pos);
-    free(b->tgt);
-    memset(b, 0, sizeof *b);
-}
-
-void batch_finish(Batch *b)
-{
-    for (int i = 0; i < b->B; i++) {
-        for (int t = 0; t < b->T; t++) {
-            size_t k = (size_t)i * b->T + t;
-            b->pos[k] = t;
-            b->tgt[k] = t + 1 < b->T ? b->tok[k + 1] : -1;
-        }
-    }
-}
-
-/* ---- the model as graph ops ---- */
-
-/* Named views of one layer's parameter leaves, in build_params order. */
-struct layer_leaves {
-    Tensor *attn, *ln0w, *ln0b, *ln1w, *ln1b, *fc1w, *fc1b, *fc2w, *fc2b;
+/* What attention attends over: whole causal windows (training, and the
+ * sampler past the context), or, for one new position, a layer's KV cache
+ * (the decode step). */
+struct attn_mode {
+    int windows, T, heads;     /* windows of T positions each */
+    Tensor *k_cache, *v_cache; /* [context,C] each, or NULL: windows */
+    Tensor *pos;               /* i32 [1]: the new position, with a cache */
 };
 
-/* A leaf of buffers the cores hold each their own of: core c's is base[c]
- * advanced by off elements (of 4 bytes). */
-static Tensor *rep_leaf(Graph *g, int kind, int dtype, void *const *base, size_t off,
-                        int rows, int cols)
-{
-    void *d[XS_MAX_CORES];
-    for (int c = 0; c < g_cores(g); c++)
-        d[c] = (char *)base[c] + 4 * off;
-    return g_leaf_rep(g, kind, dtype, d, rows, cols);
-}
-
-/* Every core's block `which` (see model_replica). */
-static void replica_bases(const Model *m, const Graph *g, int which, void **base)
-{
-    for (int c = 0; c < g_cores(g); c++)
-        base[c] = model_replica(m, c, which);
-}
-
-static void make_leaves(Model *m, Graph *g, Tensor **leaf, int with_grad)
-{
-    void *w[XS_MAX_CORES];
-    replica_bases(m, g, 0, w);
-    for (int i = 0; i < m->np; i++) {
-        const Param *p = &m->p[i];
-        leaf[i] = rep_leaf(g, TK_PARAM, DT_F32, w, p->off, p->rows, p->cols);
-        leaf[i]->requires_grad = with_grad;
-    }
-}
-
-/* Core c's shard of a batch column (tok, pos or tgt): its B/cores windows. */
-static Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col)
-{
-    void *base[XS_MAX_CORES];
-    int nc = g_cores(g), rows = b->B / nc * b->T;
-    for (int c = 0; c < nc; c++)
-        base[c] = col + (size_t)c * rows;
-    return rep_leaf(g, TK_INPUT, DT_I32, base, 0, 1, rows);
-}
-
-static struct layer_leaves layer_view(Tensor **leaf, int l)
-{
-    Tensor **p = leaf + 2 + 9 * l;
-    return (struct layer_leaves){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]};
-}
-
-/* The MLP half of a block: h + MLP(LN1(h)). */
-static Tensor *mlp_half(Graph *g, const struct layer_leaves *L, Tensor *h)
-{
-    Tensor *a = g_layernorm(g, h, L->ln1w, L->ln1b);            /* [n,C] */
-    Tensor *f = g_relu(g, g_linear(g, a, L->fc1w, L->fc1b));     /* [n,M] */
-    return g_add(g, h, g_linear(g, f, L->fc2w, L->fc2b));        /* [n,C] */
-}
-
-/* x [n,C] -> the attention input projection qkv [n,3C] */
-static Tensor *qkv_of(Graph *g, const struct layer_leaves *L, Tensor *x)
-{
-    Tensor *a = g_layernorm(g, x, L->ln0w, L->ln0b); /* [n,C] */
-    return g_linear(g, a, L->attn, NULL);
-}
-
-/* x + block(x) given the block's attention output att [n,C]: the
- * reference adds the residual twice. */
-static Tensor *block_rest(Graph *g, const struct layer_leaves *L, Tensor *x,
-                          Tensor *att)
-{
-    return g_add(g, x, mlp_half(g, L, g_add(g, x, att)));
-}
-
-static Tensor *unembed(Graph *g, Tensor **leaf, int np, Tensor *x)
-{
-    Tensor *a = g_layernorm(g, x, leaf[np - 4], leaf[np - 3]); /* [n,C] */
-    return g_linear(g, a, leaf[np - 2], leaf[np - 1]);          /* [n,V] */
-}
-
 /* tok, pos i32 [n] -> x [n,C] = token embedding + position embedding */
-static Tensor *embed(Graph *g, Tensor **leaf, Tensor *tok, Tensor *pos)
+static Tensor *embed(Graph *g, const struct model_leaves *L, Tensor *tok, Tensor *pos)
 {
-    return g_add(g, g_embed(g, tok, leaf[0]), g_embed(g, pos, leaf[1]));
+    return g_add(g, g_embed(g, tok, L->tok_emb), g_embed(g, pos, L->pos_emb));
 }
 
-/* Full causal forward over B windows of T bytes: logits [B*T, V]. */
-static Tensor *model_logits(Model *m, Graph *g, Tensor **leaf, const Batch *b)
+/* The attention half of a block: h = x + attn(ln1(x)), [n,C] -> [n,C]. */
+static Tensor *attention_half(Graph *g, const struct block_leaves *b, Tensor *x,
+                              const struct attn_mode *a)
 {
-    int nb = b->B / g_cores(g); /* windows on each core */
-    Tensor *tok = shard_leaf(g, b, b->tok); /* [n] */
-    Tensor *pos = shard_leaf(g, b, b->pos); /* [n] */
-    Tensor *x = embed(g, leaf, tok, pos);   /* [n,C] */
-    for (int l = 0; l < m->cfg.layers; l++) {
-        struct layer_leaves L = layer_view(leaf, l);
-        Tensor *qkv = qkv_of(g, &L, x); /* [n,3C] */
-        x = block_rest(g, &L, x, g_attention(g, qkv, nb, b->T, m->cfg.heads));
-    }
-    return unembed(g, leaf, m->np, x);
+    Tensor *ln = g_layernorm(g, x, b->ln1_w, b->ln1_b); /* [n,C] */
+    Tensor *qkv = g_linear(g, ln, b->qkv_w, NULL);      /* [n,3C] */
+    Tensor *att = a->k_cache
+                      ? g_attention_step(g, qkv, a->k_cache, a->v_cache, a->pos, a->heads)
+                      : g_attention(g, qkv, a->windows, a->T, a->heads); /* [n,C] */
+    return g_add(g, x, att);
 }
+
+/* The MLP half of a block: h + mlp(ln2(h)), [n,C] -> [n,C]. */
+static Tensor *mlp_half(Graph *g, const struct block_leaves *b, Tensor *h)
+{
+    Tensor *ln = g_layernorm(g, h, b->ln2_w, b->ln2_b);       /* [n,C] */
+    Tensor *f = g_relu(g, g_linear(g, ln, b->fc_w, b->fc_b)); /* [n,M] */
+    return g_add(g, h, g_linear(g, f, b->proj_w, b->proj_b)); /* [n,C] */
+}
+
+/* The reference's Block.forward, [n,C] -> [n,C]. */
+static Tensor *block(Graph *g, const struct block_leaves *b, Tensor *x,
+                     const struct attn_mode *a)
+{
+    return mlp_half(g, b, attention_half(g, b, x, a));
+}
+
+/* x [n,C] -> logits [n,V] = head(lnf(x)) */
+static Tensor *unembed(Graph *g, const struct model_leaves *L, Tensor *x)
+{
+    Tensor *ln = g_layernorm(g, x, L->lnf_w, L->lnf_b); /* [n,C] */
+    return g_linear(g, ln, L->head_w, L->head_b);
+}
+
+/* The reference's forward over a batch of B windows of T bytes: logits
+ * [n,V] for this core's n = B/cores*T positions. Like the reference it
+ * adds the residual twice: x + block(x), where block(x) is already
+ * h + mlp(ln2(h)) with h = x + attn(ln1(x)). */
+static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const Batch *b)
+{
+    struct attn_mode a = {.windows = b->B / g_cores(g), .T = b->T, .heads = m->cfg.heads};
+    Tensor *tok = shard_leaf(g, b, b->tok); /* i32 [n] */
+    Tensor *pos = shard_leaf(g, b, b->pos); /* i32 [n] */
+    Tensor *x = embed(g, L, tok, pos);      /* [n,C] */
+    for (int l = 0; l < m->cfg.layers; l++)
+        x = g_add(g, x, block(g, &L->block[l], x, &a)); /* [n,C] */
+    return unembed(g, L, x);
+}
+
+/* ---- the loss and the training step ---- */
 
 Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
                    Tensor **logits, int with_grad)
 {
-    make_leaves(m, g, leaf, with_grad);
-    Tensor *tgt = shard_leaf(g, b, b->tgt); /* [n] */
-    *logits = model_logits(m, g, leaf, b); /* [n,V] */
+    struct model_leaves L;
+    param_leaves(m, g, &L, leaf, with_grad);
+    Tensor *tgt = shard_leaf(g, b, b->tgt); /* i32 [n] */
+    *logits = forward(m, g, &L, b);         /* [n,V] */
     return g_xent(g, *logits, tgt);
 }
 
-/* Adam on every core's replica; t, read only, is shared. */
-static void adam_all(Model *m, Graph *g, Tensor **leaf, Tensor **grad, float lr)
+/* Adam on every parameter, on every core's replica; t, read only, is shared. */
+static void adam_update(Model *m, Graph *g, Tensor **leaf, Tensor **grad, float lr)
 {
-    void *mb[XS_MAX_CORES], *vb[XS_MAX_CORES];
-    replica_bases(m, g, 1, mb);
-    replica_bases(m, g, 2, vb);
     m->t++;
     Tensor *t = g_leaf(g, TK_STATE, DT_I32, &m->t, 1, 1);
     for (int i = 0; i < m->np; i++) {
-        const Param *p = &m->p[i];
-        Tensor *mm = rep_leaf(g, TK_STATE, DT_F32, mb, p->off, p->rows, p->cols);
-        Tensor *vv = rep_leaf(g, TK_STATE, DT_F32, vb, p->off, p->rows, p->cols);
+        Tensor *mm = moment_leaf(m, g, 1, &m->p[i]); /* rows x cols, as the parameter */
+        Tensor *vv = moment_leaf(m, g, 2, &m->p[i]);
         g_adam(g, leaf[i], grad[i], mm, vv, t, lr, 0.9f, 0.999f, 1e-8f);
     }
 }
@@ -362,7 +278,7 @@ float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
     for (int i = 0; i < m->np; i++)
         grad[i] = g_all_reduce(g, g_grad(g, leaf[i]));
     loss = g_all_reduce(g, loss);
-    adam_all(m, g, leaf, grad, lr);
+    adam_update(m, g, leaf, grad, lr);
     g_mark_step(g, &loss, 1); /* one graph per step: forward, backward, update */
     float l = *(const float *)g_read(g, loss);
     g_set_cores(g, 1);
@@ -370,7 +286,7 @@ float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
     return l;
 }
 
-/* ---- sampling ---- */
+/* ==== sampling ==== */
 
 /* The decoder's state: one KV cache per layer and the step's inputs. */
 struct decoder {
@@ -382,39 +298,38 @@ struct decoder {
 static const float *decode_step(Model *m, Graph *g, struct decoder *d)
 {
     const Config *c = &m->cfg;
-    Tensor *leaf[MAX_PARAMS];
     size_t cache = (size_t)c->context * c->embed;
+    struct model_leaves L;
     g_reset(g);
-    make_leaves(m, g, leaf, 0);
+    param_leaves(m, g, &L, NULL, 0);
     Tensor *tok = g_leaf(g, TK_INPUT, DT_I32, &d->tok, 1, 1); /* [1] */
     Tensor *pos = g_leaf(g, TK_INPUT, DT_I32, &d->pos, 1, 1); /* [1] */
-    Tensor *x = embed(g, leaf, tok, pos);                     /* [1,C] */
+    struct attn_mode a = {.heads = c->heads, .pos = pos};
+    Tensor *x = embed(g, &L, tok, pos); /* [1,C] */
     for (int l = 0; l < c->layers; l++) {
-        struct layer_leaves L = layer_view(leaf, l);
-        Tensor *kc = g_leaf(g, TK_STATE, DT_F32, d->kc + l * cache, c->context, c->embed);
-        Tensor *vc = g_leaf(g, TK_STATE, DT_F32, d->vc + l * cache, c->context, c->embed);
-        Tensor *att = g_attention_step(g, qkv_of(g, &L, x), kc, vc, pos, c->heads);
-        x = block_rest(g, &L, x, att);
+        a.k_cache = g_leaf(g, TK_STATE, DT_F32, d->kc + l * cache, c->context, c->embed);
+        a.v_cache = g_leaf(g, TK_STATE, DT_F32, d->vc + l * cache, c->context, c->embed);
+        x = g_add(g, x, block(g, &L.block[l], x, &a));
     }
-    return g_read(g, unembed(g, leaf, m->np, x));
+    return g_read(g, unembed(g, &L, x));
 }
 
 /* Past the context the reference feeds the last `context` bytes afresh, so
  * positions restart at 0 and the cache cannot be reused. */
 static const float *window_step(Model *m, Graph *g, Batch *w, const char *text, int n)
 {
-    Tensor *leaf[MAX_PARAMS];
+    struct model_leaves L;
     for (int t = 0; t < w->T; t++)
         w->tok[t] = (unsigned char)text[n - w->T + t];
     batch_finish(w);
     g_reset(g);
-    make_leaves(m, g, leaf, 0);
-    const float *logits = g_read(g, model_logits(m, g, leaf, w)); /* [T,V] */
+    param_leaves(m, g, &L, NULL, 0);
+    const float *logits = g_read(g, forward(m, g, &L, w)); /* [T,V] */
     return logits + (size_t)(w->T - 1) * m->cfg.vocab;
 }
 
 /* Temperature and top-k sampling; temperature 0 is argmax. */
-static int pick(const float *logits, int V, const SampleOpts *o, Rng *r)
+static int sample_byte(const float *logits, int V, const SampleOpts *o, Rng *r)
 {
     int best = 0;
     for (int i = 1; i < V; i++)
@@ -455,7 +370,7 @@ void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
     for (; n < total; n++) {
         Batch w;
         batch_alloc(&w, 1, n < m->cfg.context ? n : m->cfg.context);
-        text[n] = (char)pick(window_step(m, g, &w, text, n), m->cfg.vocab, o, r);
+        text[n] = (char)sample_byte(window_step(m, g, &w, text, n), m->cfg.vocab, o, r);
         batch_free(&w);
         if (o->emit)
             o->emit((unsigned char)text[n], o->ctx);
@@ -480,7 +395,7 @@ void model_generate(Model *m, Graph *g, char *text, int n, int total,
     for (; n < total; n++) {
         if (n > c->context)
             logits = window_step(m, g, &w, text, n);
-        text[n] = (char)pick(logits, c->vocab, o, r);
+        text[n] = (char)sample_byte(logits, c->vocab, o, r);
         if (o->emit)
             o->emit((unsigned char)text[n], o->ctx);
         if (n + 1 <= c->context && n + 1 < total) {
@@ -494,538 +409,88 @@ void model_generate(Model *m, Graph *g, char *text, int n, int total,
     free(d.vc);
 }
 
-/* ---- safetensors: a strict reader ----
- * Layout: u64 little-endian header length N, N bytes of JSON, then the raw
- * data. Everything a hostile file could lie about is checked: lengths,
- * nesting, number ranges, offsets, overlaps, holes and duplicate names. */
+/* ==== data parallelism ====
+ * On n simulated cores each core holds a replica of the weights and Adam
+ * state (Model.rep) and runs the step on its own B/n windows of the batch.
+ * The model above asks for its leaves here and never sees the cores. */
 
-#define ST_MAX_HEADER (100u << 20)
-
-static const char *const st_names[] = {"F32", "I32", "BF16", "F16", "F64",
-                                       "I64", "I16", "I8",   "U8",  "BOOL"};
-static const int st_sizes[] = {4, 4, 2, 2, 8, 8, 2, 1, 1, 1};
-
-struct jp {
-    const char *s, *end, *start;
-    char *err;
-    size_t elen;
-};
-
-static int jfail(struct jp *p, const char *what)
+void model_set_cores(Model *m, int n)
 {
-    if (!p->err[0])
-        snprintf(p->err, p->elen, "bad header at byte %ld: %s",
-                 (long)(p->s - p->start), what);
-    return -1;
+    free(m->rep);
+    m->ncores = n;
+    m->rep = n > 1 ? xcalloc((size_t)(n - 1) * 3 * m->nw, sizeof(float)) : NULL;
+    for (int c = 1; c < n; c++)
+        for (int k = 0; k < 3; k++)
+            memcpy(model_replica(m, c, k), model_replica(m, 0, k), m->nw * sizeof(float));
 }
 
-static void jws(struct jp *p)
+float *model_replica(const Model *m, int core, int which)
 {
-    while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
-        p->s++;
+    if (core == 0)
+        return which == 0 ? m->w : which == 1 ? m->m : m->v;
+    return m->rep + ((size_t)(core - 1) * 3 + (size_t)which) * m->nw;
 }
 
-static int jeat(struct jp *p, char c)
+/* A leaf of buffers the cores hold each their own of: core c's is base[c]
+ * advanced by off elements (of 4 bytes). */
+static Tensor *per_core_leaf(Graph *g, int kind, int dtype, void *const *base, size_t off,
+                             int rows, int cols)
 {
-    jws(p);
-    if (p->s < p->end && *p->s == c) {
-        p->s++;
-        return 0;
-    }
-    char msg[32];
-    snprintf(msg, sizeof msg, "expected '%c'", c);
-    return jfail(p, msg);
+    void *d[XS_MAX_CORES];
+    for (int c = 0; c < g_cores(g); c++)
+        d[c] = (char *)base[c] + 4 * off;
+    return g_leaf_rep(g, kind, dtype, d, rows, cols);
 }
 
-static int jpeek(struct jp *p, char c)
+/* Every core's block `which` (see model_replica). */
+static void replica_bases(const Model *m, const Graph *g, int which, void **base)
 {
-    jws(p);
-    return p->s < p->end && *p->s == c;
+    for (int c = 0; c < g_cores(g); c++)
+        base[c] = model_replica(m, c, which);
 }
 
-/* \u escapes (four hex digits) of ASCII only: names and metadata here are ASCII. */
-static int jescape(struct jp *p, char *out)
+/* Every parameter's leaf, each into its named slot of L and, unless leaf
+ * is NULL, into leaf[i] in table order. */
+static void param_leaves(Model *m, Graph *g, struct model_leaves *L, Tensor **leaf,
+                         int with_grad)
 {
-    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-    const char *k = p->s < p->end ? strchr(from, *p->s) : NULL;
-    if (k && *p->s) {
-        *out = to[k - from];
-        p->s++;
-        return 0;
-    }
-    unsigned v = 0;
-    if (p->end - p->s < 5 || *p->s != 'u')
-        return jfail(p, "bad escape");
-    for (int i = 1; i <= 4; i++) {
-        int c = p->s[i];
-        if (!isxdigit(c))
-            return jfail(p, "bad \\u escape");
-        v = v * 16 + (unsigned)(isdigit(c) ? c - '0' : (tolower(c) - 'a' + 10));
-    }
-    if (v == 0 || v > 127)
-        return jfail(p, "non-ASCII \\u escape");
-    *out = (char)v;
-    p->s += 5;
-    return 0;
-}
-
-static char *jstring(struct jp *p)
-{
-    if (jeat(p, '"'))
-        return NULL;
-    /* size the copy by the quoted span, not the rest of the header: a
-     * header of many strings must cost linear, not quadratic, time */
-    const char *q = p->s;
-    while (q < p->end && *q != '"')
-        q += *q == '\\' && q + 1 < p->end ? 2 : 1;
-    char *out = xcalloc((size_t)(q - p->s) + 1, 1);
-    size_t n = 0;
-    while (p->s < p->end && *p->s != '"') {
-        unsigned char c = (unsigned char)*p->s++;
-        if (c < 0x20 || (c == '\\' && jescape(p, (char *)&c))) {
-            free(out);
-            jfail(p, "bad character in string");
-            return NULL;
-        }
-        out[n++] = (char)c;
-    }
-    if (p->s >= p->end) {
-        free(out);
-        jfail(p, "unterminated string");
-        return NULL;
-    }
-    p->s++;
-    return out;
-}
-
-/* A non-negative integer below 2^53, as JSON writes it. */
-static int jint(struct jp *p, int64_t *v)
-{
-    jws(p);
-    const char *s = p->s;
-    if (s >= p->end || !isdigit((unsigned char)*s))
-        return jfail(p, "expected a non-negative integer");
-    if (*s == '0' && s + 1 < p->end && isdigit((unsigned char)s[1]))
-        return jfail(p, "leading zero");
-    int64_t x = 0;
-    for (; s < p->end && isdigit((unsigned char)*s); s++) {
-        if (x > ((int64_t)1 << 53) / 10)
-            return jfail(p, "integer too large");
-        x = x * 10 + (*s - '0');
-    }
-    if (s < p->end && (*s == '.' || *s == 'e' || *s == 'E'))
-        return jfail(p, "expected an integer");
-    p->s = s;
-    *v = x;
-    return 0;
-}
-
-/* '[' int, ... ']' into v (at most max). */
-static int jints(struct jp *p, int64_t *v, int max, int *n)
-{
-    *n = 0;
-    if (jeat(p, '['))
-        return -1;
-    if (jpeek(p, ']'))
-        return jeat(p, ']');
-    do {
-        if (*n == max)
-            return jfail(p, "too many dimensions");
-        if (jint(p, &v[(*n)++]))
-            return -1;
-    } while (jpeek(p, ',') && !jeat(p, ','));
-    return jeat(p, ']');
-}
-
-static int jdtype(struct jp *p, int *dtype)
-{
-    char *s = jstring(p);
-    if (!s)
-        return -1;
-    for (int i = 0; i < (int)(sizeof st_names / sizeof *st_names); i++) {
-        if (!strcmp(s, st_names[i])) {
-            *dtype = i;
-            free(s);
-            return 0;
-        }
-    }
-    free(s);
-    return jfail(p, "unknown dtype");
-}
-
-/* One field of a tensor's description; seen[] rejects repeats. */
-static int jtensor_field(struct jp *p, StEntry *e, int *seen)
-{
-    char *key = jstring(p);
-    int rc = -1, n, f;
-    int64_t off[2];
-    if (!key || jeat(p, ':'))
-        goto out;
-    f = !strcmp(key, "dtype") ? 0 : !strcmp(key, "shape") ? 1
-        : !strcmp(key, "data_offsets") ? 2 : -1;
-    if (f < 0 || seen[f]++) {
-        rc = jfail(p, f < 0 ? "unknown tensor field" : "repeated tensor field");
-        goto out;
-    }
-    if (f == 0)
-        rc = jdtype(p, &e->dtype);
-    else if (f == 1)
-        rc = jints(p, e->shape, 8, &e->ndim);
-    else if (!(rc = jints(p, off, 2, &n)) && n != 2)
-        rc = jfail(p, "data_offsets needs two integers");
-    if (f == 2 && !rc) {
-        e->begin = (size_t)off[0];
-        e->end = (size_t)off[1];
-    }
-out:
-    free(key);
-    return rc;
-}
-
-static int jtensor(struct jp *p, StEntry *e)
-{
-    int seen[3] = {0, 0, 0};
-    if (jeat(p, '{'))
-        return -1;
-    do {
-        if (jtensor_field(p, e, seen))
-            return -1;
-    } while (jpeek(p, ',') && !jeat(p, ','));
-    if (jeat(p, '}'))
-        return -1;
-    return seen[0] && seen[1] && seen[2] ? 0 : jfail(p, "tensor lacks dtype, shape or data_offsets");
-}
-
-static int jmeta(struct jp *p, StFile *f)
-{
-    if (f->mkey)
-        return jfail(p, "repeated __metadata__");
-    f->mkey = xcalloc(1, sizeof(char *));
-    f->mval = xcalloc(1, sizeof(char *));
-    if (jeat(p, '{'))
-        return -1;
-    if (jpeek(p, '}'))
-        return jeat(p, '}');
-    do {
-        f->mkey = realloc(f->mkey, sizeof(char *) * (f->nmeta + 1));
-        f->mval = realloc(f->mval, sizeof(char *) * (f->nmeta + 1));
-        if (!f->mkey || !f->mval)
-            die(1, "out of memory (metadata)");
-        f->mkey[f->nmeta] = jstring(p);
-        f->mval[f->nmeta] = NULL;
-        f->nmeta++;
-        if (!f->mkey[f->nmeta - 1] || jeat(p, ':') || !(f->mval[f->nmeta - 1] = jstring(p)))
-            return -1;
-    } while (jpeek(p, ',') && !jeat(p, ','));
-    return jeat(p, '}');
-}
-
-static int jentry(struct jp *p, StFile *f, int *cap)
-{
-    char *key = jstring(p);
-    if (!key || jeat(p, ':')) {
-        free(key);
-        return -1;
-    }
-    if (!strcmp(key, "__metadata__")) {
-        free(key);
-        return jmeta(p, f);
-    }
-    if (f->n == *cap) {
-        *cap = *cap ? 2 * *cap : 64;
-        f->e = realloc(f->e, sizeof *f->e * *cap);
-        if (!f->e)
-            die(1, "out of memory (header)");
-    }
-    StEntry *e = &f->e[f->n++];
-    memset(e, 0, sizeof *e);
-    e->name = key;
-    return jtensor(p, e);
-}
-
-static int jheader(struct jp *p, StFile *f)
-{
-    int cap = 0;
-    if (jeat(p, '{'))
-        return -1;
-    if (!jpeek(p, '}')) {
-        do {
-            if (jentry(p, f, &cap))
-                return -1;
-        } while (jpeek(p, ',') && !jeat(p, ','));
-    }
-    if (jeat(p, '}'))
-        return -1;
-    jws(p);
-    return p->s == p->end ? 0 : jfail(p, "trailing bytes after the header");
-}
-
-static int cmp_begin(const void *a, const void *b)
-{
-    const StEntry *x = *(StEntry *const *)a, *y = *(StEntry *const *)b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1
-           : x->end < y->end ? -1 : x->end > y->end;
-}
-
-static int cmp_name(const void *a, const void *b)
-{
-    return strcmp((*(StEntry *const *)a)->name, (*(StEntry *const *)b)->name);
-}
-
-static int st_fail(char *err, size_t elen, const char *fmt, const char *name)
-{
-    snprintf(err, elen, fmt, name);
-    return -1;
-}
-
-/* Each tensor's byte length must match its shape and dtype. */
-static int check_sizes(const StFile *f, char *err, size_t elen)
-{
-    for (int i = 0; i < f->n; i++) {
-        const StEntry *e = &f->e[i];
-        uint64_t bytes = (uint64_t)st_sizes[e->dtype];
-        for (int d = 0; d < e->ndim; d++) {
-            if (e->shape[d] > ((int64_t)1 << 40) || (e->shape[d] && bytes > (UINT64_C(1) << 62) / (uint64_t)e->shape[d]))
-                return st_fail(err, elen, "tensor '%s' has an absurd shape", e->name);
-            bytes *= (uint64_t)e->shape[d];
-        }
-        if (e->end < e->begin || e->end - e->begin != bytes)
-            return st_fail(err, elen, "tensor '%s': data_offsets disagree with its shape and dtype", e->name);
-    }
-    return 0;
-}
-
-/* Offsets must tile the data section exactly: no overlap, no hole. Names
- * must be unique. */
-static int check_layout(const StFile *f, char *err, size_t elen)
-{
-    StEntry **by = xcalloc((size_t)f->n, sizeof *by);
-    size_t at = 0, data = f->size - f->data_off;
-    int rc = 0;
-    for (int i = 0; i < f->n; i++)
-        by[i] = &f->e[i];
-    qsort(by, (size_t)f->n, sizeof *by, cmp_name);
-    for (int i = 1; i < f->n && !rc; i++)
-        if (!strcmp(by[i]->name, by[i - 1]->name))
-            rc = st_fail(err, elen, "duplicate tensor name '%s'", by[i]->name);
-    qsort(by, (size_t)f->n, sizeof *by, cmp_begin);
-    for (int i = 0; i < f->n && !rc; i++) {
-        if (by[i]->begin != at)
-            rc = st_fail(err, elen, "tensor '%s' overlaps another or leaves a hole", by[i]->name);
-        at = by[i]->end;
-    }
-    if (!rc && at != data)
-        rc = st_fail(err, elen, "data section size disagrees with the header%s", "");
-    free(by);
-    return rc;
-}
-
-int st_parse(StFile *f, unsigned char *buf, size_t size, char *err, size_t elen)
-{
-    memset(f, 0, sizeof *f);
-    f->buf = buf;
-    f->size = size;
-    err[0] = 0;
-    if (size < 8)
-        return st_fail(err, elen, "too short to be a safetensors file%s", "");
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | buf[i];
-    if (hlen > ST_MAX_HEADER || hlen > size - 8)
-        return st_fail(err, elen, "header length is larger than the file%s", "");
-    f->data_off = 8 + (size_t)hlen;
-    struct jp p = {(const char *)buf + 8, (const char *)buf + f->data_off,
-                   (const char *)buf + 8, err, elen};
-    if (jheader(&p, f) || check_sizes(f, err, elen) || check_layout(f, err, elen))
-        return -1;
-    return 0;
-}
-
-int st_load(StFile *f, const char *path, char *err, size_t elen)
-{
-    memset(f, 0, sizeof *f);
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return snprintf(err, elen, "cannot open: %s", strerror(errno)), -1;
-    unsigned char *buf = NULL;
-    size_t n = 0, cap = 0, got;
-    do {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 1 << 20;
-            buf = realloc(buf, cap);
-            if (!buf)
-                die(1, "%s: out of memory", path);
-        }
-        got = fread(buf + n, 1, cap - n, fp);
-        n += got;
-    } while (got > 0);
-    int bad = ferror(fp);
-    fclose(fp);
-    if (bad) {
-        free(buf);
-        return snprintf(err, elen, "read error"), -1;
-    }
-    return st_parse(f, buf, n, err, elen);
-}
-
-void st_free(StFile *f)
-{
-    for (int i = 0; i < f->n; i++)
-        free(f->e[i].name);
-    for (int i = 0; i < f->nmeta; i++) {
-        free(f->mkey[i]);
-        free(f->mval[i]);
-    }
-    free(f->e);
-    free(f->mkey);
-    free(f->mval);
-    free(f->buf);
-    memset(f, 0, sizeof *f);
-}
-
-const StEntry *st_find(const StFile *f, const char *name)
-{
-    for (int i = 0; i < f->n; i++)
-        if (!strcmp(f->e[i].name, name))
-            return &f->e[i];
-    return NULL;
-}
-
-const char *st_meta(const StFile *f, const char *key)
-{
-    for (int i = 0; i < f->nmeta; i++)
-        if (f->mkey[i] && !strcmp(f->mkey[i], key))
-            return f->mval[i];
-    return NULL;
-}
-
-const void *st_data(const StFile *f, const StEntry *e)
-{
-    return f->buf + f->data_off + e->begin;
-}
-
-/* ---- safetensors: the writer and the model's checkpoints ---- */
-
-struct buf {
-    unsigned char *p;
-    size_t n, cap;
-};
-
-static void buf_put(struct buf *b, const void *src, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 4096;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p)
-            die(1, "out of memory (checkpoint)");
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-
-static void buf_printf(struct buf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-static void buf_json_string(struct buf *b, const char *s)
-{
-    buf_put(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            buf_printf(b, "\\%c", c);
-        else if (c < 0x20 || c > 126)
-            buf_printf(b, "\\u%04x", c);
-        else
-            buf_put(b, s, 1);
-    }
-    buf_put(b, "\"", 1);
-}
-
-/* Header and data of a file being written. */
-struct stw {
-    struct buf hdr, data;
-};
-
-static void stw_tensor(struct stw *w, const char *name, const char *dtype,
-                       int ndim, const int64_t *shape, const void *src, size_t bytes)
-{
-    buf_put(&w->hdr, w->hdr.n > 1 ? "," : "", w->hdr.n > 1);
-    buf_json_string(&w->hdr, name);
-    buf_printf(&w->hdr, ":{\"dtype\":\"%s\",\"shape\":[", dtype);
-    for (int d = 0; d < ndim; d++)
-        buf_printf(&w->hdr, d ? ",%lld" : "%lld", (long long)shape[d]);
-    buf_printf(&w->hdr, "],\"data_offsets\":[%zu,%zu]}", w->data.n, w->data.n + bytes);
-    buf_put(&w->data, src, bytes);
-}
-
-static uint64_t fnv1a64(const unsigned char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
-/* The rename is durable only once the directory itself is synced. */
-static void fsync_dir_of(const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        slash[slash == dir] = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
+    void *w[XS_MAX_CORES];
+    replica_bases(m, g, 0, w);
+    for (int i = 0; i < m->np; i++) {
+        const Param *p = &m->p[i];
+        Tensor *t = per_core_leaf(g, TK_PARAM, DT_F32, w, p->off, p->rows, p->cols);
+        t->requires_grad = with_grad;
+        *(Tensor **)((char *)L + p->leaf) = t;
+        if (leaf)
+            leaf[i] = t;
     }
 }
 
-/* Writes path atomically: a temporary file in the same directory, fsync,
- * rename over the old name, fsync the directory. A crash at any moment
- * leaves either the old file or the new one, never half of one. */
-static int write_atomic(const char *path, const struct buf *const *parts, int n,
-                        char *err, size_t elen)
+/* Parameter p's Adam moment (which 1: m, 2: v) on every core. */
+static Tensor *moment_leaf(const Model *m, Graph *g, int which, const Param *p)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return snprintf(err, elen, "cannot create %s: %s", tmp, strerror(errno)), -1;
-    for (int i = 0; i < n; i++) {
-        for (size_t off = 0; off < parts[i]->n;) {
-            ssize_t k = write(fd, parts[i]->p + off, parts[i]->n - off);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0) {
-                snprintf(err, elen, "cannot write %s: %s", tmp, strerror(errno));
-                close(fd);
-                unlink(tmp);
-                return -1;
-            }
-            off += (size_t)k;
-        }
-    }
-    if (fsync(fd) || close(fd) || rename(tmp, path)) {
-        snprintf(err, elen, "cannot save %s: %s", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    fsync_dir_of(path);
-    return 0;
+    void *base[XS_MAX_CORES];
+    replica_bases(m, g, which, base);
+    return per_core_leaf(g, TK_STATE, DT_F32, base, p->off, p->rows, p->cols);
 }
+
+/* Core c's shard of a batch column (tok, pos or tgt): its B/cores windows. */
+static Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col)
+{
+    void *base[XS_MAX_CORES];
+    int nc = g_cores(g), rows = b->B / nc * b->T;
+    for (int c = 0; c < nc; c++)
+        base[c] = col + (size_t)c * rows;
+    return per_core_leaf(g, TK_INPUT, DT_I32, base, 0, 1, rows);
+}
+
+/* ==== checkpoints ====
+ * The reference's state_dict names, so PyTorch loads our files and we load
+ * its, plus our training state under _gpt.*. The file format is
+ * safetensors.c's; this is the model's side of it. */
 
 /* The reference's buffers, so load_state_dict(strict=True) accepts the file. */
-static void put_buffers(struct stw *w, const Config *c)
+static void put_buffers(StWriter *w, const Config *c)
 {
     int V = c->vocab, T = c->context;
     float *eye = xcalloc((size_t)V * V, sizeof(float));  /* [V,V] */
@@ -1035,61 +500,38 @@ static void put_buffers(struct stw *w, const Config *c)
     for (int i = 0; i < T; i++)
         for (int j = i + 1; j < T; j++)
             mask[i * T + j] = -INFINITY;
-    stw_tensor(w, "onehot", "F32", 2, (int64_t[]){V, V}, eye, sizeof(float) * V * V);
+    st_add(w, "onehot", ST_F32, 2, (int64_t[]){V, V}, eye, sizeof(float) * V * V);
     for (int l = 0; l < c->layers; l++) {
         char name[96];
         snprintf(name, sizeof name, "decode_transformer.blocks.%d.attention.causal_mask", l);
-        stw_tensor(w, name, "F32", 2, (int64_t[]){T, T}, mask, sizeof(float) * T * T);
+        st_add(w, name, ST_F32, 2, (int64_t[]){T, T}, mask, sizeof(float) * T * T);
     }
     free(eye);
     free(mask);
 }
 
-static void put_params(struct stw *w, const Model *m, const float *base, const char *prefix)
+static void put_params(StWriter *w, const Model *m, const float *base, const char *prefix)
 {
     for (int i = 0; i < m->np; i++) {
         const Param *p = &m->p[i];
         char name[128];
         int64_t shape[2] = {p->rows, p->cols};
         snprintf(name, sizeof name, "%s%s", prefix, p->name);
-        stw_tensor(w, name, "F32", p->ndim, p->ndim == 1 ? shape + 1 : shape,
-                   base + p->off, sizeof(float) * p->rows * p->cols);
+        st_add(w, name, ST_F32, p->ndim, p->ndim == 1 ? shape + 1 : shape, base + p->off,
+               sizeof(float) * p->rows * p->cols);
     }
 }
 
 int ckpt_save(const Model *m, const char *path, const char *const *mkey,
               const char *const *mval, int nmeta, char *err, size_t elen)
 {
-    struct stw w = {{0}, {0}};
-    buf_put(&w.hdr, "{", 1);
+    StWriter w = {{0}, {0}};
     put_params(&w, m, m->w, "");
     put_buffers(&w, &m->cfg);
     put_params(&w, m, m->m, "_gpt.adam_m.");
     put_params(&w, m, m->v, "_gpt.adam_v.");
-    buf_printf(&w.hdr, ",\"__metadata__\":{\"checksum\":\"%016llx\"",
-               (unsigned long long)fnv1a64(w.data.p, w.data.n));
-    for (int i = 0; i < nmeta; i++) {
-        buf_put(&w.hdr, ",", 1);
-        buf_json_string(&w.hdr, mkey[i]);
-        buf_put(&w.hdr, ":", 1);
-        buf_json_string(&w.hdr, mval[i]);
-    }
-    buf_put(&w.hdr, "}}", 2);
-    while (w.hdr.n % 8)
-        buf_put(&w.hdr, " ", 1); /* keeps the data 8-byte aligned */
-    struct buf len = {0};
-    for (int i = 0; i < 8; i++) {
-        unsigned char byte = (unsigned char)((uint64_t)w.hdr.n >> (8 * i));
-        buf_put(&len, &byte, 1);
-    }
-    const struct buf *parts[] = {&len, &w.hdr, &w.data};
-    int rc = write_atomic(path, parts, 3, err, elen);
-    free(len.p);
-    free(w.hdr.p);
-    free(w.data.p);
-    return rc;
+    return st_write(&w, path, mkey, mval, nmeta, err, elen);
 }
-
 /* Copies one parameter from the file after checking dtype and shape. */
 static int load_param(const StFile *f, const Param *p, const char *name,
                       float *dst, char *err, size_t elen)
@@ -1107,7 +549,7 @@ static int load_param(const StFile *f, const Param *p, const char *name,
         else
             snprintf(want, sizeof want, "[%d,%d]", p->rows, p->cols);
         snprintf(err, elen, "tensor '%s' is %s with %d dims (first %lld), expected F32 %s",
-                 name, st_names[e->dtype], e->ndim, e->ndim ? (long long)e->shape[0] : 0LL, want);
+                 name, st_dtype_name(e->dtype), e->ndim, e->ndim ? (long long)e->shape[0] : 0LL, want);
         return -1;
     }
     memcpy(dst, st_data(f, e), sizeof(float) * p->rows * p->cols);
@@ -1128,23 +570,10 @@ static int known_name(const Model *m, const char *name)
     return 0;
 }
 
-static int check_checksum(const StFile *f, char *err, size_t elen)
-{
-    const char *want = st_meta(f, "checksum");
-    if (!want)
-        return 0; /* files written by PyTorch have none */
-    char got[17];
-    snprintf(got, sizeof got, "%016llx",
-             (unsigned long long)fnv1a64(f->buf + f->data_off, f->size - f->data_off));
-    if (strcmp(want, got))
-        return snprintf(err, elen, "checksum mismatch: the data is damaged"), -1;
-    return 0;
-}
-
 int ckpt_load_weights(Model *m, const StFile *f, int with_state, char *err, size_t elen)
 {
     char name[160];
-    if (check_checksum(f, err, elen))
+    if (st_check_checksum(f, err, elen))
         return -1;
     for (int i = 0; i < f->n; i++)
         if (!known_name(m, f->e[i].name))
@@ -1201,13 +630,97 @@ int ckpt_config(const StFile *f, Config *c, int heads)
     return c->heads > 0 && c->embed % c->heads == 0 ? 0 : -1;
 }
 
-/* Everything below is the command line; tests link the code above. */
-#ifndef GPT_NO_MAIN
+/* ==== helpers: random numbers, batches, allocation ==== */
 
-/* ---- command line ---- */
+/* xoshiro256**, seeded through splitmix64 */
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void rng_seed(Rng *r, uint64_t seed, uint64_t stream)
+{
+    uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&x);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t rng_next(Rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+float rng_float(Rng *r) { return (float)(rng_next(r) >> 40) * 0x1.0p-24f; }
+
+/* Batches: B windows of T token bytes, their positions and targets. */
+void batch_alloc(Batch *b, int B, int T)
+{
+    b->B = B;
+    b->T = T;
+    b->tok = xcalloc((size_t)B * T, sizeof(int32_t));
+    b->pos = xcalloc((size_t)B * T, sizeof(int32_t));
+    b->tgt = xcalloc((size_t)B * T, sizeof(int32_t));
+}
+
+void batch_free(Batch *b)
+{
+    free(b->tok);
+    free(b->pos);
+    free(b->tgt);
+    memset(b, 0, sizeof *b);
+}
+
+void batch_finish(Batch *b)
+{
+    for (int i = 0; i < b->B; i++) {
+        for (int t = 0; t < b->T; t++) {
+            size_t k = (size_t)i * b->T + t;
+            b->pos[k] = t;
+            b->tgt[k] = t + 1 < b->T ? b->tok[k + 1] : -1;
+        }
+    }
+}
+
+/* Out of memory is not worth a recovery path: one line and exit 1. */
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "gpt: out of memory (%zu x %zu bytes)\n", n, size);
+        exit(1);
+    }
+    return p;
+}
+
+/* ==== the program ====
+ * Everything below is left out of the tests (GPT_NO_MAIN). */
+#ifndef GPT_NO_MAIN
 #include <omp.h>
 
-static void resolve_ckpt(const char *arg, char *path, size_t n);
+/* Usage errors exit 2, runtime errors 1; both are one line on stderr. */
+static _Noreturn void die(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("gpt: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(code);
+}
 
 static double now_seconds(void)
 {
@@ -1216,12 +729,71 @@ static double now_seconds(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* ---- data ---- */
+
+typedef struct Data {
+    unsigned char *bytes; /* [n] */
+    size_t n, n_train;    /* train is [0, n_train), test the rest */
+} Data;
+
 /* Uniform in [0, n) by multiply-shift: no modulo bias worth the name. */
 static uint64_t rng_below(Rng *r, uint64_t n)
 {
     return (uint64_t)(((unsigned __int128)rng_next(r) * n) >> 64);
 }
 
+static void load_data(Data *d, const char *path, int need_len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die(1, "%s: cannot open data file (%s); data/get-data.sh downloads the corpus",
+            path, strerror(errno));
+    size_t cap = 1 << 20, got;
+    d->bytes = xcalloc(cap, 1);
+    d->n = 0;
+    while ((got = fread(d->bytes + d->n, 1, cap - d->n, f)) > 0) {
+        d->n += got;
+        if (d->n == cap && !(d->bytes = realloc(d->bytes, cap *= 2)))
+            die(1, "%s: out of memory", path);
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        die(1, "%s: cannot read data file", path);
+    if (!d->n)
+        die(1, "%s: data file is empty", path);
+    for (size_t i = 0; i < d->n; i++)
+        if (d->bytes[i] >= 128)
+            die(1, "%s: byte 0x%02x at offset %zu is not ASCII; convert the file to ASCII "
+                "(e.g. iconv -f utf-8 -t ascii//TRANSLIT)", path, d->bytes[i], i);
+    d->n_train = d->n * 8 / 10;
+    if (d->n_train < (size_t)need_len + 1 || d->n - d->n_train < (size_t)need_len + 1)
+        die(1, "%s: %zu bytes give splits of %zu and %zu; each needs at least %d",
+            path, d->n, d->n_train, d->n - d->n_train, need_len + 1);
+}
+
+/* B random windows of T bytes from [lo, lo+len), starts uniform in
+ * [0, len-T) as in the reference. */
+static void sample_windows(Batch *b, const Data *d, size_t lo, size_t len, Rng *r)
+{
+    for (int i = 0; i < b->B; i++) {
+        size_t s = lo + rng_below(r, len - b->T);
+        for (int t = 0; t < b->T; t++)
+            b->tok[(size_t)i * b->T + t] = d->bytes[s + t];
+    }
+    batch_finish(b);
+}
+
+static float batch_loss(Model *m, Graph *g, const Batch *b)
+{
+    Tensor *leaf[MAX_PARAMS], *logits;
+    g_reset(g);
+    return *(const float *)g_read(g, model_loss(m, g, b, leaf, &logits, 0));
+}
+
+/* ---- command line ---- */
+
+static void resolve_ckpt(const char *arg, char *path, size_t n);
 
 enum { O_INT, O_REAL, O_STR, O_FLAG };
 
@@ -1309,7 +881,7 @@ static int was_given(const char *name)
 }
 
 /* `--resume` alone means the output directory. */
-static int optional_value(const struct opt *o, int i, int argc, char **argv)
+static int value_omitted(const struct opt *o, int i, int argc, char **argv)
 {
     return !strcmp(o->name, "resume") && (i + 1 == argc || !strncmp(argv[i + 1], "--", 2));
 }
@@ -1332,7 +904,7 @@ static void parse_opts(const char *cmd, const char *what, int argc, char **argv,
             die(2, "unknown flag '%.*s' (see gpt %s --help)", (int)len + 2, a, cmd);
         if (ngiven < 64)
             given[ngiven++] = o[k].name;
-        if (!eq && optional_value(&o[k], i, argc, argv)) {
+        if (!eq && value_omitted(&o[k], i, argc, argv)) {
             *(const char **)o[k].ptr = "";
             continue;
         }
@@ -1371,7 +943,7 @@ static void check_prompt(const char *p)
 
 static int precision_of(const char *name);
 
-static void check_common(const struct settings *s)
+static void apply_common_flags(const struct settings *s)
 {
     need(!strcmp(s->device, "cpu") || !strcmp(s->device, "xla"),
          "--device must be cpu or xla, got '%s'", s->device);
@@ -1473,7 +1045,7 @@ static Graph *new_graph(const struct settings *s)
 }
 
 /* bf16-pure keeps the weights (and Adam state) as bf16 from the start. */
-static void store_precision(Model *m, const struct settings *s)
+static void round_to_precision(Model *m, const struct settings *s)
 {
     if (precision_of(s->precision) != PREC_BF16_PURE)
         return;
@@ -1497,62 +1069,6 @@ static void report_metrics(const struct settings *s)
         xs_profile_report(f);
         fclose(f);
     }
-}
-
-/* ---- data ---- */
-
-typedef struct Data {
-    unsigned char *bytes; /* [n] */
-    size_t n, n_train;    /* train is [0, n_train), test the rest */
-} Data;
-
-static void load_data(Data *d, const char *path, int need_len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        die(1, "%s: cannot open data file (%s); data/get-data.sh downloads the corpus",
-            path, strerror(errno));
-    size_t cap = 1 << 20, got;
-    d->bytes = xcalloc(cap, 1);
-    d->n = 0;
-    while ((got = fread(d->bytes + d->n, 1, cap - d->n, f)) > 0) {
-        d->n += got;
-        if (d->n == cap && !(d->bytes = realloc(d->bytes, cap *= 2)))
-            die(1, "%s: out of memory", path);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad)
-        die(1, "%s: cannot read data file", path);
-    if (!d->n)
-        die(1, "%s: data file is empty", path);
-    for (size_t i = 0; i < d->n; i++)
-        if (d->bytes[i] >= 128)
-            die(1, "%s: byte 0x%02x at offset %zu is not ASCII; convert the file to ASCII "
-                "(e.g. iconv -f utf-8 -t ascii//TRANSLIT)", path, d->bytes[i], i);
-    d->n_train = d->n * 8 / 10;
-    if (d->n_train < (size_t)need_len + 1 || d->n - d->n_train < (size_t)need_len + 1)
-        die(1, "%s: %zu bytes give splits of %zu and %zu; each needs at least %d",
-            path, d->n, d->n_train, d->n - d->n_train, need_len + 1);
-}
-
-/* B random windows of T bytes from [lo, lo+len), starts uniform in
- * [0, len-T) as in the reference. */
-static void sample_windows(Batch *b, const Data *d, size_t lo, size_t len, Rng *r)
-{
-    for (int i = 0; i < b->B; i++) {
-        size_t s = lo + rng_below(r, len - b->T);
-        for (int t = 0; t < b->T; t++)
-            b->tok[(size_t)i * b->T + t] = d->bytes[s + t];
-    }
-    batch_finish(b);
-}
-
-static float batch_loss(Model *m, Graph *g, const Batch *b)
-{
-    Tensor *leaf[MAX_PARAMS], *logits;
-    g_reset(g);
-    return *(const float *)g_read(g, model_loss(m, g, b, leaf, &logits, 0));
 }
 
 /* ---- train ---- */
@@ -1606,7 +1122,7 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
     free(text);
 }
 
-static void progress(struct trainer *tr, int step, float loss)
+static void print_progress(struct trainer *tr, int step, float loss)
 {
     static double last;
     double now = now_seconds();
@@ -1693,7 +1209,7 @@ static int list_ckpts(const char *dir, int *steps, int max)
 }
 
 /* Keeps the newest `keep` checkpoints up to step newest. */
-static void prune(const char *dir, int keep, int newest)
+static void prune_ckpts(const char *dir, int keep, int newest)
 {
     static int steps[4096];
     char path[4096];
@@ -1722,7 +1238,7 @@ static void save_checkpoint(struct trainer *tr, int steps_done)
     snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", tr->s.out, steps_done);
     if (ckpt_save(&tr->model, path, m.key, val, m.n, err, sizeof err))
         die(1, "%s", err);
-    prune(tr->s.out, tr->s.keep, steps_done);
+    prune_ckpts(tr->s.out, tr->s.keep, steps_done);
     clear_progress(tr);
     printf("saved %s\n", path);
     fflush(stdout);
@@ -1751,7 +1267,7 @@ static void parse_rng(Rng *r, const char *hex, const char *path)
 
 /* A resumed run takes every state-shaping setting from its checkpoint; a
  * flag the user gave that disagrees is an error naming both values. */
-static void adopt(const struct trainer *tr, const StFile *f, const char *path)
+static void check_resume_flags(const struct trainer *tr, const StFile *f, const char *path)
 {
     struct meta now = {.n = 0};
     run_meta(tr, &now);
@@ -1804,7 +1320,7 @@ static void open_resume(struct trainer *tr, StFile *f, char *path, size_t n)
 static void resume_state(struct trainer *tr, const StFile *f, const char *path)
 {
     char err[512];
-    adopt(tr, f, path);
+    check_resume_flags(tr, f, path);
     if (ckpt_load_weights(&tr->model, f, 1, err, sizeof err))
         die(1, "%s: %s", path, err);
     tr->start = atoi(st_meta(f, "step"));
@@ -1858,7 +1374,7 @@ static void train_loop(struct trainer *tr)
             die(1, "training diverged at step %d (loss %g); try a smaller --lr", step, loss);
         if (step % s->eval_every == 0)
             eval_line(tr, step, loss);
-        progress(tr, step, loss);
+        print_progress(tr, step, loss);
         if ((step + 1) % s->ckpt_every == 0 && step + 1 < s->steps)
             save_checkpoint(tr, step + 1);
         if (stop_signal) {
@@ -1968,7 +1484,7 @@ static int cmd_train(int argc, char **argv)
     if (s->resume)
         open_resume(&tr, &rf, rpath, sizeof rpath);
     check_train_flags(s);
-    check_common(s);
+    apply_common_flags(s);
     setup_board(s);
     load_data(&tr.data, s->data, s->seq);
     tr.data_hash = fnv1a64(tr.data.bytes, tr.data.n);
@@ -1977,7 +1493,7 @@ static int cmd_train(int argc, char **argv)
     init_weights(&tr);
     if (s->resume)
         resume_state(&tr, &rf, rpath);
-    store_precision(&tr.model, s);
+    round_to_precision(&tr.model, s);
     model_set_cores(&tr.model, xs_cores());
     run_training(&tr);
     st_free(&rf);
@@ -2025,7 +1541,7 @@ static void load_model(Model *m, const char *arg, struct settings *s)
         precision_of(prec);
     }
     st_free(&f);
-    store_precision(m, s);
+    round_to_precision(m, s);
 }
 
 /* ---- sample ---- */
@@ -2062,7 +1578,7 @@ static int cmd_sample(int argc, char **argv)
     need(s.temperature >= 0, "--temperature must be >= 0, got %g", s.temperature);
     need(s.top_k >= 0 && s.top_k <= VOCAB, "--top-k must be 0..%d, got %d", VOCAB, s.top_k);
     need(s.seed >= 0 && s.seed == floor(s.seed), "--seed must be a whole number >= 0");
-    check_common(&s);
+    apply_common_flags(&s);
     setup_board(&s);
     Model m;
     load_model(&m, s.ckpt, &s);
@@ -2132,7 +1648,7 @@ static int cmd_eval(int argc, char **argv)
     parse_opts("eval", "Mean next-byte loss over the whole test split.", argc, argv, o,
                (int)(sizeof o / sizeof *o));
     need(s.batch >= 1 && s.batch <= 65536, "--batch must be 1..65536, got %d", s.batch);
-    check_common(&s);
+    apply_common_flags(&s);
     setup_board(&s);
     Model m;
     Data d;

@@ -1,14 +1,15 @@
 /* gpt.h: what tests need from gpt.c: the model, its training step, the
- * sampler and the safetensors checkpoint format. */
+ * sampler and its checkpoints (in the format of safetensors.h). */
 #ifndef GPT_H
 #define GPT_H
 #include <stddef.h>
 #include <stdint.h>
 #include "graph.h"
+#include "safetensors.h"
 
 #define VOCAB 128
 #define MAX_LAYERS 64
-#define MAX_PARAMS (4 + 9 * MAX_LAYERS + 4)
+#define MAX_PARAMS (4 + 9 * MAX_LAYERS + 4) /* 2 embeddings, 9 per block, 4 in the head; 2 spare */
 
 typedef struct Config {
     int vocab, context, embed, mlp, heads, layers;
@@ -20,6 +21,8 @@ typedef struct Param {
     size_t off;           /* into Model.w, .m, .v */
     float fan_in;         /* init bound is 1/sqrt(fan_in); 0 = LayerNorm */
     int is_ln_weight;
+    size_t leaf;          /* where gpt.c puts its graph leaf: an offset in
+                           * struct model_leaves */
 } Param;
 
 typedef struct Model {
@@ -85,30 +88,6 @@ void model_generate(Model *m, Graph *g, char *text, int n, int total,
  * the xla device every new length is a new graph shape. */
 void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
                           const SampleOpts *o, Rng *r);
-
-/* ---- safetensors ---- */
-enum st_dtype { ST_F32, ST_I32, ST_BF16, ST_F16, ST_F64, ST_I64, ST_I16, ST_I8, ST_U8, ST_BOOL };
-typedef struct StEntry {
-    char *name;
-    int dtype, ndim;
-    int64_t shape[8];
-    size_t begin, end; /* in the data section */
-} StEntry;
-typedef struct StFile {
-    unsigned char *buf; /* whole file */
-    size_t size, data_off;
-    int n, nmeta;
-    StEntry *e;
-    char **mkey, **mval;
-} StFile;
-/* Parses a whole file held in buf (ownership passes to f, even on error).
- * Returns 0, or -1 with a one-line reason in err. */
-int st_parse(StFile *f, unsigned char *buf, size_t size, char *err, size_t elen);
-int st_load(StFile *f, const char *path, char *err, size_t elen);
-void st_free(StFile *f);
-const StEntry *st_find(const StFile *f, const char *name);
-const char *st_meta(const StFile *f, const char *key);
-const void *st_data(const StFile *f, const StEntry *e);
 
 /* Checkpoints: the reference's state_dict names plus _gpt.* training state. */
 int ckpt_save(const Model *m, const char *path, const char *const *mkey,

@@ -1,0 +1,58 @@
+/* safetensors.h: the safetensors file format: a strict reader, a writer
+ * that saves atomically, and the checksum our files carry. It knows
+ * nothing of the model; gpt.c maps the model to and from these tensors. */
+#ifndef SAFETENSORS_H
+#define SAFETENSORS_H
+#include <stddef.h>
+#include <stdint.h>
+
+enum st_dtype { ST_F32, ST_I32, ST_BF16, ST_F16, ST_F64, ST_I64, ST_I16, ST_I8, ST_U8, ST_BOOL };
+const char *st_dtype_name(int dtype); /* "F32", ... */
+
+/* ---- reading ---- */
+typedef struct StEntry {
+    char *name;
+    int dtype, ndim;
+    int64_t shape[8];
+    size_t begin, end; /* in the data section */
+} StEntry;
+typedef struct StFile {
+    unsigned char *buf; /* whole file */
+    size_t size, data_off;
+    int n, nmeta;
+    StEntry *e;
+    char **mkey, **mval;
+} StFile;
+/* Parses a whole file held in buf (ownership passes to f, even on error).
+ * Returns 0, or -1 with a one-line reason in err. */
+int st_parse(StFile *f, unsigned char *buf, size_t size, char *err, size_t elen);
+int st_load(StFile *f, const char *path, char *err, size_t elen);
+void st_free(StFile *f);
+const StEntry *st_find(const StFile *f, const char *name);
+const char *st_meta(const StFile *f, const char *key);
+const void *st_data(const StFile *f, const StEntry *e);
+/* 0 if the data matches the "checksum" metadata or there is none (files
+ * written by PyTorch); else -1 with the reason in err. */
+int st_check_checksum(const StFile *f, char *err, size_t elen);
+
+/* ---- writing ---- */
+typedef struct StBuf {
+    unsigned char *p;
+    size_t n, cap;
+} StBuf;
+typedef struct StWriter {
+    StBuf hdr, data; /* zero-initialise: StWriter w = {0} */
+} StWriter;
+/* Appends a tensor; the file lists them in the order they are added. */
+void st_add(StWriter *w, const char *name, int dtype, int ndim, const int64_t *shape,
+            const void *src, size_t bytes);
+/* Writes path atomically with metadata: "checksum" (of the data) first,
+ * then the nmeta key/value pairs. Frees w's buffers. Returns 0, or -1
+ * with a one-line reason in err. */
+int st_write(StWriter *w, const char *path, const char *const *mkey,
+             const char *const *mval, int nmeta, char *err, size_t elen);
+
+/* The checksum's hash; gpt.c also fingerprints the training data with it. */
+uint64_t fnv1a64(const unsigned char *p, size_t n);
+
+#endif
