@@ -9,7 +9,8 @@ LDLIBS  := -lm
 SRC     := gpt.c safetensors.c graph.c xla_sim.c comm.c tensor.c
 HDR     := gpt.h safetensors.h graph.h xla_sim.h comm.h tensor.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
-           tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c
+           tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
+           tests/test_mpi.c
 
 all: gpt
 

@@ -709,17 +709,134 @@ static void *xcalloc(size_t n, size_t size)
  * Everything below is left out of the tests (GPT_NO_MAIN). */
 #ifndef GPT_NO_MAIN
 #include <omp.h>
+#include "comm.h"
 
-/* Usage errors exit 2, runtime errors 1; both are one line on stderr. */
+/* ---- a pod: one run over several processes ----
+ * gpt-mpi under mpirun runs one process per host of a pod. Every process
+ * runs the same command on the same flags and data, with --cores simulated
+ * cores of its own. In PyTorch/XLA's words: the world is every core of
+ * every host, a core's ordinal is host * cores + core, and the master
+ * ordinal 0 (on host 0) alone prints, logs and writes checkpoints. Every
+ * host draws the same global batch from the same seed and trains on its
+ * share; the all-reduce joins them (xla_sim.c over comm.c). With one
+ * process (the static gpt) all of this reduces to nothing. */
+
+static int is_master(void) { return comm_rank() == 0; }
+
+/* Set just before a planned exit: every rank leaves the pod together. Any
+ * other exit (an error in a lower layer) aborts the pod, so the other
+ * ranks do not wait for this one. */
+static int planned_exit;
+
+static void leave_pod(void)
+{
+    if (planned_exit)
+        comm_finalize();
+    else if (comm_size() > 1)
+        comm_abort(1);
+}
+
+static _Noreturn void exit_planned(int code)
+{
+    planned_exit = 1;
+    fflush(stdout);
+    exit(code);
+}
+
+/* Usage errors exit 2, runtime errors 1; both are one line on stderr. In
+ * a pod a usage error is every rank's (they run the same flags), so the
+ * master alone says it; a runtime error is said, with its rank, by the
+ * rank that meets it. Either way every rank stops. */
+static _Noreturn void vdie(int code, const char *fmt, va_list ap)
+{
+    if (code != 2 || is_master()) {
+        fputs("gpt: ", stderr);
+        if (comm_size() > 1 && code != 2)
+            fprintf(stderr, "rank %d: ", comm_rank());
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
+    if (comm_size() > 1)
+        comm_abort(code);
+    exit(code);
+}
+
 static _Noreturn void die(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("gpt: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(code);
+    vdie(code, fmt, ap);
+}
+
+/* Every rank must be started with the same command and flags: a rank that
+ * differs names itself and both command lines, and every rank exits 2. */
+static void check_same_flags(int argc, char **argv)
+{
+    char mine[4096] = "", master[4096];
+    if (comm_size() == 1)
+        return;
+    for (int i = 1; i < argc; i++)
+        snprintf(mine + strlen(mine), sizeof mine - strlen(mine), "%s%s", i > 1 ? " " : "",
+                 argv[i]);
+    memcpy(master, mine, sizeof master);
+    comm_broadcast(master, sizeof master, 0);
+    float differ = strcmp(mine, master) != 0;
+    if (differ)
+        fprintf(stderr, "gpt: rank %d was started as 'gpt %s' but rank 0 as 'gpt %s'; every "
+                "rank needs the same command and flags\n", comm_rank(), mine, master);
+    comm_all_reduce(&differ, 1);
+    if (differ > 0)
+        exit_planned(2);
+}
+
+/* Every host must train on the same bytes. */
+static void check_same_data(uint64_t hash, const char *path)
+{
+    uint64_t all[64];
+    if (comm_size() == 1)
+        return;
+    comm_allgather(&hash, all, sizeof hash);
+    if (hash != all[0])
+        die(1, "%s differs from the master's --data (fnv1a64 %016llx, rank 0 has %016llx); "
+            "every host needs the same file", path, (unsigned long long)hash,
+            (unsigned long long)all[0]);
+}
+
+/* This host's share of a global batch: its B/hosts consecutive windows,
+ * which its cores split among them in ordinal order. */
+static Batch host_share(const Batch *b)
+{
+    int B = b->B / comm_size();
+    size_t first = (size_t)comm_rank() * (size_t)B * (size_t)b->T;
+    return (Batch){B, b->T, b->tok + first, b->pos + first, b->tgt + first};
+}
+
+/* The mean over hosts of a value each computed on an equal share. */
+static float pod_mean(float x)
+{
+    comm_all_reduce(&x, 1);
+    return x * (1.0f / (float)comm_size());
+}
+
+/* The master reads a file the other hosts may not have (no shared file
+ * system is assumed) and sends its bytes to every rank. */
+static int load_on_master(StFile *f, const char *path, char *err, size_t elen)
+{
+    if (comm_size() == 1)
+        return st_load(f, path, err, elen);
+    long long size = -1;
+    if (is_master() && !st_load(f, path, err, elen))
+        size = (long long)f->size;
+    comm_broadcast(&size, sizeof size, 0);
+    if (size < 0) { /* the master says why and ends the run */
+        if (is_master())
+            return -1;
+        comm_barrier();
+        exit(1);
+    }
+    unsigned char *buf = is_master() ? f->buf : xcalloc((size_t)size, 1);
+    comm_broadcast(buf, (size_t)size, 0);
+    return is_master() ? 0 : st_parse(f, buf, (size_t)size, err, elen);
 }
 
 static double now_seconds(void)
@@ -845,7 +962,7 @@ static void usage(const char *cmd, const char *what, const struct opt *o, int n)
         print_default(&o[i]);
         printf("]\n");
     }
-    exit(0);
+    exit_planned(0);
 }
 
 static void set_opt(const struct opt *o, const char *v)
@@ -926,11 +1043,7 @@ static void need(int ok, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("gpt: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(2);
+    vdie(2, fmt, ap);
 }
 
 static void check_prompt(const char *p)
@@ -1028,8 +1141,11 @@ static void setup_board(const struct settings *s)
          "--cores must be a power of two from 1 to %d (so results do not depend on the "
          "layout), got %d", XS_MAX_CORES, cores);
     need(cores == 1 || !strcmp(s->device, "xla"), "--cores and --tpu need --device xla");
-    need(s->batch % cores == 0, "--batch %d does not split evenly over %d cores", s->batch,
-         cores);
+    int hosts = comm_size();
+    need(hosts <= 64 && !(hosts & (hosts - 1)), "a pod needs a power of two of processes, "
+         "up to 64 (mpirun -np), got %d", hosts);
+    need(s->batch % (cores * hosts) == 0, "--batch %d does not split evenly over %d cores%s",
+         s->batch, cores * hosts, hosts > 1 ? " (of all hosts)" : "");
     if (s->hbm)
         hbm = parse_size(s->hbm);
     xs_set_device(name, cores, hbm);
@@ -1056,7 +1172,7 @@ static void round_to_precision(Model *m, const struct settings *s)
 
 static void report_metrics(const struct settings *s)
 {
-    const char *path = getenv("GPT_METRICS_FILE");
+    const char *path = is_master() ? getenv("GPT_METRICS_FILE") : NULL;
     if (s->metrics) {
         xs_metrics_report(stdout);
         xs_profile_report(stdout);
@@ -1107,12 +1223,15 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
     const struct settings *s = &tr->s;
     sample_windows(&tr->test, &tr->data, tr->data.n_train,
                    tr->data.n - tr->data.n_train, &tr->rng_eval);
-    float test_loss = batch_loss(&tr->model, tr->g, &tr->test);
+    Batch share = host_share(&tr->test);
+    float test_loss = pod_mean(batch_loss(&tr->model, tr->g, &share));
     int n = (int)strlen(s->prompt), total = n > s->eval_bytes ? n : s->eval_bytes;
     char *text = xcalloc((size_t)total + 1, 1);
     memcpy(text, s->prompt, (size_t)n);
     SampleOpts so = {.temperature = 1.0f};
-    model_generate(&tr->model, tr->g, text, n, total, &so, &tr->rng_eval);
+    if (is_master())
+        model_generate(&tr->model, tr->g, text, n, total, &so, &tr->rng_eval);
+    comm_broadcast(&tr->rng_eval, sizeof tr->rng_eval, 0); /* the draws it took */
     clear_progress(tr);
     printf("step %6d | train %.4f | test %.4f | ", step, train_loss, test_loss);
     for (int i = 0; i < total; i++)
@@ -1226,6 +1345,8 @@ static void save_checkpoint(struct trainer *tr, int steps_done)
 {
     struct meta m = {.n = 0};
     char path[4096], err[512];
+    if (!is_master())
+        return;
     run_meta(tr, &m);
     meta_add(&m, "step", "%d", steps_done);
     rng_hex(m.val[m.n], &tr->rng_data);
@@ -1308,8 +1429,10 @@ static void set_from_meta(struct settings *s, const StFile *f)
 static void open_resume(struct trainer *tr, StFile *f, char *path, size_t n)
 {
     char err[512];
-    resolve_ckpt(*tr->s.resume ? tr->s.resume : tr->s.out, path, n);
-    if (st_load(f, path, err, sizeof err))
+    if (is_master())
+        resolve_ckpt(*tr->s.resume ? tr->s.resume : tr->s.out, path, n);
+    comm_broadcast(path, n, 0);
+    if (load_on_master(f, path, err, sizeof err))
         die(1, "%s: %s", path, err);
     const char *fmt = st_meta(f, "format"), *step = st_meta(f, "step");
     if (!fmt || strcmp(fmt, "gpt-ckpt-1") || !step)
@@ -1342,7 +1465,7 @@ static void init_weights(struct trainer *tr)
         return;
     StFile f;
     char err[512];
-    if (st_load(&f, s->init, err, sizeof err) ||
+    if (load_on_master(&f, s->init, err, sizeof err) ||
         ckpt_load_weights(&tr->model, &f, 0, err, sizeof err))
         die(1, "%s: %s", s->init, err);
     st_free(&f);
@@ -1362,13 +1485,25 @@ static void catch_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The signal that stops the run, agreed by every host (0: go on): a host
+ * that stopped alone would leave the others waiting in an all-reduce. */
+static int agreed_stop(void)
+{
+    if (comm_size() == 1)
+        return stop_signal;
+    float stops = stop_signal != 0;
+    comm_all_reduce(&stops, 1);
+    return stops == 0 ? 0 : stop_signal ? stop_signal : SIGTERM;
+}
+
 static void train_loop(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
+    Batch share = host_share(&tr->train);
     for (int step = tr->start; step < s->steps; step++) {
         sample_windows(&tr->train, &tr->data, 0, tr->data.n_train, &tr->rng_data);
         double t0 = now_seconds();
-        float loss = model_train_step(&tr->model, tr->g, &tr->train, (float)s->lr);
+        float loss = model_train_step(&tr->model, tr->g, &share, (float)s->lr);
         tr->t_steps += now_seconds() - t0;
         if (!isfinite(loss))
             die(1, "training diverged at step %d (loss %g); try a smaller --lr", step, loss);
@@ -1377,12 +1512,14 @@ static void train_loop(struct trainer *tr)
         print_progress(tr, step, loss);
         if ((step + 1) % s->ckpt_every == 0 && step + 1 < s->steps)
             save_checkpoint(tr, step + 1);
-        if (stop_signal) {
+        int stop = agreed_stop();
+        if (stop) {
             save_checkpoint(tr, step + 1);
             clear_progress(tr);
-            fprintf(stderr, "gpt: stopped by signal %d after step %d; --resume continues\n",
-                    stop_signal, step + 1);
-            exit(128 + stop_signal);
+            if (is_master())
+                fprintf(stderr, "gpt: stopped by signal %d after step %d; --resume continues\n",
+                        stop, step + 1);
+            exit_planned(128 + stop);
         }
     }
 }
@@ -1390,6 +1527,8 @@ static void train_loop(struct trainer *tr)
 static void final_passage(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
+    if (!is_master())
+        return;
     int n = (int)strlen(s->prompt), total = n > s->final_bytes ? n : s->final_bytes;
     char *text = xcalloc((size_t)total + 1, 1);
     memcpy(text, s->prompt, (size_t)n);
@@ -1412,6 +1551,21 @@ static void refuse_overwrite(const struct settings *s)
             "or choose another --out", s->out, steps[0]);
 }
 
+/* Each host's ms/step and its part spent in the cross-host all-reduce: a
+ * straggler shows as the host that waits least (the others wait for it). */
+static void report_hosts(double step_seconds, int steps)
+{
+    double mine[2] = {step_seconds / (steps > 0 ? steps : 1),
+                      xs_metric_sum(M_HOST_ALL_REDUCE) / (steps > 0 ? steps : 1)};
+    double all[2 * 64];
+    if (comm_size() == 1)
+        return;
+    comm_allgather(mine, all, sizeof mine);
+    for (int r = 0; r < comm_size(); r++)
+        printf("gpt: rank %d: %.2f ms/step, %.2f of them in the cross-host all-reduce\n", r,
+               all[2 * r] * 1e3, all[2 * r + 1] * 1e3);
+}
+
 static void run_training(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
@@ -1422,10 +1576,14 @@ static void run_training(struct trainer *tr)
     printf("gpt: %zu parameters, %s device, %s, %s kernels, %d threads, %zu train / %zu "
            "test bytes\n", tr->model.nw, s->device, s->precision, isa_name(isa_get()),
            omp_get_max_threads(), tr->data.n_train, tr->data.n - tr->data.n_train);
+    int hosts = comm_size(), world = hosts * xs_cores();
     if (xs_cores() > 1 || s->tpu)
         printf("gpt: %s: %d cores (xla:0..xla:%d), %d windows each, %.1f GiB HBM per core\n",
-               xs_device_name(), xs_cores(), xs_cores() - 1, s->batch / xs_cores(),
+               xs_device_name(), xs_cores(), xs_cores() - 1, s->batch / world,
                (double)xs_hbm() / 1073741824.0);
+    if (hosts > 1)
+        printf("gpt: pod of %d hosts x %d cores over %s: world size %d (ordinals 0..%d), "
+               "master ordinal 0\n", hosts, xs_cores(), comm_name(), world, world - 1);
     tr->t_start = now_seconds();
     train_loop(tr);
     if (tr->start < s->steps)
@@ -1434,6 +1592,7 @@ static void run_training(struct trainer *tr)
     if (s->steps > tr->start)
         printf("%.2f ms/step over %d steps\n", tr->t_steps * 1e3 / (s->steps - tr->start),
                s->steps - tr->start);
+    report_hosts(tr->t_steps, s->steps - tr->start);
     report_metrics(s);
     g_free(tr->g);
     batch_free(&tr->train);
@@ -1486,10 +1645,15 @@ static int cmd_train(int argc, char **argv)
     check_train_flags(s);
     apply_common_flags(s);
     setup_board(s);
+    need(s->eval_batch % comm_size() == 0, "--eval-batch %d does not split evenly over %d "
+         "hosts", s->eval_batch, comm_size());
     load_data(&tr.data, s->data, s->seq);
     tr.data_hash = fnv1a64(tr.data.bytes, tr.data.n);
-    make_out_dir(s->out);
-    refuse_overwrite(s);
+    check_same_data(tr.data_hash, s->data);
+    if (is_master()) {
+        make_out_dir(s->out);
+        refuse_overwrite(s);
+    }
     init_weights(&tr);
     if (s->resume)
         resume_state(&tr, &rf, rpath);
@@ -1573,6 +1737,8 @@ static int cmd_sample(int argc, char **argv)
     };
     parse_opts("sample", "Streams a continuation of the prompt.", argc, argv, o,
                (int)(sizeof o / sizeof *o));
+    if (!is_master())
+        return 0; /* in a pod the master alone samples */
     check_prompt(s.prompt);
     need(s.bytes >= 0 && s.bytes <= 1 << 24, "--bytes must be 0..16777216, got %d", s.bytes);
     need(s.temperature >= 0, "--temperature must be >= 0, got %g", s.temperature);
@@ -1647,6 +1813,8 @@ static int cmd_eval(int argc, char **argv)
     };
     parse_opts("eval", "Mean next-byte loss over the whole test split.", argc, argv, o,
                (int)(sizeof o / sizeof *o));
+    if (!is_master())
+        return 0; /* in a pod the master alone evaluates */
     need(s.batch >= 1 && s.batch <= 65536, "--batch must be 1..65536, got %d", s.batch);
     apply_common_flags(&s);
     setup_board(&s);
@@ -1678,7 +1846,23 @@ static void usage_main(FILE *f)
           "GPT_ISA=scalar|avx2|avx512 lowers the kernel path.\n", f);
 }
 
-int main(int argc, char **argv)
+/* Joins the pod (with one process: nothing), and keeps the other ranks
+ * quiet: they speak only to report an error. */
+static void join_pod(int *argc, char ***argv)
+{
+    comm_init(argc, argv);
+    atexit(leave_pod);
+    const char *t = getenv("GPT_COMM_TIMEOUT");
+    if (t && *t)
+        comm_set_timeout(atof(t) > 0 ? atof(t) : 60);
+    else
+        comm_set_timeout(60);
+    if (!is_master() && !freopen("/dev/null", "w", stdout))
+        die(1, "cannot silence stdout on rank %d", comm_rank());
+    check_same_flags(*argc, *argv);
+}
+
+static int run_command(int argc, char **argv)
 {
     if (argc < 2) {
         usage_main(stderr);
@@ -1696,5 +1880,11 @@ int main(int argc, char **argv)
         return 0;
     }
     die(2, "unknown command '%s' (gpt --help lists them)", argv[1]);
+}
+
+int main(int argc, char **argv)
+{
+    join_pod(&argc, &argv);
+    exit_planned(run_command(argc, argv));
 }
 #endif

@@ -627,6 +627,7 @@ void xs_metric_add(int m, double seconds)
 void xs_counter_add(int c, long n) { counters[c] += n; }
 long xs_counter(int c) { return counters[c]; }
 long xs_metric_samples(int m) { return metrics[m].n; }
+double xs_metric_sum(int m) { return metrics[m].sum; }
 
 void xs_metrics_reset(void)
 {

@@ -215,6 +215,7 @@ void xs_metric_add(int metric, double seconds);
 void xs_counter_add(int counter, long n);
 long xs_counter(int counter);
 long xs_metric_samples(int metric);
+double xs_metric_sum(int metric); /* seconds in all */
 void xs_metrics_report(FILE *f);
 void xs_metrics_reset(void);
 

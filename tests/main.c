@@ -2,7 +2,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
 #include "test.h"
 
 int t_pass, t_fail;
@@ -19,13 +21,53 @@ double max_rel_err(const float *a, const float *b, size_t n, double floor)
     return worst;
 }
 
+int t_run(const char *cmd, char *out, size_t n)
+{
+    char full[2048];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    size_t got = p ? fread(out, 1, n - 1, p) : 0;
+    out[got] = 0;
+    char rest[4096]; /* read to the end, so that a long output is no SIGPIPE */
+    while (p && fread(rest, 1, sizeof rest, p) > 0)
+        ;
+    int st = p ? pclose(p) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int t_same_file(const char *a, const char *b)
+{
+    char cmd[512], out[256];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+    return t_run(cmd, out, sizeof out) == 0;
+}
+
+/* Pseudo-English from a fixed word list: small, learnable, reproducible. */
+void t_write_words(const char *path, size_t at_least)
+{
+    static const char *w[] = {"the", "cat", "sat", "on", "a", "mat", "and",
+                              "Holmes", "said", "Watson,", "my", "dear", "it", "is",
+                              "elementary.", "\n"};
+    char *buf = malloc(at_least + 64);
+    size_t n = 0;
+    uint64_t x = 99;
+    while (n < at_least) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        n += (size_t)sprintf(buf + n, "%s ", w[(x >> 33) % 16]);
+    }
+    FILE *f = fopen(path, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    free(buf);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
 } suites[] = {
     {"kernels", test_kernels}, {"grads", test_grads}, {"model", test_model},
     {"ckpt", test_ckpt},       {"xla", test_xla},     {"tpu", test_tpu},
-    {"cli", test_cli},
+    {"cli", test_cli},         {"mpi", test_mpi},
 };
 
 int main(int argc, char **argv)

@@ -1,6 +1,7 @@
 /* tests/test.h: the tiny harness every test file shares. */
 #ifndef TEST_H
 #define TEST_H
+#include <stddef.h>
 #include <stdio.h>
 
 extern int t_pass, t_fail;
@@ -21,6 +22,13 @@ extern int t_pass, t_fail;
 /* Largest |a-b| / max(|b|, floor) over n floats. */
 double max_rel_err(const float *a, const float *b, size_t n, double floor);
 
+/* Runs cmd through the shell; returns its exit code, output in out. */
+int t_run(const char *cmd, char *out, size_t n);
+/* 1 when the two files hold the same bytes. */
+int t_same_file(const char *a, const char *b);
+/* At least `at_least` bytes of pseudo-English from a fixed seed. */
+void t_write_words(const char *path, size_t at_least);
+
 /* Each suite is one function, listed in tests/main.c. */
 void test_kernels(void);
 void test_grads(void);
@@ -29,5 +37,6 @@ void test_ckpt(void);
 void test_cli(void);
 void test_xla(void);
 void test_tpu(void);
+void test_mpi(void);
 
 #endif

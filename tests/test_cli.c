@@ -15,18 +15,6 @@
 #define SMALL "--embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 " \
               "--eval-batch 8 --eval-every 10 --data tests/tmp/d.txt"
 
-/* Runs cmd through the shell; returns its exit code, output in out. */
-static int run(const char *cmd, char *out, size_t n)
-{
-    char full[2048];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    size_t got = p ? fread(out, 1, n - 1, p) : 0;
-    out[got] = 0;
-    int st = p ? pclose(p) : -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void write_file(const char *path, const char *s, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -34,49 +22,29 @@ static void write_file(const char *path, const char *s, size_t n)
     fclose(f);
 }
 
-/* Pseudo-English from a fixed word list: small, learnable, reproducible. */
 static void make_data(void)
 {
-    static const char *w[] = {"the", "cat", "sat", "on", "a", "mat", "and",
-                              "Holmes", "said", "Watson,", "my", "dear", "it", "is",
-                              "elementary.", "\n"};
-    char *buf = malloc(40000);
-    size_t n = 0;
-    uint64_t x = 99;
-    while (n < 39000) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        const char *s = w[(x >> 33) % 16];
-        n += (size_t)sprintf(buf + n, "%s ", s);
-    }
     char out[256];
-    run("rm -rf tests/tmp/t? tests/tmp/k? && mkdir -p tests/tmp", out, sizeof out);
-    write_file("tests/tmp/d.txt", buf, n);
-    free(buf);
-}
-
-static int same_file(const char *a, const char *b)
-{
-    char cmd[512], out[256];
-    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
-    return run(cmd, out, sizeof out) == 0;
+    t_run("rm -rf tests/tmp/t? tests/tmp/k? && mkdir -p tests/tmp", out, sizeof out);
+    t_write_words("tests/tmp/d.txt", 39000);
 }
 
 static void check_determinism(void)
 {
     char out[65536];
-    int rc1 = run("./gpt train " SMALL " --steps 30 --out tests/tmp/t1 --threads 1", out, sizeof out);
+    int rc1 = t_run("./gpt train " SMALL " --steps 30 --out tests/tmp/t1 --threads 1", out, sizeof out);
     CHECK(rc1 == 0 && strstr(out, "step      0 | train") && strstr(out, "saved"),
           "small training run failed (%d): %s", rc1, out);
-    int rc2 = run("./gpt train " SMALL " --steps 30 --out tests/tmp/t2 --threads 2", out, sizeof out);
+    int rc2 = t_run("./gpt train " SMALL " --steps 30 --out tests/tmp/t2 --threads 2", out, sizeof out);
     CHECK(rc2 == 0, "2-thread run failed: %s", out);
-    CHECK(same_file("tests/tmp/t1/ckpt-00000030.safetensors", "tests/tmp/t2/ckpt-00000030.safetensors"),
+    CHECK(t_same_file("tests/tmp/t1/ckpt-00000030.safetensors", "tests/tmp/t2/ckpt-00000030.safetensors"),
           "1 and 2 threads gave different checkpoints");
 }
 
 static void check_learning(void)
 {
     char out[65536];
-    int rc = run("./gpt train " SMALL " --steps 300 --lr 3e-3 --eval-every 299 --out tests/tmp/t3", out, sizeof out);
+    int rc = t_run("./gpt train " SMALL " --steps 300 --lr 3e-3 --eval-every 299 --out tests/tmp/t3", out, sizeof out);
     float l0 = 0, l1 = 0;
     const char *a = strstr(out, "step      0 |"), *b = strstr(out, "step    299 |");
     CHECK(rc == 0 && a && b && sscanf(a, "step %*d | train %*f | test %f", &l0) == 1 &&
@@ -88,15 +56,15 @@ static void check_sample_eval(void)
 {
     char a[4096], b[4096], out[4096];
     const char *s = "./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 80 --seed 5";
-    CHECK(run(s, a, sizeof a) == 0 && run(s, b, sizeof b) == 0 && !strcmp(a, b) &&
+    CHECK(t_run(s, a, sizeof a) == 0 && t_run(s, b, sizeof b) == 0 && !strcmp(a, b) &&
               !strncmp(a, "the cat", 7) && strlen(a) == 81,
           "sampling is not reproducible or has the wrong length: '%s'", a);
-    CHECK(run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the' --temperature 0 --bytes 40", a,
+    CHECK(t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the' --temperature 0 --bytes 40", a,
               sizeof a) == 0 && strlen(a) == 41, "greedy sampling failed: %s", a);
-    CHECK(run("./gpt eval --ckpt tests/tmp/t3/ckpt-00000300.safetensors --data tests/tmp/d.txt",
+    CHECK(t_run("./gpt eval --ckpt tests/tmp/t3/ckpt-00000300.safetensors --data tests/tmp/d.txt",
               out, sizeof out) == 0 && strstr(out, "loss ") && strstr(out, "bpb "),
           "eval failed: %s", out);
-    CHECK(run("./gpt train --init tests/torch_init.safetensors --embed 16 --heads 2 --layers 1 "
+    CHECK(t_run("./gpt train --init tests/torch_init.safetensors --embed 16 --heads 2 --layers 1 "
               "--context 32 --seq 32 --batch 2 --steps 2 --data tests/tmp/d.txt --out tests/tmp/t4",
               out, sizeof out) == 0, "--init of a PyTorch file failed: %s", out);
 }
@@ -141,7 +109,7 @@ static void check_refusals(void)
     write_file("tests/tmp/garbage.safetensors", "\x10\0\0\0\0\0\0\0{not json}", 18);
     char out[4096];
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        int rc = run(bad[i].cmd, out, sizeof out);
+        int rc = t_run(bad[i].cmd, out, sizeof out);
         int lines = 0;
         for (char *c = out; *c; c++)
             lines += *c == '\n';
@@ -185,8 +153,8 @@ static void check_kill_resume(void)
     char out[65536];
     unsigned seed = (unsigned)time(NULL);
     srand(seed);
-    run("./gpt train " SMALL " --steps 400 --ckpt-every 3 --out tests/tmp/k0", out, sizeof out);
-    run("rm -rf tests/tmp/k1", out, sizeof out);
+    t_run("./gpt train " SMALL " --steps 400 --ckpt-every 3 --out tests/tmp/k0", out, sizeof out);
+    t_run("rm -rf tests/tmp/k1", out, sizeof out);
     int kills = 0;
     for (int round = 0; round < 8; round++) {
         pid_t pid = spawn(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN);
@@ -194,9 +162,9 @@ static void check_kill_resume(void)
         kills += kill(pid, SIGKILL) == 0;
         waitpid(pid, NULL, 0);
     }
-    int rc = run(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN, out, sizeof out);
+    int rc = t_run(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN, out, sizeof out);
     CHECK(rc == 0 && kills > 0 &&
-              same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k1/ckpt-00000400.safetensors"),
+              t_same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k1/ckpt-00000400.safetensors"),
           "after %d SIGKILLs (seed %u) the resumed run's checkpoint differs (rc %d)", kills, seed, rc);
 }
 
@@ -219,7 +187,7 @@ static int catches_sigterm(pid_t pid)
 static void check_sigterm(void)
 {
     char out[65536];
-    run("rm -rf tests/tmp/k2", out, sizeof out);
+    t_run("rm -rf tests/tmp/k2", out, sizeof out);
     pid_t pid = spawn("exec ./gpt train " SMALL " --steps 400 --out tests/tmp/k2 --threads 2 >/dev/null 2>&1");
     /* signal once the trainer has its handler installed (SigCgt in
      * /proc), so the test does not race the run's start or its end */
@@ -231,11 +199,11 @@ static void check_sigterm(void)
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 143 && has_ckpt("tests/tmp/k2"),
           "SIGTERM: exit %d, checkpoint %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
           has_ckpt("tests/tmp/k2") ? "saved" : "missing");
-    int rc = run("./gpt train --steps 400 --out tests/tmp/k2 --resume --threads 1 --data tests/tmp/d.txt",
+    int rc = t_run("./gpt train --steps 400 --out tests/tmp/k2 --resume --threads 1 --data tests/tmp/d.txt",
                  out, sizeof out);
-    CHECK(rc == 0 && same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k2/ckpt-00000400.safetensors"),
+    CHECK(rc == 0 && t_same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k2/ckpt-00000400.safetensors"),
           "resumed after SIGTERM, the final checkpoint differs (rc %d): %s", rc, out);
-    rc = run("./gpt train --steps 400 --out tests/tmp/k2 --resume --embed 64 --data tests/tmp/d.txt", out, sizeof out);
+    rc = t_run("./gpt train --steps 400 --out tests/tmp/k2 --resume --embed 64 --data tests/tmp/d.txt", out, sizeof out);
     CHECK(rc == 2 && strstr(out, "--embed 64 conflicts"), "conflicting resume: %d %s", rc, out);
 }
 
@@ -246,30 +214,30 @@ static void check_sigterm(void)
 static void check_tpu(void)
 {
     char out[65536];
-    run("rm -rf tests/tmp/c1 tests/tmp/c8 tests/tmp/c2 tests/tmp/h1 tests/tmp/bn tests/tmp/be", out,
+    t_run("rm -rf tests/tmp/c1 tests/tmp/c8 tests/tmp/c2 tests/tmp/h1 tests/tmp/bn tests/tmp/be", out,
         sizeof out);
-    int rc = run("./gpt train " SMALL " --batch 8 --steps 20 --out tests/tmp/c1 --cores 1", out,
+    int rc = t_run("./gpt train " SMALL " --batch 8 --steps 20 --out tests/tmp/c1 --cores 1", out,
                  sizeof out);
     CHECK(rc == 0, "--cores 1 failed: %s", out);
-    rc = run("./gpt train " SMALL " --batch 8 --steps 20 --out tests/tmp/c8 --tpu v3-8 --metrics",
+    rc = t_run("./gpt train " SMALL " --batch 8 --steps 20 --out tests/tmp/c8 --tpu v3-8 --metrics",
              out, sizeof out);
     CHECK(rc == 0 && strstr(out, "ExecuteReplicatedTime") && strstr(out, "AllReduceBytes") &&
               strstr(out, "Device: xla:7"), "--tpu v3-8 run or its metrics failed: %s", out);
-    CHECK(same_file("tests/tmp/c1/ckpt-00000020.safetensors", "tests/tmp/c8/ckpt-00000020.safetensors"),
+    CHECK(t_same_file("tests/tmp/c1/ckpt-00000020.safetensors", "tests/tmp/c8/ckpt-00000020.safetensors"),
           "--tpu v3-8 and --cores 1 wrote different checkpoints");
-    rc = run("./gpt train " SMALL " --batch 8 --steps 10 --out tests/tmp/c2 --cores 8 && "
+    rc = t_run("./gpt train " SMALL " --batch 8 --steps 10 --out tests/tmp/c2 --cores 8 && "
              "./gpt train --steps 20 --out tests/tmp/c2 --resume --cores 2 --data tests/tmp/d.txt",
              out, sizeof out);
-    CHECK(rc == 0 && same_file("tests/tmp/c1/ckpt-00000020.safetensors",
+    CHECK(rc == 0 && t_same_file("tests/tmp/c1/ckpt-00000020.safetensors",
                                "tests/tmp/c2/ckpt-00000020.safetensors"),
           "8 cores resumed on 2 differ from 1 core (rc %d): %s", rc, out);
-    rc = run("./gpt train " SMALL " --steps 10 --out tests/tmp/bn --precision bf16 && "
+    rc = t_run("./gpt train " SMALL " --steps 10 --out tests/tmp/bn --precision bf16 && "
              "GPT_BF16=emulate ./gpt train " SMALL " --steps 10 --out tests/tmp/be --precision bf16",
              out, sizeof out);
-    CHECK(rc == 0 && same_file("tests/tmp/bn/ckpt-00000010.safetensors",
+    CHECK(rc == 0 && t_same_file("tests/tmp/bn/ckpt-00000010.safetensors",
                                "tests/tmp/be/ckpt-00000010.safetensors"),
           "bf16 with and without vdpbf16ps differ (rc %d): %s", rc, out);
-    rc = run("./gpt train " SMALL " --steps 10 --out tests/tmp/h1 --hbm 256K", out, sizeof out);
+    rc = t_run("./gpt train " SMALL " --steps 10 --out tests/tmp/h1 --hbm 256K", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "RESOURCE_EXHAUSTED") && strstr(out, "largest buffers") &&
               !strstr(out, "step      0") && !has_ckpt("tests/tmp/h1"),
           "a program over --hbm was not refused before the first step (rc %d): %s", rc, out);
