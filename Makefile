@@ -10,7 +10,7 @@ SRC     := gpt.c safetensors.c graph.c xla_sim.c comm.c tensor.c
 HDR     := gpt.h safetensors.h graph.h xla_sim.h comm.h tensor.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
-           tests/test_mpi.c
+           tests/test_mpi.c tests/test_tour.c
 
 all: gpt
 
@@ -50,7 +50,7 @@ bench: bench/bench
 
 # The cross-host all-reduce's cost on this machine: 2 and 4 ranks, over
 # TCP on loopback (as between hosts) and over shared memory.
-MPIRUN := mpirun --allow-run-as-root --oversubscribe --bind-to none \
+MPIRUN := mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
           --mca btl_vader_single_copy_mechanism none
 bench/comm_bench: comm.c comm.h tensor.c tensor.h bench/comm_bench.c
 	mpicc $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor.c bench/comm_bench.c $(LDLIBS)
@@ -102,8 +102,27 @@ fuzz: $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c
 	    -artifact_prefix=tests/tmp/ \
 	    tests/tmp/fuzz tests/fuzz-corpus
 
+# docs/examples: what the compiler makes of one training step of a 1-layer
+# model, for readers of docs/TOUR.md (needs graphviz's dot for the SVG).
+DOCRUN := --layers 1 --embed 16 --heads 2 --mlp 32 --context 16 --seq 16 --batch 4 \
+          --eval-batch 4 --steps 1 --threads 1 --data docs/examples/tmp/d.txt
+docs: gpt
+	rm -rf docs/examples/tmp && mkdir -p docs/examples/tmp
+	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | \
+	    head -c 20000 > docs/examples/tmp/d.txt
+	GPT_XLA_DEBUG=1 GPT_SAVE_GRAPHS=docs/examples/tmp/g ./gpt train $(DOCRUN) \
+	    --out docs/examples/tmp/a 2> docs/examples/tmp/debug.txt > /dev/null
+	GPT_SAVE_GRAPHS_FMT=dot GPT_SAVE_GRAPHS=docs/examples/tmp/g ./gpt train $(DOCRUN) \
+	    --out docs/examples/tmp/b > /dev/null
+	cp docs/examples/tmp/g-000-before.txt docs/examples/train-step-traced.txt
+	cp docs/examples/tmp/g-000-after.txt docs/examples/train-step-program.txt
+	cp docs/examples/tmp/g-000-after.dot docs/examples/train-step-program.dot
+	head -1 docs/examples/tmp/debug.txt > docs/examples/train-step-compile.txt
+	dot -Tsvg docs/examples/train-step-program.dot > docs/examples/train-step-program.svg
+	rm -rf docs/examples/tmp
+
 clean:
 	rm -f gpt gpt-mpi gpt-debug gpt-dyn tests/run tests/run-debug bench/bench bench/comm_bench
 	rm -rf tests/tmp
 
-.PHONY: all mpi test bench bench-mpi debug check-mem fuzz clean
+.PHONY: all mpi docs test bench bench-mpi debug check-mem fuzz clean

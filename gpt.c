@@ -190,7 +190,9 @@ struct attn_mode {
 /* tok, pos i32 [n] -> x [n,C] = token embedding + position embedding */
 static Tensor *embed(Graph *g, const struct model_leaves *L, Tensor *tok, Tensor *pos)
 {
-    return g_add(g, g_embed(g, tok, L->tok_emb), g_embed(g, pos, L->pos_emb));
+    Tensor *t = g_embed(g, tok, L->tok_emb); /* [n,C] */
+    Tensor *p = g_embed(g, pos, L->pos_emb); /* [n,C] */
+    return g_add(g, t, p);
 }
 
 /* The attention half of a block: h = x + attn(ln1(x)), [n,C] -> [n,C]. */

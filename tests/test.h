@@ -38,5 +38,6 @@ void test_cli(void);
 void test_xla(void);
 void test_tpu(void);
 void test_mpi(void);
+void test_tour(void);
 
 #endif

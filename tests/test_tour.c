@@ -1,0 +1,166 @@
+/* tests/test_tour.c: the code stays readable the way docs/TOUR.md and the
+ * design promise. Every function the tour names (`name()`) and every
+ * struct (`struct name`) is still defined in the sources; no function is
+ * longer than 80 lines; op attributes are read by name, never as the old
+ * a[0..3] / f[0..3] slots. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include "test.h"
+
+static const char *const sources[] = {"gpt.c", "safetensors.c", "graph.c", "xla_sim.c",
+                                      "comm.c", "tensor.c", "gpt.h", "safetensors.h",
+                                      "graph.h", "xla_sim.h", "comm.h", "tensor.h"};
+#define NSOURCES (int)(sizeof sources / sizeof *sources)
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    s[fread(s, 1, (size_t)n, f)] = 0;
+    fclose(f);
+    return s;
+}
+
+static int ident_char(int c) { return isalnum(c) || c == '_'; }
+
+/* A line at column 0 that defines function `name`: "... name(" with no
+ * identifier character before the name, not a declaration (no ';'). */
+static int defines_function(const char *text, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (!ident_char((unsigned char)*line))
+            continue;
+        const char *end = strchr(line, '\n');
+        for (const char *p = line; (p = strstr(p, name)) && (!end || p < end); p++) {
+            int starts = p == line || !ident_char((unsigned char)p[-1]);
+            if (starts && p[len] == '(') {
+                const char *eol = end ? end : p + strlen(p);
+                while (eol > p && isspace((unsigned char)eol[-1]))
+                    eol--;
+                if (eol > p && eol[-1] != ';')
+                    return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int defines_struct(const char *text, const char *name)
+{
+    char pat[160];
+    snprintf(pat, sizeof pat, "struct %s {", name);
+    return strstr(text, pat) != NULL;
+}
+
+/* Each `identifier()` and `struct identifier` of the tour is defined. */
+static void check_tour_names(char **src)
+{
+    char *tour = slurp("docs/TOUR.md");
+    CHECK(tour != NULL, "docs/TOUR.md is missing");
+    if (!tour)
+        return;
+    int names = 0;
+    for (char *p = tour; (p = strchr(p, '`'));) {
+        char *q = strchr(p + 1, '`');
+        if (!q)
+            break;
+        char word[128];
+        size_t n = (size_t)(q - p - 1);
+        if (n < sizeof word) {
+            memcpy(word, p + 1, n);
+            word[n] = 0;
+            int is_fn = n > 2 && !strcmp(word + n - 2, "()");
+            int is_struct = !strncmp(word, "struct ", 7);
+            if (is_fn)
+                word[n - 2] = 0;
+            const char *name = is_struct ? word + 7 : word;
+            int ok = 1;
+            for (const char *c = name; *c; c++)
+                ok &= ident_char((unsigned char)*c);
+            if ((is_fn || is_struct) && ok && *name) {
+                int found = 0;
+                for (int i = 0; i < NSOURCES && !found; i++)
+                    found = src[i] && (is_fn ? defines_function(src[i], name)
+                                             : defines_struct(src[i], name));
+                CHECK(found, "docs/TOUR.md names %s%s, which no source defines",
+                      is_struct ? "struct " : "", name);
+                names++;
+            }
+        }
+        p = q + 1;
+    }
+    CHECK(names >= 60, "the tour names only %d functions and structs", names);
+    free(tour);
+}
+
+/* A function is a line at column 0 with a '(' that ends in neither ';'
+ * nor '}', then a "{" line at column 0 (before any line ending in ';',
+ * which would make it a declaration), to the next "}" at column 0. */
+static void check_function_lengths(const char *path, const char *text)
+{
+    enum { NONE, HEADER, BODY } state = NONE;
+    int line = 0, start = 0, longest = 0, longest_at = 0;
+    char name[96] = "", longest_name[96] = "";
+    for (const char *p = text; *p; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] != 0)) {
+        size_t len = strcspn(p, "\n");
+        char last = len ? p[len - 1] : 0;
+        line++;
+        if (state != BODY && ident_char((unsigned char)*p) && memchr(p, '(', len) &&
+            last != ';' && last != '}') {
+            state = HEADER;
+            start = line;
+            snprintf(name, sizeof name, "%.*s", (int)(len < 80 ? len : 80), p);
+        } else if (state == HEADER && *p == '{') {
+            state = BODY;
+        } else if (state == HEADER && last == ';') {
+            state = NONE;
+        } else if (state == BODY && *p == '}') {
+            state = NONE;
+            if (line - start + 1 > longest) {
+                longest = line - start + 1;
+                longest_at = start;
+                memcpy(longest_name, name, sizeof name);
+            }
+        }
+    }
+    CHECK(longest <= 80, "%s:%d: a function of %d lines: %s", path, longest_at, longest,
+          longest_name);
+}
+
+/* Op attributes by name: no a[0..3] / f[0..3] slot numbers left. */
+static void check_no_slots(const char *path, const char *text)
+{
+    for (const char *p = text; (p = strpbrk(p, "af")); p++) {
+        int word_start = p == text || !ident_char((unsigned char)p[-1]);
+        if (word_start && p[1] == '[' && p[2] >= '0' && p[2] <= '3' && p[3] == ']') {
+            CHECK(0, "%s: an op attribute read by slot number: '%.12s'", path, p);
+            return;
+        }
+    }
+}
+
+void test_tour(void)
+{
+    char *src[NSOURCES];
+    for (int i = 0; i < NSOURCES; i++) {
+        src[i] = slurp(sources[i]);
+        CHECK(src[i] != NULL, "cannot read %s", sources[i]);
+    }
+    check_tour_names(src);
+    for (int i = 0; i < NSOURCES; i++) {
+        if (!src[i])
+            continue;
+        check_function_lengths(sources[i], src[i]);
+        if (!strcmp(sources[i], "graph.c") || !strcmp(sources[i], "xla_sim.c") ||
+            !strcmp(sources[i], "gpt.c"))
+            check_no_slots(sources[i], src[i]);
+        free(src[i]);
+    }
+}
