@@ -102,6 +102,16 @@ static void check_tcp(void)
           "2x2 over TCP differs from one process of 4 cores");
 }
 
+/* The eager cpu device all-reduces op by op, across processes too. */
+static void check_eager(void)
+{
+    char out[65536];
+    int rc = train(0, 1, "--steps 20 --device cpu", "tests/tmp/m-cpu1", out, sizeof out);
+    rc |= train(2, 1, "--steps 20 --device cpu", "tests/tmp/m-cpu2", out, sizeof out);
+    CHECK(rc == 0 && t_same_file(CKPT("m-cpu1", "20"), CKPT("m-cpu2", "20")),
+          "the eager device over 2 ranks differs from one process (rc %d): %s", rc, out);
+}
+
 /* Ranks started with different flags are refused, naming the rank. */
 static void check_flag_mismatch(void)
 {
@@ -239,6 +249,7 @@ void test_mpi(void)
     check_layouts();
     check_output();
     check_tcp();
+    check_eager();
     check_flag_mismatch();
     check_rank_failures();
     check_resume_layouts();
