@@ -1,11 +1,31 @@
 /* tensor.c: the compute kernels, the bottom layer (see tensor.h).
  *
- * Layout of this file: dispatch; the plain-C twins (*_ref, the oracle the
- * tests trust, and the scalar path); plain kernels every path shares (data
- * movement, where SIMD buys nothing); the AVX2 paths; the AVX-512 paths;
- * drivers that split attention heads over threads; the k_* entry points.
- * The SIMD paths are compiled with target attributes, not -march, so one
- * binary runs everywhere and picks its path at run time.
+ * The file is ordered by kernel family. Inside a family the plain-C twin
+ * (*_ref) comes first: it states the contract, shapes and summation
+ * order, and is the oracle the tests trust and the scalar path; then the
+ * AVX2 path, the AVX-512 path, and the k_* entry point that picks one.
+ * Read a twin to learn what a kernel computes; skip its SIMD paths on a
+ * first read. The SIMD paths are compiled with target attributes, not
+ * -march, so one binary runs everywhere and picks its path at run time.
+ *
+ *   Path selection, shared helpers   isa_best, isa_get; xmalloc, my_share;
+ *                                    AVX2 and AVX-512 vector helpers (exp8,
+ *                                    exp16, masks, horizontal sums)
+ *   Leaves, the tree, row blocks     the fixed summation orders every batch
+ *                                    reduction uses; k_tree_sum
+ *   Matmul                           k_matmul, k_matmul_ex (fused epilogue)
+ *   Weight-gradient matmul           k_matmul_tn, k_matmul_tn_seg
+ *   Attention                        k_attention, k_attention_bwd,
+ *                                    k_attention_step, and their bf16 forms
+ *   LayerNorm                        k_layernorm, k_layernorm_bwd(_seg)
+ *   Softmax cross-entropy            k_xent, k_xent_bwd
+ *   Element-wise, transpose, sums    k_add, k_add_n, k_relu(_bwd),
+ *                                    k_transpose, k_sum_rows(_seg)
+ *   Embedding                        k_embed, k_embed_bwd(_seg)
+ *   Adam                             k_adam
+ *   bf16 matmul, rounding, packing   k_round_bf16, k_matmul_bf16,
+ *                                    k_matmul_tn_seg_bf16: vdpbf16ps and its
+ *                                    exact emulations (its own head comment)
  *
  * Determinism: every output element is produced by one thread, by a sequence
  * of operations that does not depend on how work is split among threads.
@@ -14,7 +34,8 @@
  * (ROW_BLOCK), combined in block order. The *_seg kernels instead sum
  * leaves of `seg` rows and combine the leaves by the balanced tree of
  * tensor.h, which also makes them independent of how rows are sharded
- * over simulated cores.
+ * over simulated cores. The twins are parallel only over independent output
+ * rows, so they keep this contract trivially.
  */
 #include "tensor.h"
 #include <immintrin.h>
@@ -23,6 +44,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ======================================================================
+ * Path selection, shared helpers, vector helpers
+ * ====================================================================== */
 
 #define T_AVX2 __attribute__((target("avx2,fma")))
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
@@ -40,14 +65,6 @@
  * from the thread count, so the summation tree is always the same. */
 #define ROW_BLOCK 64
 
-#define LN_EPS 1e-5f
-
-/* matmul_tn runs its long k loop in passes of this many rows of a and b:
- * one pass's rows (at most 64 x (n + q) floats for the model's widths) stay
- * in L1 while every tile of c uses them, instead of streaming all of b from
- * L2 once per tile. */
-#define TN_KBLOCK 64
-
 /* Cache-line aligned, so threads writing neighbouring slices of one
  * scratch buffer never share a line. */
 static void *xmalloc(size_t bytes)
@@ -62,6 +79,8 @@ static void *xmalloc(size_t bytes)
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
+static int round16(int x) { return (x + 15) / 16 * 16; }
+
 static void round_span(float *y, const float *x, size_t n);
 
 /* This thread's contiguous share [*i0, *i1) of n items. Used where a thread
@@ -74,7 +93,156 @@ static void my_share(int n, int *i0, int *i1)
     *i1 = (int)((long)n * (me + 1) / nth);
 }
 
-/* ---- leaves and the tree (the rule is stated in tensor.h) ---- */
+static int isa_best_cached = -1; /* decided once, on first use */
+static int isa_current = -1;     /* -1: not chosen yet, means isa_best() */
+
+const char *isa_name(int isa)
+{
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    return isa >= ISA_SCALAR && isa <= ISA_AVX512 ? names[isa] : "?";
+}
+
+static int cpu_isa(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return ISA_AVX2;
+    return ISA_SCALAR;
+}
+
+/* GPT_ISA may only lower the path: asking for more than the CPU has would
+ * crash on an illegal instruction, so it is clamped instead. */
+static int env_isa(int cpu)
+{
+    const char *e = getenv("GPT_ISA");
+    if (!e || !*e)
+        return cpu;
+    for (int i = ISA_SCALAR; i <= ISA_AVX512; i++)
+        if (!strcmp(e, isa_name(i)))
+            return i < cpu ? i : cpu;
+    fprintf(stderr, "gpt: GPT_ISA=%s is not one of scalar, avx2, avx512\n", e);
+    exit(2);
+}
+
+int isa_best(void)
+{
+    int best = __atomic_load_n(&isa_best_cached, __ATOMIC_ACQUIRE);
+    if (best < 0) { /* a racing second caller computes the same value */
+        best = env_isa(cpu_isa());
+        __atomic_store_n(&isa_best_cached, best, __ATOMIC_RELEASE);
+    }
+    return best;
+}
+
+int isa_get(void)
+{
+    int isa = __atomic_load_n(&isa_current, __ATOMIC_RELAXED);
+    return isa < 0 ? isa_best() : isa;
+}
+
+void isa_set(int isa)
+{
+    int best = isa_best();
+    if (isa > best)
+        isa = best;
+    if (isa < ISA_SCALAR)
+        isa = ISA_SCALAR;
+    __atomic_store_n(&isa_current, isa, __ATOMIC_RELAXED);
+}
+
+/* Calls name_avx512, name_avx2 or the twin k_name_ref by the current path. */
+#define DISPATCH(name, ...)                             \
+    switch (isa_get()) {                                \
+    case ISA_AVX512: name##_avx512(__VA_ARGS__); break; \
+    case ISA_AVX2: name##_avx2(__VA_ARGS__); break;     \
+    default: k_##name##_ref(__VA_ARGS__); break;        \
+    }
+
+/* ---- shared: vector helpers ---- */
+
+/* Lanes 0..n-1 set: the mask for maskload/maskstore of a partial vector. */
+INLINE_AVX2 __m256i lanes8(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+INLINE_AVX2 float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+INLINE_AVX2 float hmax8(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* exp(x) within ~2 ulp for x <= 88, as softmax needs (its arguments are
+ * <= 0). x = n ln2 + r, |r| <= ln2/2, and the degree-7 Taylor polynomial
+ * of e^r is already below float precision there. Below -87 it returns
+ * ~1e-38 instead of a subnormal, harmless next to a softmax's 1. */
+INLINE_AVX2 __m256 exp8(__m256 x)
+{
+    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x); /* NaN in, NaN out */
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147182f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-1.90465430e-9f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e)); /* p * 2^n */
+}
+
+INLINE_AVX512 __mmask16 lanes16(int n) /* lanes 0..n-1 set */
+{
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* lanes16 for n < 16 without branches (the attention loops' masks). */
+INLINE_AVX512 __mmask16 below16(int n) { return (__mmask16)((1u << (n > 0 ? n : 0)) - 1u); }
+
+/* exp(x) within ~2 ulp, the same reduction and polynomial as exp8; scalef
+ * applies 2^n without building exponent bits, so it underflows to 0 and
+ * overflows to inf like expf. */
+INLINE_AVX512 __m512 exp16(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); /* keeps r finite; NaN passes */
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693147182f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-1.90465430e-9f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* ======================================================================
+ * Leaves, the tree and row blocks: the fixed summation orders
+ * ====================================================================== */
+
+/* ---- the tree: leaves and subtrees ---- */
 
 /* Number of leaves of seg rows over n rows; seg < 1 means one leaf. */
 static int leaf_count(int n, int seg)
@@ -166,74 +334,103 @@ static void tree_finish(add_fn *add, float *out /* [len] */, float *part /* [m,l
     memcpy(out, part, sizeof(float) * len);
 }
 
-/* ======================================================================
- * ISA dispatch
- * ====================================================================== */
+/* ---- the tree: the plain-C twin ---- */
 
-static int isa_best_cached = -1; /* decided once, on first use */
-static int isa_current = -1;     /* -1: not chosen yet, means isa_best() */
-
-const char *isa_name(int isa)
+/* out = the tree over parts[lo..hi-1]; out may be parts[lo] itself. */
+static void tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int lo,
+                         int hi, size_t len)
 {
-    static const char *const names[] = {"scalar", "avx2", "avx512"};
-    return isa >= ISA_SCALAR && isa <= ISA_AVX512 ? names[isa] : "?";
-}
-
-static int cpu_isa(void)
-{
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        return ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return ISA_AVX2;
-    return ISA_SCALAR;
-}
-
-/* GPT_ISA may only lower the path: asking for more than the CPU has would
- * crash on an illegal instruction, so it is clamped instead. */
-static int env_isa(int cpu)
-{
-    const char *e = getenv("GPT_ISA");
-    if (!e || !*e)
-        return cpu;
-    for (int i = ISA_SCALAR; i <= ISA_AVX512; i++)
-        if (!strcmp(e, isa_name(i)))
-            return i < cpu ? i : cpu;
-    fprintf(stderr, "gpt: GPT_ISA=%s is not one of scalar, avx2, avx512\n", e);
-    exit(2);
-}
-
-int isa_best(void)
-{
-    int best = __atomic_load_n(&isa_best_cached, __ATOMIC_ACQUIRE);
-    if (best < 0) { /* a racing second caller computes the same value */
-        best = env_isa(cpu_isa());
-        __atomic_store_n(&isa_best_cached, best, __ATOMIC_RELEASE);
+    if (hi - lo == 1) {
+        if (out != parts[lo])
+            memcpy(out, parts[lo], sizeof(float) * len);
+        return;
     }
-    return best;
+    int mid = lo + (hi - lo) / 2;
+    float *right = xmalloc(sizeof(float) * len); /* [len] */
+    tree_sum_ref(out, parts, lo, mid, len);
+    tree_sum_ref(right, parts, mid, hi, len);
+    add_plain(out, right, len);
+    free(right);
 }
 
-int isa_get(void)
+void k_tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
+                    size_t len)
 {
-    int isa = __atomic_load_n(&isa_current, __ATOMIC_RELAXED);
-    return isa < 0 ? isa_best() : isa;
+    if (m < 1)
+        memset(out, 0, sizeof(float) * len);
+    else
+        tree_sum_ref(out, parts, 0, m, len);
 }
 
-void isa_set(int isa)
+/* ---- the tree: the fast path ---- */
+
+/* k_tree_sum in chunks of TREE_CHUNK elements, each chunk's tree with one
+ * scratch chunk per level, chunks in parallel. */
+#define TREE_CHUNK 2048
+
+static void tree_chunk(float *out /* [len] */, const float *const *parts, int lo, int hi,
+                       size_t off, size_t len, float *tmp /* [levels,TREE_CHUNK] */, int d)
 {
-    int best = isa_best();
-    if (isa > best)
-        isa = best;
-    if (isa < ISA_SCALAR)
-        isa = ISA_SCALAR;
-    __atomic_store_n(&isa_current, isa, __ATOMIC_RELAXED);
+    if (hi - lo == 1) {
+        if (out != parts[lo] + off)
+            memcpy(out, parts[lo] + off, sizeof(float) * len);
+        return;
+    }
+    int mid = lo + (hi - lo) / 2;
+    float *right = tmp + (size_t)d * TREE_CHUNK;
+    tree_chunk(out, parts, lo, mid, off, len, tmp, d + 1);
+    tree_chunk(right, parts, mid, hi, off, len, tmp, d + 1);
+    add_into(out, right, len);
+}
+
+static void tree_sum_chunked(float *out /* [len] */, const float *const *parts /* m x [len] */,
+                             int m, size_t len)
+{
+    if (m < 1) {
+        memset(out, 0, sizeof(float) * len);
+        return;
+    }
+    long nch = (long)((len + TREE_CHUNK - 1) / TREE_CHUNK);
+    int depth = tree_depth(m);
+#pragma omp parallel if (len * (size_t)m >= 4 * PAR_WORK)
+    {
+        float *tmp = xmalloc(sizeof(float) * (size_t)(depth ? depth : 1) * TREE_CHUNK);
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < nch; ch++) {
+            size_t off = (size_t)ch * TREE_CHUNK;
+            size_t l = len - off < TREE_CHUNK ? len - off : TREE_CHUNK;
+            tree_chunk(out + off, parts, 0, m, off, l, tmp, 0);
+        }
+        free(tmp);
+    }
+}
+
+/* ---- the tree: entry points ---- */
+
+void k_tree_sum(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
+                size_t len)
+{
+    tree_sum_chunked(out, parts, m, len);
+}
+
+/* ---- the tree: row blocks ---- */
+
+/* Final step of a blocked row reduction: out[q] = sum of part[nblk,q] over
+ * blocks, in block order. */
+static void sum_blocks(float *out /* [q] */, const float *part /* [nblk,q] */, int nblk, int q)
+{
+    for (int j = 0; j < q; j++)
+        out[j] = 0.0f;
+    for (int b = 0; b < nblk; b++)
+        for (int j = 0; j < q; j++)
+            out[j] += part[(size_t)b * q + j];
 }
 
 /* ======================================================================
- * Plain-C twins: simple loops, the oracle. Parallel only over independent
- * output rows, so they keep the determinism contract trivially.
+ * Matmul: c = relu?(a @ b + bias) + r1 + r2
  * ====================================================================== */
+
+/* ---- matmul: the plain-C twin ---- */
 
 void k_matmul_ex_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
                      const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
@@ -266,6 +463,239 @@ void k_matmul_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float 
 {
     k_matmul_ex_ref(c, a, b, bias, NULL, NULL, 0, n, p, q);
 }
+
+/* ---- matmul: AVX2 ---- */
+
+/* Everything a matmul tile needs. The same tiles serve matmul (a is [n,p],
+ * row stride p) and matmul_tn (a is [p,n], read as its transpose). A tile
+ * runs k over [k0, k1): from k0 = 0 it starts at the bias (or 0), later it
+ * resumes from the partial sums stored in c, so splitting the k loop into
+ * passes changes no bits. */
+struct mm {
+    float *c;             /* [n,q] */
+    const float *a;       /* [n,p] or [p,n] */
+    const float *b;       /* [p,q] */
+    const float *bias;    /* [q] or NULL */
+    const float *r1, *r2; /* [n,q] or NULL, added after the optional ReLU */
+    int relu, p, q;
+    int k0, k1; /* this pass's range of k */
+    int kinit;  /* where the sums start: a pass from k0 == kinit initialises
+                 * (bias or 0), a later one resumes from c */
+};
+
+#define MR_AVX2 6 /* rows per tile: 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
+
+/* An R x 8V tile of c at (i, j): element (r, k) of a is a[(i+r)*ars + k*aks].
+ * Every element is bias (or 0) followed by one FMA per k, in k order, for
+ * any R: so tiles and the 1-row remainder give the same bits. The last
+ * vector holds last_w columns; a partial one is read and written through a
+ * mask (masked stores are slow on AMD, so a full one is not). */
+INLINE_AVX2 void mm_tile_avx2(const struct mm *m, int i, int j, int R, int V, int last_w,
+                              size_t ars, size_t aks)
+{
+    __m256 acc[MR_AVX2][2];
+    const float *a = m->a + i * ars; /* tile's row 0 */
+    const float *b = m->b + j;       /* tile's column 0 */
+    const __m256i tail = lanes8(last_w);
+    int full = last_w == 8 ? V : V - 1; /* vectors needing no mask */
+#pragma GCC unroll 2
+    for (int v = 0; v < V; v++) {
+        __m256 init = _mm256_setzero_ps();
+        if (m->bias && m->k0 == m->kinit)
+            init = v < full ? _mm256_loadu_ps(m->bias + j + 8 * v)
+                            : _mm256_maskload_ps(m->bias + j + 8 * v, tail);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const float *cr = m->c + (size_t)(i + r) * m->q + j + 8 * v;
+            acc[r][v] = m->k0 == m->kinit ? init
+                        : v < full ? _mm256_loadu_ps(cr)
+                                   : _mm256_maskload_ps(cr, tail);
+        }
+    }
+    for (int k = m->k0; k < m->k1; k++) {
+        const float *bk = b + (size_t)k * m->q; /* [8V] */
+        __m256 bv[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++)
+            bv[v] = v < full ? _mm256_loadu_ps(bk + 8 * v) : _mm256_maskload_ps(bk + 8 * v, tail);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256 ar = _mm256_broadcast_ss(a + r * ars + k * aks);
+#pragma GCC unroll 2
+            for (int v = 0; v < V; v++)
+                acc[r][v] = _mm256_fmadd_ps(ar, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        size_t at = (size_t)(i + r) * m->q + j;
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++) {
+            __m256 y = acc[r][v];
+            __m256i msk = v < full ? _mm256_set1_epi32(-1) : tail;
+            if (m->relu)
+                y = _mm256_max_ps(y, _mm256_setzero_ps());
+            if (m->r1)
+                y = _mm256_add_ps(y, _mm256_maskload_ps(m->r1 + at + 8 * v, msk));
+            if (m->r2)
+                y = _mm256_add_ps(y, _mm256_maskload_ps(m->r2 + at + 8 * v, msk));
+            if (v < full)
+                _mm256_storeu_ps(m->c + at + 8 * v, y);
+            else
+                _mm256_maskstore_ps(m->c + at + 8 * v, msk, y);
+        }
+    }
+}
+
+/* R rows of c (R == MR_AVX2, or fewer at the bottom edge), all columns. */
+INLINE_AVX2 void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, size_t aks)
+{
+    for (int j = 0; j < m->q; j += 16) {
+        int w = min_int(16, m->q - j), V = (w + 7) / 8, last_w = w - 8 * (V - 1);
+        if (R == MR_AVX2 && V == 2)
+            mm_tile_avx2(m, i, j, MR_AVX2, 2, last_w, ars, aks);
+        else if (R == MR_AVX2)
+            mm_tile_avx2(m, i, j, MR_AVX2, 1, last_w, ars, aks);
+        else
+            for (int r = 0; r < R; r++) {
+                if (V == 2)
+                    mm_tile_avx2(m, i + r, j, 1, 2, last_w, ars, aks);
+                else
+                    mm_tile_avx2(m, i + r, j, 1, 1, last_w, ars, aks);
+            }
+    }
+}
+
+T_AVX2 static void matmul_avx2(const struct mm *m, int n)
+{
+    int tiles = (n + MR_AVX2 - 1) / MR_AVX2;
+#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
+    for (int t = 0; t < tiles; t++)
+        mm_rows_avx2(m, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), (size_t)m->p, 1);
+}
+
+/* ---- matmul: AVX-512 ---- */
+
+#define MR_AVX512 6 /* rows per tile: 6x4 accumulators + 4 b + 1 broadcast = 29 of 32 zmm */
+
+/* The AVX-512 twin of mm_tile_avx2: an R x 16V tile, V <= 4, one FMA
+ * chain per element in k order whatever R is. */
+INLINE_AVX512 void mm_tile_avx512(const struct mm *m, int i, int j, int R, int V, __mmask16 tail,
+                                  size_t ars, size_t aks)
+{
+    __m512 acc[MR_AVX512][4];
+    const float *a = m->a + i * ars; /* tile's row 0 */
+    const float *b = m->b + j;       /* tile's column 0 */
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) {
+        __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
+        int fresh = m->k0 == m->kinit;
+        __m512 init = m->bias && fresh ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v)
+                                       : _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const float *cr = m->c + (size_t)(i + r) * m->q + j + 16 * v;
+            acc[r][v] = fresh ? init : _mm512_maskz_loadu_ps(msk, cr);
+        }
+    }
+    for (int k = m->k0; k < m->k1; k++) {
+        const float *bk = b + (size_t)k * m->q; /* [16V] */
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            bv[v] = _mm512_maskz_loadu_ps(v < V - 1 ? (__mmask16)0xFFFF : tail, bk + 16 * v);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 ar = _mm512_set1_ps(a[r * ars + k * aks]);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        size_t at = (size_t)(i + r) * m->q + j;
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
+            __m512 y = acc[r][v];
+            if (m->relu)
+                y = _mm512_max_ps(y, _mm512_setzero_ps());
+            if (m->r1)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r1 + at + 16 * v));
+            if (m->r2)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r2 + at + 16 * v));
+            _mm512_mask_storeu_ps(m->c + at + 16 * v, msk, y);
+        }
+    }
+}
+
+/* Picks the tile instance for V vectors; R is a constant at each call. */
+INLINE_AVX512 void mm_panel_avx512(const struct mm *m, int i, int j, int R, int V, __mmask16 tail,
+                                   size_t ars, size_t aks)
+{
+    switch (V) {
+    case 1: mm_tile_avx512(m, i, j, R, 1, tail, ars, aks); break;
+    case 2: mm_tile_avx512(m, i, j, R, 2, tail, ars, aks); break;
+    case 3: mm_tile_avx512(m, i, j, R, 3, tail, ars, aks); break;
+    default: mm_tile_avx512(m, i, j, R, 4, tail, ars, aks); break;
+    }
+}
+
+/* R rows of c (R == MR_AVX512, or fewer at the bottom edge), all columns in
+ * panels of 64. */
+INLINE_AVX512 void mm_rows_avx512(const struct mm *m, int i, int R, size_t ars, size_t aks)
+{
+    for (int j = 0; j < m->q; j += 64) {
+        int w = min_int(64, m->q - j), V = (w + 15) / 16;
+        __mmask16 tail = lanes16(w - 16 * (V - 1));
+        if (R == MR_AVX512)
+            mm_panel_avx512(m, i, j, MR_AVX512, V, tail, ars, aks);
+        else
+            for (int r = 0; r < R; r++)
+                mm_panel_avx512(m, i + r, j, 1, V, tail, ars, aks);
+    }
+}
+
+T_AVX512 static void matmul_avx512(const struct mm *m, int n)
+{
+    int tiles = (n + MR_AVX512 - 1) / MR_AVX512;
+#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
+    for (int t = 0; t < tiles; t++)
+        mm_rows_avx512(m, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), (size_t)m->p, 1);
+}
+
+/* ---- matmul: entry points ---- */
+
+void k_matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
+                 const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
+                 const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
+{
+    struct mm m = {c, a, b, bias, r1, r2, relu, p, q, 0, p, 0};
+    switch (isa_get()) {
+    case ISA_AVX512: matmul_avx512(&m, n); break;
+    case ISA_AVX2: matmul_avx2(&m, n); break;
+    default: k_matmul_ex_ref(c, a, b, bias, r1, r2, relu, n, p, q); break;
+    }
+}
+
+void k_matmul(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
+              const float *bias /* [q] or NULL */, int n, int p, int q)
+{
+    k_matmul_ex(c, a, b, bias, NULL, NULL, 0, n, p, q);
+}
+
+/* ======================================================================
+ * Weight-gradient matmul: c = a^T @ b, summed over leaves
+ * ====================================================================== */
+
+/* matmul_tn runs its long k loop in passes of this many rows of a and b:
+ * one pass's rows (at most 64 x (n + q) floats for the model's widths) stay
+ * in L1 while every tile of c uses them, instead of streaming all of b from
+ * L2 once per tile. */
+#define TN_KBLOCK 64
+
+/* ---- weight-gradient matmul: the plain-C twin ---- */
 
 void k_matmul_tn_ref(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
                      int n, int p, int q)
@@ -308,167 +738,182 @@ void k_matmul_tn_seg_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
     free(part);
 }
 
-void k_transpose_ref(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
-{
-    for (int i = 0; i < r; i++)
-        for (int j = 0; j < s; j++)
-            out[(size_t)j * r + i] = in[(size_t)i * s + j];
-}
+/* ---- weight-gradient matmul: AVX2 ---- */
 
-void k_sum_rows_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+/* One leaf of matmul_tn for row tiles [t0, t1) of c: k from leaf->kinit
+ * to k_end, in passes of TN_KBLOCK rows of a and b. */
+T_AVX2 static void tn_leaf_avx2(const struct mm *leaf, int n, int t0, int t1, int k_end)
 {
-    for (int j = 0; j < q; j++)
-        out[j] = 0.0f;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < q; j++)
-            out[j] += x[(size_t)i * q + j];
-}
-
-void k_sum_rows_seg_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)
-{
-    int L = leaf_count(n, seg);
-    float *part = xmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
-    for (int l = 0; l < L; l++) {
-        float *pl = part + (size_t)l * q; /* [q] */
-        for (int j = 0; j < q; j++)
-            pl[j] = 0.0f;
-        for (int i = leaf_lo(l, n, seg); i < leaf_hi(l, n, seg); i++)
-            for (int j = 0; j < q; j++)
-                pl[j] += x[(size_t)i * q + j];
+    struct mm pass = *leaf;
+    for (int k = leaf->kinit; k < k_end; k += TN_KBLOCK) {
+        pass.k0 = k;
+        pass.k1 = min_int(k + TN_KBLOCK, k_end);
+        for (int t = t0; t < t1; t++)
+            mm_rows_avx2(&pass, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), 1, (size_t)n);
     }
-    tree_finish(add_plain, out, part, L, (size_t)q);
-    free(part);
 }
 
-/* out = the tree over parts[lo..hi-1]; out may be parts[lo] itself. */
-static void tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int lo,
-                         int hi, size_t len)
+/* ---- weight-gradient matmul: AVX-512 ---- */
+
+T_AVX512 static void tn_leaf_avx512(const struct mm *leaf, int n, int t0, int t1, int k_end)
+{
+    struct mm pass = *leaf;
+    for (int k = leaf->kinit; k < k_end; k += TN_KBLOCK) {
+        pass.k0 = k;
+        pass.k1 = min_int(k + TN_KBLOCK, k_end);
+        for (int t = t0; t < t1; t++)
+            mm_rows_avx512(&pass, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), 1,
+                           (size_t)n);
+    }
+}
+
+/* ---- weight-gradient matmul: leaves over threads ---- */
+
+typedef void tn_leaf_fn(const struct mm *, int, int, int, int);
+
+/* bf16 weight gradients (below, with the other bf16 kernels): rows of a
+ * leaf packed BF_TN_K at a time (even, so a pair never straddles two
+ * packings), c's rows shared between threads in units of BF_TN_MR. */
+#define BF_TN_K 256
+#define BF_TN_MR 8
+enum bf_path { BF_NONE = -1, BF_NATIVE, BF_EMU_AVX512, BF_EMU_AVX2 };
+struct tn_tree;
+static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
+
+/* One thread's part of matmul_tn_seg: its row tiles [t0, t1) of c over
+ * the leaves of the subtree it evaluates (all of them, or its own subtree
+ * when the threads split the leaves). A subtree's left child writes to the
+ * subtree's own output, its right child to the scratch array of the
+ * subtree's level, so a tree of L leaves needs tree_depth(L) arrays of
+ * [n,q] and adds each leaf in while it is still in cache. */
+struct tn_tree {
+    const struct mm *m;
+    tn_leaf_fn *leaf;
+    float *tmp; /* [depth,n,q] */
+    int n, seg, mr, t0, t1;
+    int bf;     /* enum bf_path: BF_NONE for fp32 */
+    void *pack; /* bf16: this thread's packed pairs of a leaf's rows */
+};
+
+static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, int hi, int d)
 {
     if (hi - lo == 1) {
-        if (out != parts[lo])
-            memcpy(out, parts[lo], sizeof(float) * len);
+        struct mm leaf = *t->m;
+        int k0 = leaf_lo(lo, t->m->p, t->seg), k1 = leaf_hi(lo, t->m->p, t->seg);
+        leaf.c = dst;
+        leaf.kinit = k0;
+        if (t->bf != BF_NONE)
+            tn_leaf_bf16(t, dst, k0, k1);
+        else
+            t->leaf(&leaf, t->n, t->t0, t->t1, k1);
         return;
     }
-    int mid = lo + (hi - lo) / 2;
-    float *right = xmalloc(sizeof(float) * len); /* [len] */
-    tree_sum_ref(out, parts, lo, mid, len);
-    tree_sum_ref(right, parts, mid, hi, len);
-    add_plain(out, right, len);
-    free(right);
+    int mid = lo + (hi - lo) / 2, q = t->m->q;
+    float *right = t->tmp + (size_t)d * t->n * q; /* [n,q] */
+    tn_subtree(t, dst, lo, mid, d + 1);
+    tn_subtree(t, right, mid, hi, d + 1);
+    size_t r0 = (size_t)t->t0 * t->mr, r1 = (size_t)min_int(t->n, t->t1 * t->mr);
+    add_into(dst + r0 * q, right + r0 * q, (r1 - r0) * q);
 }
 
-void k_tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
-                    size_t len)
+/* Whether nth threads can each take a whole subtree of the L leaves: the
+ * subtrees at depth log2(nth) are then [t*L/nth, (t+1)*L/nth), and the
+ * tree over their results is the tree's top (the sharding rule, tensor.h). */
+static int leaf_split(int nth, int L) { return nth > 1 && !(nth & (nth - 1)) && L % nth == 0; }
+
+/* Each thread reads only its leaves' rows of a and b when the leaves split
+ * evenly into subtrees (with the threads sharing c's rows, each read all
+ * of b, from memory at the model's sizes); else the threads share c's rows
+ * over all leaves. The same bits either way. */
+static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, int n, int seg,
+                                int bf)
 {
-    if (m < 1)
-        memset(out, 0, sizeof(float) * len);
+    int L = leaf_count(m->p, seg), tiles = (n + mr - 1) / mr;
+    size_t nc = (size_t)n * m->q;
+    if (L == 0) {
+        memset(m->c, 0, sizeof(float) * nc);
+        return;
+    }
+    int par = (long)n * m->p * m->q >= PAR_WORK, nth = par ? omp_get_max_threads() : 1;
+    int split = leaf_split(nth, L), depth = tree_depth(L), sub = tree_depth(split ? L / nth : 1);
+    /* split: per thread [sub,n,q] scratch and [n,q] for its subtree's
+     * result (thread 0's goes to c); sharing rows: one [depth,n,q] (a
+     * nested region may get fewer threads than asked: then they share) */
+    size_t own = (size_t)(sub + 1) * nc, shared = (size_t)depth * nc;
+    float *tmp = xmalloc(sizeof(float) * (split && nth * own > shared ? nth * own : shared));
+    float **res = xmalloc(sizeof(float *) * (size_t)nth);
+#pragma omp parallel if (par) num_threads(nth)
+    {
+        int me = omp_get_thread_num(), lo = 0, hi = L;
+        struct tn_tree t = {m, leaf, tmp, n, seg, mr, 0, tiles, bf, NULL};
+        if (bf != BF_NONE) /* [BF_TN_K, ldb + lda] floats hold either path's packing */
+            t.pack = xmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(m->q) + round16(n)));
+        float *dst = m->c;
+        int mine = split && omp_get_num_threads() == nth; /* this thread's own subtree */
+        if (mine) {
+            t.tmp = tmp + (size_t)me * own;
+            dst = me ? t.tmp + (size_t)sub * nc : m->c;
+            lo = me * (L / nth), hi = lo + L / nth;
+            res[me] = dst;
+        } else {
+            my_share(tiles, &t.t0, &t.t1);
+        }
+        if (t.t0 < t.t1)
+            tn_subtree(&t, dst, lo, hi, 0);
+        free(t.pack);
+        if (mine) {
+#pragma omp barrier
+#pragma omp single
+            tree_sum_chunked(m->c, (const float *const *)res, nth, nc); /* nested: serial */
+        }
+    }
+    free(res);
+    free(tmp);
+}
+
+/* ---- weight-gradient matmul: entry points ---- */
+
+/* bf: BF_NONE for fp32, else the bf16 path (the emulations when the
+ * instruction is missing or not wanted). */
+static void matmul_tn_seg_any(float *c /* [n,q] */, const float *a /* [p,n] */,
+                              const float *b /* [p,q] */, int n, int p, int q, int seg, int bf)
+{
+    struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p, 0};
+    int isa = isa_get();
+    if (isa == ISA_SCALAR && bf == BF_NONE)
+        k_matmul_tn_seg_ref(c, a, b, n, p, q, seg);
+    else if (isa == ISA_SCALAR)
+        k_matmul_tn_seg_bf16_ref(c, a, b, n, p, q, seg);
+    else if (bf != BF_NONE) /* AVX2 has only the emulation */
+        matmul_tn_seg_tiles(NULL, BF_TN_MR, &m, n, seg, isa == ISA_AVX2 ? BF_EMU_AVX2 : bf);
+    else if (isa == ISA_AVX512)
+        matmul_tn_seg_tiles(tn_leaf_avx512, MR_AVX512, &m, n, seg, BF_NONE);
     else
-        tree_sum_ref(out, parts, 0, m, len);
+        matmul_tn_seg_tiles(tn_leaf_avx2, MR_AVX2, &m, n, seg, BF_NONE);
 }
 
-void k_add_ref(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
+void k_matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
+                     int n, int p, int q, int seg)
 {
-    for (size_t i = 0; i < n; i++)
-        y[i] = a[i] + b[i];
+    matmul_tn_seg_any(c, a, b, n, p, q, seg, BF_NONE);
 }
 
-void k_add_n_ref(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
+/* One leaf of all p rows: the SIMD paths are the seg kernel's, with no
+ * tree; the twin needs no scratch. */
+void k_matmul_tn(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
+                 int n, int p, int q)
 {
-    for (size_t i = 0; i < n; i++) {
-        float s = x[0][i];
-        for (int k = 1; k < m; k++)
-            s += x[k][i];
-        y[i] = s;
-    }
+    if (isa_get() == ISA_SCALAR)
+        k_matmul_tn_ref(c, a, b, n, p, q);
+    else
+        k_matmul_tn_seg(c, a, b, n, p, q, 0);
 }
 
-void k_relu_ref(float *y /* [n] */, const float *x /* [n] */, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        y[i] = x[i] > 0 ? x[i] : 0.0f;
-}
+/* ======================================================================
+ * Attention: causal self-attention, backward, one decoding step
+ * ====================================================================== */
 
-void k_relu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */,
-                    size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dx[i] = y[i] > 0 ? dy[i] : 0.0f;
-}
-
-void k_layernorm_ref(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
-                     const float *x /* [n,c] */, const float *w /* [c] */, const float *b /* [c] */,
-                     int n, int c)
-{
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * c; /* [c] */
-        float *yi = y + (size_t)i * c;       /* [c] */
-        float mu = 0.0f, var = 0.0f;
-        for (int j = 0; j < c; j++)
-            mu += xi[j];
-        mu /= (float)c;
-        for (int j = 0; j < c; j++)
-            var += (xi[j] - mu) * (xi[j] - mu);
-        var /= (float)c;
-        float rs = 1.0f / sqrtf(var + LN_EPS);
-        for (int j = 0; j < c; j++)
-            yi[j] = (xi[j] - mu) * rs * w[j] + b[j];
-        mean[i] = mu;
-        rstd[i] = rs;
-    }
-}
-
-/* Rows [i0, i1): their dx, and dw, db summed over them in order from 0. */
-static void layernorm_bwd_rows_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
-                                   const float *dy /* [n,c] */, const float *x /* [n,c] */,
-                                   const float *w /* [c] */, const float *mean /* [n] */,
-                                   const float *rstd /* [n] */, int i0, int i1, int c)
-{
-    for (int j = 0; j < c; j++)
-        dw[j] = db[j] = 0.0f;
-    for (int i = i0; i < i1; i++) {
-        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
-        float *dxi = dx + (size_t)i * c;                               /* [c] */
-        float mu = mean[i], rs = rstd[i], s1 = 0.0f, s2 = 0.0f;
-        for (int j = 0; j < c; j++) {
-            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
-            s1 += g;
-            s2 += g * xh;
-            dw[j] += gi[j] * xh;
-            db[j] += gi[j];
-        }
-        s1 /= (float)c;
-        s2 /= (float)c;
-        for (int j = 0; j < c; j++) {
-            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
-            dxi[j] = rs * (g - s1 - xh * s2);
-        }
-    }
-}
-
-void k_layernorm_bwd_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
-                         const float *dy /* [n,c] */, const float *x /* [n,c] */,
-                         const float *w /* [c] */, const float *mean /* [n] */,
-                         const float *rstd /* [n] */, int n, int c)
-{
-    layernorm_bwd_rows_ref(dx, dw, db, dy, x, w, mean, rstd, 0, n, c);
-}
-
-void k_layernorm_bwd_seg_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
-                             const float *dy /* [n,c] */, const float *x /* [n,c] */,
-                             const float *w /* [c] */, const float *mean /* [n] */,
-                             const float *rstd /* [n] */, int n, int c, int seg)
-{
-    int L = leaf_count(n, seg);
-    float *pw = xmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
-    float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
-    for (int l = 0; l < L; l++)
-        layernorm_bwd_rows_ref(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd,
-                               leaf_lo(l, n, seg), leaf_hi(l, n, seg), c);
-    tree_finish(add_plain, dw, pw, L, (size_t)c);
-    tree_finish(add_plain, db, pb, L, (size_t)c);
-    free(pw);
-}
+/* ---- attention: the plain-C twin ---- */
 
 /* One query of one head against keys 0..nk-1: fills s [nk] with the
  * probabilities, returns the log-sum-exp of the scaled scores. */
@@ -613,308 +1058,7 @@ void k_attention_step_ref(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
     free(s);
 }
 
-static int count_targets(const int32_t *targets /* [n] */, int n)
-{
-    int count = 0;
-    for (int i = 0; i < n; i++)
-        count += targets[i] >= 0;
-    return count;
-}
-
-/* Sums per-row losses in row order, in double: the same total whatever
- * thread produced each row. No counted row gives 0, not 0/0. */
-static float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n)
-{
-    double total = 0.0;
-    int count = 0;
-    for (int i = 0; i < n; i++)
-        if (targets[i] >= 0) {
-            total += row[i];
-            count++;
-        }
-    return count ? (float)(total / count) : 0.0f;
-}
-
-void k_xent_ref(float *loss /* [1] */, const float *logits /* [n,v] */,
-                const int32_t *targets /* [n] */, int n, int v)
-{
-    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] */
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * v; /* [v] */
-        row[i] = 0.0;
-        if (targets[i] < 0)
-            continue;
-        float mx = -INFINITY, s = 0.0f;
-        for (int j = 0; j < v; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        for (int j = 0; j < v; j++)
-            s += expf(x[j] - mx);
-        row[i] = (double)(mx + logf(s) - x[targets[i]]);
-    }
-    *loss = mean_loss(row, targets, n);
-    free(row);
-}
-
-void k_xent_bwd_ref(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
-                    const int32_t *targets /* [n] */, const float *dloss /* [1] */, int n, int v)
-{
-    int count = count_targets(targets, n);
-    float scale = count ? dloss[0] / (float)count : 0.0f;
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * v; /* [v] */
-        float *dx = dlogits + (size_t)i * v;     /* [v] */
-        float mx = -INFINITY, s = 0.0f;
-        for (int j = 0; j < v; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        for (int j = 0; j < v; j++)
-            s += expf(x[j] - mx);
-        for (int j = 0; j < v; j++)
-            dx[j] = targets[i] < 0 ? 0.0f : (expf(x[j] - mx) / s - (j == targets[i])) * scale;
-    }
-}
-
-void k_embed_ref(float *y /* [n,c] */, const int32_t *idx /* [n] */, const float *table /* [c,v] */,
-                 int n, int c, int v)
-{
-    for (int i = 0; i < n; i++)
-        for (int ch = 0; ch < c; ch++)
-            y[(size_t)i * c + ch] = table[(size_t)ch * v + idx[i]];
-}
-
-void k_embed_bwd_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
-                     const float *dy /* [n,c] */, int n, int c, int v)
-{
-    memset(dtable, 0, sizeof(float) * (size_t)c * v);
-    for (int i = 0; i < n; i++)
-        for (int ch = 0; ch < c; ch++)
-            dtable[(size_t)ch * v + idx[i]] += dy[(size_t)i * c + ch];
-}
-
-void k_embed_bwd_seg_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
-                         const float *dy /* [n,c] */, int n, int c, int v, int seg)
-{
-    int L = leaf_count(n, seg);
-    size_t cv = (size_t)c * v;
-    float *part = xmalloc(sizeof(float) * (size_t)L * cv); /* [L,c,v] */
-    for (int l = 0; l < L; l++) {
-        float *pl = part + (size_t)l * cv; /* [c,v] */
-        memset(pl, 0, sizeof(float) * cv);
-        for (int i = leaf_lo(l, n, seg); i < leaf_hi(l, n, seg); i++)
-            for (int ch = 0; ch < c; ch++)
-                pl[(size_t)ch * v + idx[i]] += dy[(size_t)i * c + ch];
-    }
-    tree_finish(add_plain, dtable, part, L, cv);
-    free(part);
-}
-
-/* Bias corrections as torch computes them (in double), reduced to the two
- * floats the per-element update needs. */
-struct adam_k {
-    float omb1, b2, omb2, eps, step, bc2s;
-};
-
-static struct adam_k adam_consts(float lr, float b1, float b2, float eps, int t)
-{
-    double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
-    struct adam_k k = {1.0f - b1, b2, 1.0f - b2, eps, (float)(lr / bc1), (float)sqrt(bc2)};
-    return k;
-}
-
-/* The update of one element; the SIMD paths do the same operations in the
- * same order (no FMA), so every path gives the same bits. */
-static inline void adam_one(float *p, float *m, float *v, float g, const struct adam_k *k)
-{
-    *m = *m + k->omb1 * (g - *m);
-    *v = k->b2 * *v + k->omb2 * g * g;
-    float denom = sqrtf(*v) / k->bc2s + k->eps;
-    *p = *p - k->step * *m / denom;
-}
-
-void k_adam_ref(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
-                const float *g /* [n] */, size_t n, float lr, float b1, float b2, float eps, int t)
-{
-    struct adam_k k = adam_consts(lr, b1, b2, eps, t);
-    for (size_t i = 0; i < n; i++)
-        adam_one(p + i, m + i, v + i, g[i], &k);
-}
-
-/* ======================================================================
- * Plain kernels shared by every ISA: data movement, where SIMD buys nothing
- * that the cache blocking does not.
- * ====================================================================== */
-
-#define TR_BLOCK 32 /* a 32x32 float tile of in and out fit in L1 together */
-
-static void transpose_blocked(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
-{
-    int nbi = (r + TR_BLOCK - 1) / TR_BLOCK;
-#pragma omp parallel for schedule(static) if ((long)r * s >= 4 * PAR_WORK)
-    for (int bi = 0; bi < nbi; bi++) {
-        int i0 = bi * TR_BLOCK, i1 = min_int(i0 + TR_BLOCK, r);
-        for (int j0 = 0; j0 < s; j0 += TR_BLOCK) {
-            int j1 = min_int(j0 + TR_BLOCK, s);
-            for (int i = i0; i < i1; i++)
-                for (int j = j0; j < j1; j++)
-                    out[(size_t)j * r + i] = in[(size_t)i * s + j];
-        }
-    }
-}
-
-static void embed_gather(float *y /* [n,c] */, const int32_t *idx /* [n] */,
-                         const float *table /* [c,v] */, int n, int c, int v)
-{
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int i = 0; i < n; i++)
-        for (int ch = 0; ch < c; ch++)
-            y[(size_t)i * c + ch] = table[(size_t)ch * v + idx[i]];
-}
-
-/* Accumulates in a [v,c] buffer, where a row's gradient is contiguous, then
- * transposes. Each entry still sums its rows in order 0..n-1 from zero, so
- * the result is bit-identical to the twin. */
-static void embed_scatter(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
-                          const float *dy /* [n,c] */, int n, int c, int v)
-{
-    float *acc = xmalloc(sizeof(float) * (size_t)v * c); /* [v,c] */
-    memset(acc, 0, sizeof(float) * (size_t)v * c);
-    for (int i = 0; i < n; i++) {
-        float *row = acc + (size_t)idx[i] * c; /* [c] */
-        const float *g = dy + (size_t)i * c;   /* [c] */
-        for (int ch = 0; ch < c; ch++)
-            row[ch] += g[ch];
-    }
-    transpose_blocked(dtable, acc, v, c);
-    free(acc);
-}
-
-/* embed_bwd_seg, sparse: a leaf of seg rows touches at most seg of the v
- * table entries, so each tree level keeps a [v,c] buffer (a row's gradient
- * contiguous) plus a flag per entry, and only touched entries are zeroed,
- * summed and merged. Skipping the rest changes no bits: the twin's partial
- * for an untouched entry is +0, and x + (+0) == x for every x that a sum
- * starting from +0 can produce (never -0 under round-to-nearest). Threads
- * split the channels, so each has the whole tree for its channels. */
-struct embed_tree {
-    float *buf;          /* [levels,v,c] */
-    unsigned char *seen; /* [levels,v]: entry touched at this level */
-    const int32_t *idx;  /* [n] */
-    const float *dy;     /* [n,c] */
-    int n, c, v, seg, c0, c1; /* this thread's channels [c0, c1) */
-};
-
-static void embed_subtree(const struct embed_tree *e, int lo, int hi, int d)
-{
-    size_t vc = (size_t)e->v * e->c, w = (size_t)(e->c1 - e->c0);
-    float *buf = e->buf + (size_t)d * vc; /* [v,c] */
-    unsigned char *seen = e->seen + (size_t)d * e->v;
-    if (hi - lo == 1) {
-        memset(seen, 0, (size_t)e->v);
-        for (int i = leaf_lo(lo, e->n, e->seg); i < leaf_hi(lo, e->n, e->seg); i++) {
-            int u = e->idx[i];
-            float *row = buf + (size_t)u * e->c + e->c0; /* [w] */
-            if (!seen[u]) {
-                memset(row, 0, sizeof(float) * w);
-                seen[u] = 1;
-            }
-            add_into(row, e->dy + (size_t)i * e->c + e->c0, w);
-        }
-        return;
-    }
-    int mid = lo + (hi - lo) / 2;
-    embed_subtree(e, lo, mid, d);      /* left child: this level's buffer */
-    embed_subtree(e, mid, hi, d + 1); /* right child: the next level's */
-    const float *rbuf = buf + vc;
-    const unsigned char *rseen = seen + e->v;
-    for (int u = 0; u < e->v; u++) {
-        if (!rseen[u])
-            continue;
-        float *row = buf + (size_t)u * e->c + e->c0;
-        const float *r = rbuf + (size_t)u * e->c + e->c0;
-        if (seen[u])
-            add_into(row, r, w);
-        else /* +0 + r == r */
-            memcpy(row, r, sizeof(float) * w);
-        seen[u] = 1;
-    }
-}
-
-static void embed_scatter_seg(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
-                              const float *dy /* [n,c] */, int n, int c, int v, int seg)
-{
-    int L = leaf_count(n, seg), levels = tree_depth(L) + 1, groups = (c + 15) / 16;
-    float *buf = xmalloc(sizeof(float) * (size_t)levels * v * c); /* [levels,v,c] */
-#pragma omp parallel if ((long)n * c >= PAR_WORK)
-    {
-        int g0, g1;
-        my_share(groups, &g0, &g1); /* 16-channel groups: one cache line each */
-        struct embed_tree e = {buf, NULL, idx, dy, n, c, v, seg, min_int(c, 16 * g0),
-                               min_int(c, 16 * g1)};
-        if (e.c0 < e.c1) {
-            e.seen = xmalloc((size_t)levels * v);
-            if (L > 0)
-                embed_subtree(&e, 0, L, 0);
-            else
-                memset(e.seen, 0, (size_t)v);
-            for (int ch = e.c0; ch < e.c1; ch++)
-                for (int u = 0; u < v; u++)
-                    dtable[(size_t)ch * v + u] = e.seen[u] ? buf[(size_t)u * c + ch] : 0.0f;
-            free(e.seen);
-        }
-    }
-    free(buf);
-}
-
-/* k_tree_sum in chunks of TREE_CHUNK elements, each chunk's tree with one
- * scratch chunk per level, chunks in parallel. */
-#define TREE_CHUNK 2048
-
-static void tree_chunk(float *out /* [len] */, const float *const *parts, int lo, int hi,
-                       size_t off, size_t len, float *tmp /* [levels,TREE_CHUNK] */, int d)
-{
-    if (hi - lo == 1) {
-        if (out != parts[lo] + off)
-            memcpy(out, parts[lo] + off, sizeof(float) * len);
-        return;
-    }
-    int mid = lo + (hi - lo) / 2;
-    float *right = tmp + (size_t)d * TREE_CHUNK;
-    tree_chunk(out, parts, lo, mid, off, len, tmp, d + 1);
-    tree_chunk(right, parts, mid, hi, off, len, tmp, d + 1);
-    add_into(out, right, len);
-}
-
-static void tree_sum_chunked(float *out /* [len] */, const float *const *parts /* m x [len] */,
-                             int m, size_t len)
-{
-    if (m < 1) {
-        memset(out, 0, sizeof(float) * len);
-        return;
-    }
-    long nch = (long)((len + TREE_CHUNK - 1) / TREE_CHUNK);
-    int depth = tree_depth(m);
-#pragma omp parallel if (len * (size_t)m >= 4 * PAR_WORK)
-    {
-        float *tmp = xmalloc(sizeof(float) * (size_t)(depth ? depth : 1) * TREE_CHUNK);
-#pragma omp for schedule(static)
-        for (long ch = 0; ch < nch; ch++) {
-            size_t off = (size_t)ch * TREE_CHUNK;
-            size_t l = len - off < TREE_CHUNK ? len - off : TREE_CHUNK;
-            tree_chunk(out + off, parts, 0, m, off, l, tmp, 0);
-        }
-        free(tmp);
-    }
-}
-
-/* Final step of a blocked row reduction: out[q] = sum of part[nblk,q] over
- * blocks, in block order. */
-static void sum_blocks(float *out /* [q] */, const float *part /* [nblk,q] */, int nblk, int q)
-{
-    for (int j = 0; j < q; j++)
-        out[j] = 0.0f;
-    for (int b = 0; b < nblk; b++)
-        for (int j = 0; j < q; j++)
-            out[j] += part[(size_t)b * q + j];
-}
+/* ---- attention: data movement for the head kernels ---- */
 
 /* dst[c, r] = src[r, c] for rows r < R and columns c < K (dst's rows dld
  * apart, src's sld apart): 8 x 8 blocks by shuffles, the edges one by
@@ -975,8 +1119,6 @@ static void kv_transpose(float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
     zero_cols(vt, (size_t)tp, hs, T, tp);
 }
 
-static int round16(int x) { return (x + 15) / 16 * 16; }
-
 /* Row stride of the transposed per-head buffers: room for whole vectors
  * past T, plus 16 floats so rows are never a multiple of 4 KiB apart (loads
  * and stores that far apart falsely alias in the store buffer). */
@@ -1002,407 +1144,7 @@ static void v_transpose(float *vt /* [round8(hs),tp] */,
     zero_cols(vt + (size_t)hs * tp, (size_t)tp, (hs + 7) / 8 * 8 - hs, 0, tp);
 }
 
-/* ======================================================================
- * AVX2 + FMA: 8 floats per vector
- * ====================================================================== */
-
-/* Lanes 0..n-1 set: the mask for maskload/maskstore of a partial vector. */
-INLINE_AVX2 __m256i lanes8(int n)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-INLINE_AVX2 float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-INLINE_AVX2 float hmax8(__m256 v)
-{
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
-}
-
-/* lanes16 for n < 16 without branches (the attention loops' masks). */
-INLINE_AVX512 __mmask16 below16(int n) { return (__mmask16)((1u << (n > 0 ? n : 0)) - 1u); }
-
-/* exp(x) within ~2 ulp for x <= 88, as softmax needs (its arguments are
- * <= 0). x = n ln2 + r, |r| <= ln2/2, and the degree-7 Taylor polynomial
- * of e^r is already below float precision there. Below -87 it returns
- * ~1e-38 instead of a subnormal, harmless next to a softmax's 1. */
-INLINE_AVX2 __m256 exp8(__m256 x)
-{
-    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x); /* NaN in, NaN out */
-    x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147182f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-1.90465430e-9f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e)); /* p * 2^n */
-}
-
-/* ---- matmul: c = epilogue(a @ b + bias) ---- */
-
-/* Everything a matmul tile needs. The same tiles serve matmul (a is [n,p],
- * row stride p) and matmul_tn (a is [p,n], read as its transpose). A tile
- * runs k over [k0, k1): from k0 = 0 it starts at the bias (or 0), later it
- * resumes from the partial sums stored in c, so splitting the k loop into
- * passes changes no bits. */
-struct mm {
-    float *c;             /* [n,q] */
-    const float *a;       /* [n,p] or [p,n] */
-    const float *b;       /* [p,q] */
-    const float *bias;    /* [q] or NULL */
-    const float *r1, *r2; /* [n,q] or NULL, added after the optional ReLU */
-    int relu, p, q;
-    int k0, k1; /* this pass's range of k */
-    int kinit;  /* where the sums start: a pass from k0 == kinit initialises
-                 * (bias or 0), a later one resumes from c */
-};
-
-#define MR_AVX2 6 /* rows per tile: 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
-
-/* An R x 8V tile of c at (i, j): element (r, k) of a is a[(i+r)*ars + k*aks].
- * Every element is bias (or 0) followed by one FMA per k, in k order, for
- * any R: so tiles and the 1-row remainder give the same bits. The last
- * vector holds last_w columns; a partial one is read and written through a
- * mask (masked stores are slow on AMD, so a full one is not). */
-INLINE_AVX2 void mm_tile_avx2(const struct mm *m, int i, int j, int R, int V, int last_w,
-                              size_t ars, size_t aks)
-{
-    __m256 acc[MR_AVX2][2];
-    const float *a = m->a + i * ars; /* tile's row 0 */
-    const float *b = m->b + j;       /* tile's column 0 */
-    const __m256i tail = lanes8(last_w);
-    int full = last_w == 8 ? V : V - 1; /* vectors needing no mask */
-#pragma GCC unroll 2
-    for (int v = 0; v < V; v++) {
-        __m256 init = _mm256_setzero_ps();
-        if (m->bias && m->k0 == m->kinit)
-            init = v < full ? _mm256_loadu_ps(m->bias + j + 8 * v)
-                            : _mm256_maskload_ps(m->bias + j + 8 * v, tail);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            const float *cr = m->c + (size_t)(i + r) * m->q + j + 8 * v;
-            acc[r][v] = m->k0 == m->kinit ? init
-                        : v < full ? _mm256_loadu_ps(cr)
-                                   : _mm256_maskload_ps(cr, tail);
-        }
-    }
-    for (int k = m->k0; k < m->k1; k++) {
-        const float *bk = b + (size_t)k * m->q; /* [8V] */
-        __m256 bv[2];
-#pragma GCC unroll 2
-        for (int v = 0; v < V; v++)
-            bv[v] = v < full ? _mm256_loadu_ps(bk + 8 * v) : _mm256_maskload_ps(bk + 8 * v, tail);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __m256 ar = _mm256_broadcast_ss(a + r * ars + k * aks);
-#pragma GCC unroll 2
-            for (int v = 0; v < V; v++)
-                acc[r][v] = _mm256_fmadd_ps(ar, bv[v], acc[r][v]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        size_t at = (size_t)(i + r) * m->q + j;
-#pragma GCC unroll 2
-        for (int v = 0; v < V; v++) {
-            __m256 y = acc[r][v];
-            __m256i msk = v < full ? _mm256_set1_epi32(-1) : tail;
-            if (m->relu)
-                y = _mm256_max_ps(y, _mm256_setzero_ps());
-            if (m->r1)
-                y = _mm256_add_ps(y, _mm256_maskload_ps(m->r1 + at + 8 * v, msk));
-            if (m->r2)
-                y = _mm256_add_ps(y, _mm256_maskload_ps(m->r2 + at + 8 * v, msk));
-            if (v < full)
-                _mm256_storeu_ps(m->c + at + 8 * v, y);
-            else
-                _mm256_maskstore_ps(m->c + at + 8 * v, msk, y);
-        }
-    }
-}
-
-/* R rows of c (R == MR_AVX2, or fewer at the bottom edge), all columns. */
-INLINE_AVX2 void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, size_t aks)
-{
-    for (int j = 0; j < m->q; j += 16) {
-        int w = min_int(16, m->q - j), V = (w + 7) / 8, last_w = w - 8 * (V - 1);
-        if (R == MR_AVX2 && V == 2)
-            mm_tile_avx2(m, i, j, MR_AVX2, 2, last_w, ars, aks);
-        else if (R == MR_AVX2)
-            mm_tile_avx2(m, i, j, MR_AVX2, 1, last_w, ars, aks);
-        else
-            for (int r = 0; r < R; r++) {
-                if (V == 2)
-                    mm_tile_avx2(m, i + r, j, 1, 2, last_w, ars, aks);
-                else
-                    mm_tile_avx2(m, i + r, j, 1, 1, last_w, ars, aks);
-            }
-    }
-}
-
-T_AVX2 static void matmul_avx2(const struct mm *m, int n)
-{
-    int tiles = (n + MR_AVX2 - 1) / MR_AVX2;
-#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
-    for (int t = 0; t < tiles; t++)
-        mm_rows_avx2(m, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), (size_t)m->p, 1);
-}
-
-/* One leaf of matmul_tn for row tiles [t0, t1) of c: k from leaf->kinit
- * to k_end, in passes of TN_KBLOCK rows of a and b. */
-T_AVX2 static void tn_leaf_avx2(const struct mm *leaf, int n, int t0, int t1, int k_end)
-{
-    struct mm pass = *leaf;
-    for (int k = leaf->kinit; k < k_end; k += TN_KBLOCK) {
-        pass.k0 = k;
-        pass.k1 = min_int(k + TN_KBLOCK, k_end);
-        for (int t = t0; t < t1; t++)
-            mm_rows_avx2(&pass, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), 1, (size_t)n);
-    }
-}
-
-/* ---- element-wise: vectors, then a scalar tail doing the same operation ---- */
-
-T_AVX2 static void add_avx2(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */,
-                            size_t n)
-{
-    size_t nv = n / 8 * 8;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t i = 0; i < nv; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
-    for (size_t i = nv; i < n; i++)
-        y[i] = a[i] + b[i];
-}
-
-T_AVX2 static void add_n_avx2(float *y /* [n] */, const float *const *x /* m x [n] */, int m,
-                              size_t n)
-{
-    size_t nv = n / 8 * 8;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t i = 0; i < nv; i += 8) {
-        __m256 s = _mm256_loadu_ps(x[0] + i);
-        for (int k = 1; k < m; k++)
-            s = _mm256_add_ps(s, _mm256_loadu_ps(x[k] + i));
-        _mm256_storeu_ps(y + i, s);
-    }
-    for (size_t i = nv; i < n; i++) {
-        float s = x[0][i];
-        for (int k = 1; k < m; k++)
-            s += x[k][i];
-        y[i] = s;
-    }
-}
-
-T_AVX2 static void relu_avx2(float *y /* [n] */, const float *x /* [n] */, size_t n)
-{
-    size_t nv = n / 8 * 8;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t i = 0; i < nv; i += 8) /* max(x, 0) returns 0 for NaN, like x > 0 ? x : 0 */
-        _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
-    for (size_t i = nv; i < n; i++)
-        y[i] = x[i] > 0 ? x[i] : 0.0f;
-}
-
-T_AVX2 static void relu_bwd_avx2(float *dx /* [n] */, const float *dy /* [n] */,
-                                 const float *y /* [n] */, size_t n)
-{
-    size_t nv = n / 8 * 8;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t i = 0; i < nv; i += 8) {
-        __m256 on = _mm256_cmp_ps(_mm256_loadu_ps(y + i), _mm256_setzero_ps(), _CMP_GT_OQ);
-        _mm256_storeu_ps(dx + i, _mm256_and_ps(on, _mm256_loadu_ps(dy + i)));
-    }
-    for (size_t i = nv; i < n; i++)
-        dx[i] = y[i] > 0 ? dy[i] : 0.0f;
-}
-
-T_AVX2 static void adam_avx2(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
-                             const float *g /* [n] */, size_t n, const struct adam_k *k)
-{
-    size_t nv = n / 8 * 8;
-    __m256 omb1 = _mm256_set1_ps(k->omb1), b2 = _mm256_set1_ps(k->b2);
-    __m256 omb2 = _mm256_set1_ps(k->omb2), eps = _mm256_set1_ps(k->eps);
-    __m256 step = _mm256_set1_ps(k->step), bc2s = _mm256_set1_ps(k->bc2s);
-#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
-    for (size_t i = 0; i < nv; i += 8) { /* adam_one's operations, in its order */
-        __m256 gi = _mm256_loadu_ps(g + i), mi = _mm256_loadu_ps(m + i);
-        __m256 vi = _mm256_loadu_ps(v + i), pi = _mm256_loadu_ps(p + i);
-        mi = _mm256_add_ps(mi, _mm256_mul_ps(omb1, _mm256_sub_ps(gi, mi)));
-        vi = _mm256_add_ps(_mm256_mul_ps(b2, vi), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
-        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
-        pi = _mm256_sub_ps(pi, _mm256_div_ps(_mm256_mul_ps(step, mi), denom));
-        _mm256_storeu_ps(m + i, mi);
-        _mm256_storeu_ps(v + i, vi);
-        _mm256_storeu_ps(p + i, pi);
-    }
-    for (size_t i = nv; i < n; i++)
-        adam_one(p + i, m + i, v + i, g[i], k);
-}
-
-/* ---- reductions over rows, in ROW_BLOCK partials ---- */
-
-/* part[q] = rows [i0, i1) of x summed in order, from zero. */
-T_AVX2 static void sum_block_avx2(float *part /* [q] */, const float *x /* [n,q] */, int i0, int i1,
-                                  int q)
-{
-    int qv = q / 8 * 8;
-    for (int j = 0; j < q; j++)
-        part[j] = 0.0f;
-    for (int i = i0; i < i1; i++) {
-        const float *xi = x + (size_t)i * q; /* [q] */
-        for (int j = 0; j < qv; j += 8)
-            _mm256_storeu_ps(part + j,
-                             _mm256_add_ps(_mm256_loadu_ps(part + j), _mm256_loadu_ps(xi + j)));
-        for (int j = qv; j < q; j++)
-            part[j] += xi[j];
-    }
-}
-
-T_AVX2 static void sum_rows_avx2(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
-{
-    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
-    float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
-#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
-    for (int b = 0; b < nblk; b++)
-        sum_block_avx2(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK), q);
-    sum_blocks(out, part, nblk, q);
-    free(part);
-}
-
-/* ---- layernorm ---- */
-
-T_AVX2 static void layernorm_row_avx2(float *y /* [c] */, float *mean, float *rstd,
-                                      const float *x /* [c] */, const float *w /* [c] */,
-                                      const float *b /* [c] */, int c)
-{
-    int cv = c / 8 * 8;
-    __m256 acc = _mm256_setzero_ps();
-    for (int j = 0; j < cv; j += 8)
-        acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + j));
-    float mu = hsum8(acc);
-    for (int j = cv; j < c; j++)
-        mu += x[j];
-    mu /= (float)c;
-    __m256 muv = _mm256_set1_ps(mu);
-    acc = _mm256_setzero_ps();
-    for (int j = 0; j < cv; j += 8) {
-        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + j), muv);
-        acc = _mm256_fmadd_ps(d, d, acc);
-    }
-    float var = hsum8(acc);
-    for (int j = cv; j < c; j++)
-        var += (x[j] - mu) * (x[j] - mu);
-    var /= (float)c;
-    float rs = 1.0f / sqrtf(var + LN_EPS);
-    __m256 rsv = _mm256_set1_ps(rs);
-    for (int j = 0; j < cv; j += 8) {
-        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), muv), rsv);
-        _mm256_storeu_ps(y + j,
-                         _mm256_fmadd_ps(xh, _mm256_loadu_ps(w + j), _mm256_loadu_ps(b + j)));
-    }
-    for (int j = cv; j < c; j++)
-        y[j] = (x[j] - mu) * rs * w[j] + b[j];
-    *mean = mu;
-    *rstd = rs;
-}
-
-T_AVX2 static void layernorm_avx2(float *y /* [n,c] */, float *mean /* [n] */,
-                                  float *rstd /* [n] */, const float *x /* [n,c] */,
-                                  const float *w /* [c] */, const float *b /* [c] */, int n, int c)
-{
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int i = 0; i < n; i++)
-        layernorm_row_avx2(y + (size_t)i * c, mean + i, rstd + i, x + (size_t)i * c, w, b, c);
-}
-
-/* Rows [i0, i1): their dx, and the block's partial dw, db (pw, pb [c]). */
-T_AVX2 static void layernorm_bwd_block_avx2(float *dx /* [n,c] */, float *pw /* [c] */,
-                                            float *pb /* [c] */, const float *dy /* [n,c] */,
-                                            const float *x /* [n,c] */, const float *w /* [c] */,
-                                            const float *mean /* [n] */,
-                                            const float *rstd /* [n] */, int i0, int i1, int c)
-{
-    int cv = c / 8 * 8;
-    for (int j = 0; j < c; j++)
-        pw[j] = pb[j] = 0.0f;
-    for (int i = i0; i < i1; i++) {
-        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
-        float *dxi = dx + (size_t)i * c;                               /* [c] */
-        float mu = mean[i], rs = rstd[i];
-        __m256 muv = _mm256_set1_ps(mu), rsv = _mm256_set1_ps(rs);
-        __m256 s1v = _mm256_setzero_ps(), s2v = _mm256_setzero_ps();
-        for (int j = 0; j < cv; j += 8) {
-            __m256 gy = _mm256_loadu_ps(gi + j);
-            __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xi + j), muv), rsv);
-            __m256 g = _mm256_mul_ps(gy, _mm256_loadu_ps(w + j));
-            s1v = _mm256_add_ps(s1v, g);
-            s2v = _mm256_fmadd_ps(g, xh, s2v);
-            _mm256_storeu_ps(pw + j, _mm256_fmadd_ps(gy, xh, _mm256_loadu_ps(pw + j)));
-            _mm256_storeu_ps(pb + j, _mm256_add_ps(gy, _mm256_loadu_ps(pb + j)));
-        }
-        float s1 = hsum8(s1v), s2 = hsum8(s2v);
-        for (int j = cv; j < c; j++) {
-            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
-            s1 += g;
-            s2 += g * xh;
-            pw[j] += gi[j] * xh;
-            pb[j] += gi[j];
-        }
-        s1 /= (float)c;
-        s2 /= (float)c;
-        __m256 s1c = _mm256_set1_ps(s1), s2c = _mm256_set1_ps(s2);
-        for (int j = 0; j < cv; j += 8) {
-            __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xi + j), muv), rsv);
-            __m256 g = _mm256_mul_ps(_mm256_loadu_ps(gi + j), _mm256_loadu_ps(w + j));
-            __m256 t = _mm256_sub_ps(_mm256_sub_ps(g, s1c), _mm256_mul_ps(xh, s2c));
-            _mm256_storeu_ps(dxi + j, _mm256_mul_ps(rsv, t));
-        }
-        for (int j = cv; j < c; j++) {
-            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
-            dxi[j] = rs * (g - s1 - xh * s2);
-        }
-    }
-}
-
-/* Blocked layernorm backward for any ISA: the block function differs. */
-typedef void ln_bwd_block_fn(float *, float *, float *, const float *, const float *, const float *,
-                             const float *, const float *, int, int, int);
-
-static void layernorm_bwd_blocked(ln_bwd_block_fn *block, float *dx /* [n,c] */,
-                                  float *dw /* [c] */, float *db /* [c] */,
-                                  const float *dy /* [n,c] */, const float *x /* [n,c] */,
-                                  const float *w /* [c] */, const float *mean /* [n] */,
-                                  const float *rstd /* [n] */, int n, int c)
-{
-    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
-    float *pw = xmalloc(sizeof(float) * 2 * (size_t)nblk * c); /* [nblk,c] partial dw */
-    float *pb = pw + (size_t)nblk * c;                         /* [nblk,c] partial db */
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int b = 0; b < nblk; b++)
-        block(dx, pw + (size_t)b * c, pb + (size_t)b * c, dy, x, w, mean, rstd, b * ROW_BLOCK,
-              min_int(n, (b + 1) * ROW_BLOCK), c);
-    sum_blocks(dw, pw, nblk, c);
-    sum_blocks(db, pb, nblk, c);
-    free(pw);
-}
-
-/* ---- attention ---- */
+/* ---- attention: AVX2 ---- */
 
 /* 8 output channels of a block of 8 queries: the sum over keys of
  * probability times value, in 8 independent accumulators. vt's rows past
@@ -1579,407 +1321,7 @@ T_AVX2 static void attention_step_head_avx2(float *o /* [hs] */, const float *q 
     }
 }
 
-/* ---- softmax cross-entropy ---- */
-
-/* Max and sum of exp(x - max) over one row of logits. */
-T_AVX2 static void row_stats_avx2(const float *x /* [v] */, int v, float *mx, float *sum)
-{
-    int vv = v / 8 * 8;
-    __m256 m8 = _mm256_set1_ps(-INFINITY);
-    for (int j = 0; j < vv; j += 8)
-        m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + j));
-    float m = hmax8(m8);
-    for (int j = vv; j < v; j++)
-        m = x[j] > m ? x[j] : m;
-    __m256 s8 = _mm256_setzero_ps(), mv = _mm256_set1_ps(m);
-    for (int j = 0; j < vv; j += 8)
-        s8 = _mm256_add_ps(s8, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)));
-    float s = hsum8(s8);
-    for (int j = vv; j < v; j++)
-        s += expf(x[j] - m);
-    *mx = m;
-    *sum = s;
-}
-
-T_AVX2 static void xent_avx2(float *loss /* [1] */, const float *logits /* [n,v] */,
-                             const int32_t *targets /* [n] */, int n, int v)
-{
-    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
-#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * v; /* [v] */
-        float m, s;
-        row[i] = 0.0;
-        if (targets[i] < 0)
-            continue;
-        row_stats_avx2(x, v, &m, &s);
-        row[i] = (double)(m + logf(s) - x[targets[i]]);
-    }
-    *loss = mean_loss(row, targets, n);
-    free(row);
-}
-
-T_AVX2 static void xent_bwd_avx2(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
-                                 const int32_t *targets /* [n] */, const float *dloss /* [1] */,
-                                 int n, int v)
-{
-    int count = count_targets(targets, n), vv = v / 8 * 8;
-    float scale = count ? dloss[0] / (float)count : 0.0f;
-#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * v; /* [v] */
-        float *dx = dlogits + (size_t)i * v;     /* [v] */
-        int t = targets[i];
-        if (t < 0) {
-            memset(dx, 0, sizeof(float) * (size_t)v);
-            continue;
-        }
-        float m, s;
-        row_stats_avx2(x, v, &m, &s);
-        float inv = 1.0f / s;
-        __m256 mv = _mm256_set1_ps(m), iv = _mm256_set1_ps(inv), sc = _mm256_set1_ps(scale);
-        __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), tv = _mm256_set1_epi32(t);
-        for (int j = 0; j < vv; j += 8) {
-            __m256 p = _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)), iv);
-            __m256i hit = _mm256_cmpeq_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32(j)), tv);
-            p = _mm256_sub_ps(p, _mm256_and_ps(_mm256_castsi256_ps(hit), _mm256_set1_ps(1.0f)));
-            _mm256_storeu_ps(dx + j, _mm256_mul_ps(p, sc));
-        }
-        for (int j = vv; j < v; j++)
-            dx[j] = (expf(x[j] - m) * inv - (j == t)) * scale;
-    }
-}
-
-/* ======================================================================
- * AVX-512: 16 floats per vector, partial vectors by mask registers
- * ====================================================================== */
-
-INLINE_AVX512 __mmask16 lanes16(int n) /* lanes 0..n-1 set */
-{
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
-/* exp(x) within ~2 ulp, the same reduction and polynomial as exp8; scalef
- * applies 2^n without building exponent bits, so it underflows to 0 and
- * overflows to inf like expf. */
-INLINE_AVX512 __m512 exp16(__m512 x)
-{
-    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); /* keeps r finite; NaN passes */
-    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693147182f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-1.90465430e-9f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
-/* ---- matmul ---- */
-
-#define MR_AVX512 6 /* rows per tile: 6x4 accumulators + 4 b + 1 broadcast = 29 of 32 zmm */
-
-/* The AVX-512 twin of mm_tile_avx2: an R x 16V tile, V <= 4, one FMA
- * chain per element in k order whatever R is. */
-INLINE_AVX512 void mm_tile_avx512(const struct mm *m, int i, int j, int R, int V, __mmask16 tail,
-                                  size_t ars, size_t aks)
-{
-    __m512 acc[MR_AVX512][4];
-    const float *a = m->a + i * ars; /* tile's row 0 */
-    const float *b = m->b + j;       /* tile's column 0 */
-#pragma GCC unroll 4
-    for (int v = 0; v < V; v++) {
-        __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
-        int fresh = m->k0 == m->kinit;
-        __m512 init = m->bias && fresh ? _mm512_maskz_loadu_ps(msk, m->bias + j + 16 * v)
-                                       : _mm512_setzero_ps();
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            const float *cr = m->c + (size_t)(i + r) * m->q + j + 16 * v;
-            acc[r][v] = fresh ? init : _mm512_maskz_loadu_ps(msk, cr);
-        }
-    }
-    for (int k = m->k0; k < m->k1; k++) {
-        const float *bk = b + (size_t)k * m->q; /* [16V] */
-        __m512 bv[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < V; v++)
-            bv[v] = _mm512_maskz_loadu_ps(v < V - 1 ? (__mmask16)0xFFFF : tail, bk + 16 * v);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __m512 ar = _mm512_set1_ps(a[r * ars + k * aks]);
-#pragma GCC unroll 4
-            for (int v = 0; v < V; v++)
-                acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        size_t at = (size_t)(i + r) * m->q + j;
-#pragma GCC unroll 4
-        for (int v = 0; v < V; v++) {
-            __mmask16 msk = v < V - 1 ? (__mmask16)0xFFFF : tail;
-            __m512 y = acc[r][v];
-            if (m->relu)
-                y = _mm512_max_ps(y, _mm512_setzero_ps());
-            if (m->r1)
-                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r1 + at + 16 * v));
-            if (m->r2)
-                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk, m->r2 + at + 16 * v));
-            _mm512_mask_storeu_ps(m->c + at + 16 * v, msk, y);
-        }
-    }
-}
-
-/* Picks the tile instance for V vectors; R is a constant at each call. */
-INLINE_AVX512 void mm_panel_avx512(const struct mm *m, int i, int j, int R, int V, __mmask16 tail,
-                                   size_t ars, size_t aks)
-{
-    switch (V) {
-    case 1: mm_tile_avx512(m, i, j, R, 1, tail, ars, aks); break;
-    case 2: mm_tile_avx512(m, i, j, R, 2, tail, ars, aks); break;
-    case 3: mm_tile_avx512(m, i, j, R, 3, tail, ars, aks); break;
-    default: mm_tile_avx512(m, i, j, R, 4, tail, ars, aks); break;
-    }
-}
-
-/* R rows of c (R == MR_AVX512, or fewer at the bottom edge), all columns in
- * panels of 64. */
-INLINE_AVX512 void mm_rows_avx512(const struct mm *m, int i, int R, size_t ars, size_t aks)
-{
-    for (int j = 0; j < m->q; j += 64) {
-        int w = min_int(64, m->q - j), V = (w + 15) / 16;
-        __mmask16 tail = lanes16(w - 16 * (V - 1));
-        if (R == MR_AVX512)
-            mm_panel_avx512(m, i, j, MR_AVX512, V, tail, ars, aks);
-        else
-            for (int r = 0; r < R; r++)
-                mm_panel_avx512(m, i + r, j, 1, V, tail, ars, aks);
-    }
-}
-
-T_AVX512 static void matmul_avx512(const struct mm *m, int n)
-{
-    int tiles = (n + MR_AVX512 - 1) / MR_AVX512;
-#pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
-    for (int t = 0; t < tiles; t++)
-        mm_rows_avx512(m, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), (size_t)m->p, 1);
-}
-
-T_AVX512 static void tn_leaf_avx512(const struct mm *leaf, int n, int t0, int t1, int k_end)
-{
-    struct mm pass = *leaf;
-    for (int k = leaf->kinit; k < k_end; k += TN_KBLOCK) {
-        pass.k0 = k;
-        pass.k1 = min_int(k + TN_KBLOCK, k_end);
-        for (int t = t0; t < t1; t++)
-            mm_rows_avx512(&pass, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), 1,
-                           (size_t)n);
-    }
-}
-
-/* ---- element-wise: whole vectors in parallel, then one masked vector ---- */
-
-T_AVX512 static void add_avx512(float *y /* [n] */, const float *a /* [n] */,
-                                const float *b /* [n] */, size_t n)
-{
-    size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t i = 0; i < nv; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
-    __mmask16 t = lanes16((int)(n - nv));
-    _mm512_mask_storeu_ps(
-        y + nv, t,
-        _mm512_add_ps(_mm512_maskz_loadu_ps(t, a + nv), _mm512_maskz_loadu_ps(t, b + nv)));
-}
-
-T_AVX512 static void add_n_avx512(float *y /* [n] */, const float *const *x /* m x [n] */, int m,
-                                  size_t n)
-{
-    size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t i = 0; i < nv; i += 16) {
-        __m512 s = _mm512_loadu_ps(x[0] + i);
-        for (int k = 1; k < m; k++)
-            s = _mm512_add_ps(s, _mm512_loadu_ps(x[k] + i));
-        _mm512_storeu_ps(y + i, s);
-    }
-    __mmask16 t = lanes16((int)(n - nv));
-    __m512 s = _mm512_maskz_loadu_ps(t, x[0] + nv);
-    for (int k = 1; k < m; k++)
-        s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(t, x[k] + nv));
-    _mm512_mask_storeu_ps(y + nv, t, s);
-}
-
-T_AVX512 static void relu_avx512(float *y /* [n] */, const float *x /* [n] */, size_t n)
-{
-    size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t i = 0; i < nv; i += 16) /* max(x, 0) returns 0 for NaN, like x > 0 ? x : 0 */
-        _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), _mm512_setzero_ps()));
-    __mmask16 t = lanes16((int)(n - nv));
-    _mm512_mask_storeu_ps(y + nv, t,
-                          _mm512_max_ps(_mm512_maskz_loadu_ps(t, x + nv), _mm512_setzero_ps()));
-}
-
-T_AVX512 static void relu_bwd_avx512(float *dx /* [n] */, const float *dy /* [n] */,
-                                     const float *y /* [n] */, size_t n)
-{
-    size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t i = 0; i < nv; i += 16) {
-        __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + i), _mm512_setzero_ps(), _CMP_GT_OQ);
-        _mm512_storeu_ps(dx + i, _mm512_maskz_loadu_ps(on, dy + i));
-    }
-    __mmask16 t = lanes16((int)(n - nv));
-    __mmask16 on =
-        _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(t, y + nv), _mm512_setzero_ps(), _CMP_GT_OQ);
-    _mm512_mask_storeu_ps(dx + nv, t, _mm512_maskz_loadu_ps(on, dy + nv));
-}
-
-/* adam_one's operations, in its order, 16 elements at a time. */
-INLINE_AVX512 void adam_vec_avx512(float *p, float *m, float *v, const float *g, __mmask16 t,
-                                   const struct adam_k *k)
-{
-    __m512 gi = _mm512_maskz_loadu_ps(t, g), mi = _mm512_maskz_loadu_ps(t, m);
-    __m512 vi = _mm512_maskz_loadu_ps(t, v), pi = _mm512_maskz_loadu_ps(t, p);
-    mi = _mm512_add_ps(mi, _mm512_mul_ps(_mm512_set1_ps(k->omb1), _mm512_sub_ps(gi, mi)));
-    vi = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(k->b2), vi),
-                       _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(k->omb2), gi), gi));
-    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), _mm512_set1_ps(k->bc2s)),
-                                 _mm512_set1_ps(k->eps));
-    pi = _mm512_sub_ps(pi, _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(k->step), mi), denom));
-    _mm512_mask_storeu_ps(m, t, mi);
-    _mm512_mask_storeu_ps(v, t, vi);
-    _mm512_mask_storeu_ps(p, t, pi);
-}
-
-T_AVX512 static void adam_avx512(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
-                                 const float *g /* [n] */, size_t n, const struct adam_k *k)
-{
-    size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
-    for (size_t i = 0; i < nv; i += 16)
-        adam_vec_avx512(p + i, m + i, v + i, g + i, (__mmask16)0xFFFF, k);
-    adam_vec_avx512(p + nv, m + nv, v + nv, g + nv, lanes16((int)(n - nv)), k);
-}
-
-/* ---- reductions over rows ---- */
-
-T_AVX512 static void sum_block_avx512(float *part /* [q] */, const float *x /* [n,q] */, int i0,
-                                      int i1, int q)
-{
-    for (int j = 0; j < q; j++)
-        part[j] = 0.0f;
-    for (int i = i0; i < i1; i++) {
-        const float *xi = x + (size_t)i * q; /* [q] */
-        for (int j = 0; j < q; j += 16) {
-            __mmask16 t = lanes16(q - j);
-            __m512 s =
-                _mm512_add_ps(_mm512_maskz_loadu_ps(t, part + j), _mm512_maskz_loadu_ps(t, xi + j));
-            _mm512_mask_storeu_ps(part + j, t, s);
-        }
-    }
-}
-
-T_AVX512 static void sum_rows_avx512(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
-{
-    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
-    float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
-#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
-    for (int b = 0; b < nblk; b++)
-        sum_block_avx512(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK),
-                         q);
-    sum_blocks(out, part, nblk, q);
-    free(part);
-}
-
-/* ---- layernorm ---- */
-
-T_AVX512 static void layernorm_row_avx512(float *y /* [c] */, float *mean, float *rstd,
-                                          const float *x /* [c] */, const float *w /* [c] */,
-                                          const float *b /* [c] */, int c)
-{
-    __m512 acc = _mm512_setzero_ps();
-    for (int j = 0; j < c; j += 16)
-        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(lanes16(c - j), x + j));
-    float mu = _mm512_reduce_add_ps(acc) / (float)c;
-    __m512 muv = _mm512_set1_ps(mu);
-    acc = _mm512_setzero_ps();
-    for (int j = 0; j < c; j += 16) {
-        __mmask16 t = lanes16(c - j);
-        __m512 d = _mm512_maskz_sub_ps(t, _mm512_maskz_loadu_ps(t, x + j), muv);
-        acc = _mm512_fmadd_ps(d, d, acc);
-    }
-    float rs = 1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)c + LN_EPS);
-    __m512 rsv = _mm512_set1_ps(rs);
-    for (int j = 0; j < c; j += 16) {
-        __mmask16 t = lanes16(c - j);
-        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + j), muv), rsv);
-        __m512 yv =
-            _mm512_fmadd_ps(xh, _mm512_maskz_loadu_ps(t, w + j), _mm512_maskz_loadu_ps(t, b + j));
-        _mm512_mask_storeu_ps(y + j, t, yv);
-    }
-    *mean = mu;
-    *rstd = rs;
-}
-
-T_AVX512 static void layernorm_avx512(float *y /* [n,c] */, float *mean /* [n] */,
-                                      float *rstd /* [n] */, const float *x /* [n,c] */,
-                                      const float *w /* [c] */, const float *b /* [c] */, int n,
-                                      int c)
-{
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int i = 0; i < n; i++)
-        layernorm_row_avx512(y + (size_t)i * c, mean + i, rstd + i, x + (size_t)i * c, w, b, c);
-}
-
-T_AVX512 static void layernorm_bwd_block_avx512(float *dx /* [n,c] */, float *pw /* [c] */,
-                                                float *pb /* [c] */, const float *dy /* [n,c] */,
-                                                const float *x /* [n,c] */,
-                                                const float *w /* [c] */,
-                                                const float *mean /* [n] */,
-                                                const float *rstd /* [n] */, int i0, int i1, int c)
-{
-    for (int j = 0; j < c; j++)
-        pw[j] = pb[j] = 0.0f;
-    for (int i = i0; i < i1; i++) {
-        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
-        float *dxi = dx + (size_t)i * c;                               /* [c] */
-        __m512 muv = _mm512_set1_ps(mean[i]), rsv = _mm512_set1_ps(rstd[i]);
-        __m512 s1v = _mm512_setzero_ps(), s2v = _mm512_setzero_ps();
-        for (int j = 0; j < c; j += 16) { /* masked lanes load 0, so add 0 everywhere */
-            __mmask16 t = lanes16(c - j);
-            __m512 gy = _mm512_maskz_loadu_ps(t, gi + j);
-            __m512 xh =
-                _mm512_maskz_mul_ps(t, _mm512_sub_ps(_mm512_maskz_loadu_ps(t, xi + j), muv), rsv);
-            __m512 g = _mm512_mul_ps(gy, _mm512_maskz_loadu_ps(t, w + j));
-            s1v = _mm512_add_ps(s1v, g);
-            s2v = _mm512_fmadd_ps(g, xh, s2v);
-            _mm512_mask_storeu_ps(pw + j, t,
-                                  _mm512_fmadd_ps(gy, xh, _mm512_maskz_loadu_ps(t, pw + j)));
-            _mm512_mask_storeu_ps(pb + j, t, _mm512_add_ps(gy, _mm512_maskz_loadu_ps(t, pb + j)));
-        }
-        __m512 s1c = _mm512_set1_ps(_mm512_reduce_add_ps(s1v) / (float)c);
-        __m512 s2c = _mm512_set1_ps(_mm512_reduce_add_ps(s2v) / (float)c);
-        for (int j = 0; j < c; j += 16) {
-            __mmask16 t = lanes16(c - j);
-            __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, xi + j), muv), rsv);
-            __m512 g =
-                _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gi + j), _mm512_maskz_loadu_ps(t, w + j));
-            __m512 d = _mm512_sub_ps(_mm512_sub_ps(g, s1c), _mm512_mul_ps(xh, s2c));
-            _mm512_mask_storeu_ps(dxi + j, t, _mm512_mul_ps(rsv, d));
-        }
-    }
-}
-
-/* ---- attention: the AVX-512 twins of the AVX2 head functions ---- */
+/* ---- attention: AVX-512 ---- */
 
 /* o[r, g] = acc[g][r] / l[r]: 8 channels of w queries out of the lanes. */
 INLINE_AVX512 void pv_store_avx512(float *o /* [w,C] */, int C, const __m512 *acc /* [8] */,
@@ -2325,80 +1667,7 @@ T_AVX512 static void attention_step_head_avx512(float *o /* [hs] */, const float
     }
 }
 
-/* ---- softmax cross-entropy ---- */
-
-/* Max and sum of exp(x - max) over one row; masked lanes take part as
- * -inf in the max and 0 in the sum. */
-T_AVX512 static void row_stats_avx512(const float *x /* [v] */, int v, float *mx, float *sum)
-{
-    __m512 m16 = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < v; j += 16)
-        m16 = _mm512_mask_max_ps(m16, lanes16(v - j), m16,
-                                 _mm512_maskz_loadu_ps(lanes16(v - j), x + j));
-    float m = _mm512_reduce_max_ps(m16);
-    __m512 s16 = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
-    for (int j = 0; j < v; j += 16) {
-        __mmask16 t = lanes16(v - j);
-        s16 = _mm512_add_ps(
-            s16, _mm512_maskz_mov_ps(t, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + j), mv))));
-    }
-    *mx = m;
-    *sum = _mm512_reduce_add_ps(s16);
-}
-
-T_AVX512 static void xent_avx512(float *loss /* [1] */, const float *logits /* [n,v] */,
-                                 const int32_t *targets /* [n] */, int n, int v)
-{
-    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
-#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * v; /* [v] */
-        float m, s;
-        row[i] = 0.0;
-        if (targets[i] < 0)
-            continue;
-        row_stats_avx512(x, v, &m, &s);
-        row[i] = (double)(m + logf(s) - x[targets[i]]);
-    }
-    *loss = mean_loss(row, targets, n);
-    free(row);
-}
-
-T_AVX512 static void xent_bwd_avx512(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
-                                     const int32_t *targets /* [n] */, const float *dloss /* [1] */,
-                                     int n, int v)
-{
-    int count = count_targets(targets, n);
-    float scale = count ? dloss[0] / (float)count : 0.0f;
-#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * v; /* [v] */
-        float *dx = dlogits + (size_t)i * v;     /* [v] */
-        int t = targets[i];
-        if (t < 0) {
-            memset(dx, 0, sizeof(float) * (size_t)v);
-            continue;
-        }
-        float m, s;
-        row_stats_avx512(x, v, &m, &s);
-        __m512 mv = _mm512_set1_ps(m), iv = _mm512_set1_ps(1.0f / s), sc = _mm512_set1_ps(scale);
-        __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        for (int j = 0; j < v; j += 16) {
-            __mmask16 msk = lanes16(v - j);
-            __m512 p =
-                _mm512_mul_ps(exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(msk, x + j), mv)), iv);
-            __mmask16 hit = _mm512_cmpeq_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(j)),
-                                                    _mm512_set1_epi32(t));
-            p = _mm512_mask_sub_ps(p, hit, p, _mm512_set1_ps(1.0f));
-            _mm512_mask_storeu_ps(dx + j, msk, _mm512_mul_ps(p, sc));
-        }
-    }
-}
-
-/* ======================================================================
- * Drivers shared by the SIMD paths: split (batch, head) pairs over threads,
- * each thread with its own scratch.
- * ====================================================================== */
+/* ---- attention: heads over threads ---- */
 
 typedef void attention_head_fn(float *, float *, const float *, int, int, int, float *, float *,
                                float *, int);
@@ -2503,305 +1772,7 @@ static void attention_step_heads(attention_step_head_fn *head, float *out /* [nb
     }
 }
 
-/* ======================================================================
- * Drivers for the *_seg reductions: leaf partials by an ISA's block
- * function, then the tree.
- * ====================================================================== */
-
-typedef void tn_leaf_fn(const struct mm *, int, int, int, int);
-
-/* bf16 weight gradients (below, with the other bf16 kernels): rows of a
- * leaf packed BF_TN_K at a time (even, so a pair never straddles two
- * packings), c's rows shared between threads in units of BF_TN_MR. */
-#define BF_TN_K 256
-#define BF_TN_MR 8
-enum bf_path { BF_NONE = -1, BF_NATIVE, BF_EMU_AVX512, BF_EMU_AVX2 };
-struct tn_tree;
-static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
-
-/* One thread's part of matmul_tn_seg: its row tiles [t0, t1) of c over
- * the leaves of the subtree it evaluates (all of them, or its own subtree
- * when the threads split the leaves). A subtree's left child writes to the
- * subtree's own output, its right child to the scratch array of the
- * subtree's level, so a tree of L leaves needs tree_depth(L) arrays of
- * [n,q] and adds each leaf in while it is still in cache. */
-struct tn_tree {
-    const struct mm *m;
-    tn_leaf_fn *leaf;
-    float *tmp; /* [depth,n,q] */
-    int n, seg, mr, t0, t1;
-    int bf;     /* enum bf_path: BF_NONE for fp32 */
-    void *pack; /* bf16: this thread's packed pairs of a leaf's rows */
-};
-
-static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, int hi, int d)
-{
-    if (hi - lo == 1) {
-        struct mm leaf = *t->m;
-        int k0 = leaf_lo(lo, t->m->p, t->seg), k1 = leaf_hi(lo, t->m->p, t->seg);
-        leaf.c = dst;
-        leaf.kinit = k0;
-        if (t->bf != BF_NONE)
-            tn_leaf_bf16(t, dst, k0, k1);
-        else
-            t->leaf(&leaf, t->n, t->t0, t->t1, k1);
-        return;
-    }
-    int mid = lo + (hi - lo) / 2, q = t->m->q;
-    float *right = t->tmp + (size_t)d * t->n * q; /* [n,q] */
-    tn_subtree(t, dst, lo, mid, d + 1);
-    tn_subtree(t, right, mid, hi, d + 1);
-    size_t r0 = (size_t)t->t0 * t->mr, r1 = (size_t)min_int(t->n, t->t1 * t->mr);
-    add_into(dst + r0 * q, right + r0 * q, (r1 - r0) * q);
-}
-
-/* Whether nth threads can each take a whole subtree of the L leaves: the
- * subtrees at depth log2(nth) are then [t*L/nth, (t+1)*L/nth), and the
- * tree over their results is the tree's top (the sharding rule, tensor.h). */
-static int leaf_split(int nth, int L) { return nth > 1 && !(nth & (nth - 1)) && L % nth == 0; }
-
-/* Each thread reads only its leaves' rows of a and b when the leaves split
- * evenly into subtrees (with the threads sharing c's rows, each read all
- * of b, from memory at the model's sizes); else the threads share c's rows
- * over all leaves. The same bits either way. */
-static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, int n, int seg,
-                                int bf)
-{
-    int L = leaf_count(m->p, seg), tiles = (n + mr - 1) / mr;
-    size_t nc = (size_t)n * m->q;
-    if (L == 0) {
-        memset(m->c, 0, sizeof(float) * nc);
-        return;
-    }
-    int par = (long)n * m->p * m->q >= PAR_WORK, nth = par ? omp_get_max_threads() : 1;
-    int split = leaf_split(nth, L), depth = tree_depth(L), sub = tree_depth(split ? L / nth : 1);
-    /* split: per thread [sub,n,q] scratch and [n,q] for its subtree's
-     * result (thread 0's goes to c); sharing rows: one [depth,n,q] (a
-     * nested region may get fewer threads than asked: then they share) */
-    size_t own = (size_t)(sub + 1) * nc, shared = (size_t)depth * nc;
-    float *tmp = xmalloc(sizeof(float) * (split && nth * own > shared ? nth * own : shared));
-    float **res = xmalloc(sizeof(float *) * (size_t)nth);
-#pragma omp parallel if (par) num_threads(nth)
-    {
-        int me = omp_get_thread_num(), lo = 0, hi = L;
-        struct tn_tree t = {m, leaf, tmp, n, seg, mr, 0, tiles, bf, NULL};
-        if (bf != BF_NONE) /* [BF_TN_K, ldb + lda] floats hold either path's packing */
-            t.pack = xmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(m->q) + round16(n)));
-        float *dst = m->c;
-        int mine = split && omp_get_num_threads() == nth; /* this thread's own subtree */
-        if (mine) {
-            t.tmp = tmp + (size_t)me * own;
-            dst = me ? t.tmp + (size_t)sub * nc : m->c;
-            lo = me * (L / nth), hi = lo + L / nth;
-            res[me] = dst;
-        } else {
-            my_share(tiles, &t.t0, &t.t1);
-        }
-        if (t.t0 < t.t1)
-            tn_subtree(&t, dst, lo, hi, 0);
-        free(t.pack);
-        if (mine) {
-#pragma omp barrier
-#pragma omp single
-            tree_sum_chunked(m->c, (const float *const *)res, nth, nc); /* nested: serial */
-        }
-    }
-    free(res);
-    free(tmp);
-}
-
-typedef void sum_block_fn(float *, const float *, int, int, int);
-
-static void sum_rows_leaves(sum_block_fn *block, float *out /* [q] */, const float *x /* [n,q] */,
-                            int n, int q, int seg)
-{
-    int L = leaf_count(n, seg);
-    float *part = xmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
-#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
-    for (int l = 0; l < L; l++)
-        block(part + (size_t)l * q, x, leaf_lo(l, n, seg), leaf_hi(l, n, seg), q);
-    tree_finish(add_into, out, part, L, (size_t)q);
-    free(part);
-}
-
-static void layernorm_bwd_leaves(ln_bwd_block_fn *block, float *dx /* [n,c] */,
-                                 float *dw /* [c] */, float *db /* [c] */,
-                                 const float *dy /* [n,c] */, const float *x /* [n,c] */,
-                                 const float *w /* [c] */, const float *mean /* [n] */,
-                                 const float *rstd /* [n] */, int n, int c, int seg)
-{
-    int L = leaf_count(n, seg);
-    float *pw = xmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
-    float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int l = 0; l < L; l++)
-        block(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd,
-              leaf_lo(l, n, seg), leaf_hi(l, n, seg), c);
-    tree_finish(add_into, dw, pw, L, (size_t)c);
-    tree_finish(add_into, db, pb, L, (size_t)c);
-    free(pw);
-}
-
-/* ======================================================================
- * Entry points
- * ====================================================================== */
-
-/* Calls name_avx512, name_avx2 or the twin k_name_ref by the current path. */
-#define DISPATCH(name, ...)                             \
-    switch (isa_get()) {                                \
-    case ISA_AVX512: name##_avx512(__VA_ARGS__); break; \
-    case ISA_AVX2: name##_avx2(__VA_ARGS__); break;     \
-    default: k_##name##_ref(__VA_ARGS__); break;        \
-    }
-
-void k_matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
-                 const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
-                 const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
-{
-    struct mm m = {c, a, b, bias, r1, r2, relu, p, q, 0, p, 0};
-    switch (isa_get()) {
-    case ISA_AVX512: matmul_avx512(&m, n); break;
-    case ISA_AVX2: matmul_avx2(&m, n); break;
-    default: k_matmul_ex_ref(c, a, b, bias, r1, r2, relu, n, p, q); break;
-    }
-}
-
-void k_matmul(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
-              const float *bias /* [q] or NULL */, int n, int p, int q)
-{
-    k_matmul_ex(c, a, b, bias, NULL, NULL, 0, n, p, q);
-}
-
-/* bf: BF_NONE for fp32, else the bf16 path (the emulations when the
- * instruction is missing or not wanted). */
-static void matmul_tn_seg_any(float *c /* [n,q] */, const float *a /* [p,n] */,
-                              const float *b /* [p,q] */, int n, int p, int q, int seg, int bf)
-{
-    struct mm m = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p, 0};
-    int isa = isa_get();
-    if (isa == ISA_SCALAR && bf == BF_NONE)
-        k_matmul_tn_seg_ref(c, a, b, n, p, q, seg);
-    else if (isa == ISA_SCALAR)
-        k_matmul_tn_seg_bf16_ref(c, a, b, n, p, q, seg);
-    else if (bf != BF_NONE) /* AVX2 has only the emulation */
-        matmul_tn_seg_tiles(NULL, BF_TN_MR, &m, n, seg, isa == ISA_AVX2 ? BF_EMU_AVX2 : bf);
-    else if (isa == ISA_AVX512)
-        matmul_tn_seg_tiles(tn_leaf_avx512, MR_AVX512, &m, n, seg, BF_NONE);
-    else
-        matmul_tn_seg_tiles(tn_leaf_avx2, MR_AVX2, &m, n, seg, BF_NONE);
-}
-
-void k_matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
-                     int n, int p, int q, int seg)
-{
-    matmul_tn_seg_any(c, a, b, n, p, q, seg, BF_NONE);
-}
-
-void k_matmul_tn_seg_bf16(float *c /* [n,q] */, const float *a /* [p,n] */,
-                          const float *b /* [p,q] */, int n, int p, int q, int seg)
-{
-    matmul_tn_seg_any(c, a, b, n, p, q, seg, bf16_native() ? BF_NATIVE : BF_EMU_AVX512);
-}
-
-void k_matmul_tn_seg_bf16_emu(float *c /* [n,q] */, const float *a /* [p,n] */,
-                              const float *b /* [p,q] */, int n, int p, int q, int seg)
-{
-    matmul_tn_seg_any(c, a, b, n, p, q, seg, BF_EMU_AVX512);
-}
-
-/* One leaf of all p rows: the SIMD paths are the seg kernel's, with no
- * tree; the twin needs no scratch. */
-void k_matmul_tn(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
-                 int n, int p, int q)
-{
-    if (isa_get() == ISA_SCALAR)
-        k_matmul_tn_ref(c, a, b, n, p, q);
-    else
-        k_matmul_tn_seg(c, a, b, n, p, q, 0);
-}
-
-void k_tree_sum(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
-                size_t len)
-{
-    tree_sum_chunked(out, parts, m, len);
-}
-
-void k_transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
-{
-    transpose_blocked(out, in, r, s);
-}
-
-void k_sum_rows(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
-{
-    DISPATCH(sum_rows, out, x, n, q)
-}
-
-void k_sum_rows_seg(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)
-{
-    switch (isa_get()) {
-    case ISA_AVX512: sum_rows_leaves(sum_block_avx512, out, x, n, q, seg); break;
-    case ISA_AVX2: sum_rows_leaves(sum_block_avx2, out, x, n, q, seg); break;
-    default: k_sum_rows_seg_ref(out, x, n, q, seg); break;
-    }
-}
-
-void k_add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
-{
-    DISPATCH(add, y, a, b, n)
-}
-
-void k_add_n(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
-{
-    DISPATCH(add_n, y, x, m, n)
-}
-
-void k_relu(float *y /* [n] */, const float *x /* [n] */, size_t n) { DISPATCH(relu, y, x, n) }
-
-void k_relu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */, size_t n)
-{
-    DISPATCH(relu_bwd, dx, dy, y, n)
-}
-
-void k_layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
-                 const float *x /* [n,c] */, const float *w /* [c] */, const float *b /* [c] */,
-                 int n, int c)
-{
-    DISPATCH(layernorm, y, mean, rstd, x, w, b, n, c)
-}
-
-void k_layernorm_bwd(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
-                     const float *dy /* [n,c] */, const float *x /* [n,c] */,
-                     const float *w /* [c] */, const float *mean /* [n] */,
-                     const float *rstd /* [n] */, int n, int c)
-{
-    switch (isa_get()) {
-    case ISA_AVX512:
-        layernorm_bwd_blocked(layernorm_bwd_block_avx512, dx, dw, db, dy, x, w, mean, rstd, n, c);
-        break;
-    case ISA_AVX2:
-        layernorm_bwd_blocked(layernorm_bwd_block_avx2, dx, dw, db, dy, x, w, mean, rstd, n, c);
-        break;
-    default: k_layernorm_bwd_ref(dx, dw, db, dy, x, w, mean, rstd, n, c); break;
-    }
-}
-
-void k_layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
-                         const float *dy /* [n,c] */, const float *x /* [n,c] */,
-                         const float *w /* [c] */, const float *mean /* [n] */,
-                         const float *rstd /* [n] */, int n, int c, int seg)
-{
-    switch (isa_get()) {
-    case ISA_AVX512:
-        layernorm_bwd_leaves(layernorm_bwd_block_avx512, dx, dw, db, dy, x, w, mean, rstd, n, c,
-                             seg);
-        break;
-    case ISA_AVX2:
-        layernorm_bwd_leaves(layernorm_bwd_block_avx2, dx, dw, db, dy, x, w, mean, rstd, n, c,
-                             seg);
-        break;
-    default: k_layernorm_bwd_seg_ref(dx, dw, db, dy, x, w, mean, rstd, n, c, seg); break;
-    }
-}
+/* ---- attention: entry points ---- */
 
 static void attention_any(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                           const float *qkv /* [B,T,3C] */, int B, int T, int C, int H, int bf16)
@@ -2901,6 +1872,557 @@ void k_attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
     }
 }
 
+/* ======================================================================
+ * LayerNorm
+ * ====================================================================== */
+
+#define LN_EPS 1e-5f
+
+/* ---- layernorm: the plain-C twin ---- */
+
+void k_layernorm_ref(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
+                     const float *x /* [n,c] */, const float *w /* [c] */, const float *b /* [c] */,
+                     int n, int c)
+{
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * c; /* [c] */
+        float *yi = y + (size_t)i * c;       /* [c] */
+        float mu = 0.0f, var = 0.0f;
+        for (int j = 0; j < c; j++)
+            mu += xi[j];
+        mu /= (float)c;
+        for (int j = 0; j < c; j++)
+            var += (xi[j] - mu) * (xi[j] - mu);
+        var /= (float)c;
+        float rs = 1.0f / sqrtf(var + LN_EPS);
+        for (int j = 0; j < c; j++)
+            yi[j] = (xi[j] - mu) * rs * w[j] + b[j];
+        mean[i] = mu;
+        rstd[i] = rs;
+    }
+}
+
+/* Rows [i0, i1): their dx, and dw, db summed over them in order from 0. */
+static void layernorm_bwd_rows_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                                   const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                                   const float *w /* [c] */, const float *mean /* [n] */,
+                                   const float *rstd /* [n] */, int i0, int i1, int c)
+{
+    for (int j = 0; j < c; j++)
+        dw[j] = db[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
+        float *dxi = dx + (size_t)i * c;                               /* [c] */
+        float mu = mean[i], rs = rstd[i], s1 = 0.0f, s2 = 0.0f;
+        for (int j = 0; j < c; j++) {
+            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
+            s1 += g;
+            s2 += g * xh;
+            dw[j] += gi[j] * xh;
+            db[j] += gi[j];
+        }
+        s1 /= (float)c;
+        s2 /= (float)c;
+        for (int j = 0; j < c; j++) {
+            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
+            dxi[j] = rs * (g - s1 - xh * s2);
+        }
+    }
+}
+
+void k_layernorm_bwd_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                         const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                         const float *w /* [c] */, const float *mean /* [n] */,
+                         const float *rstd /* [n] */, int n, int c)
+{
+    layernorm_bwd_rows_ref(dx, dw, db, dy, x, w, mean, rstd, 0, n, c);
+}
+
+void k_layernorm_bwd_seg_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                             const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                             const float *w /* [c] */, const float *mean /* [n] */,
+                             const float *rstd /* [n] */, int n, int c, int seg)
+{
+    int L = leaf_count(n, seg);
+    float *pw = xmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
+    float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
+    for (int l = 0; l < L; l++)
+        layernorm_bwd_rows_ref(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd,
+                               leaf_lo(l, n, seg), leaf_hi(l, n, seg), c);
+    tree_finish(add_plain, dw, pw, L, (size_t)c);
+    tree_finish(add_plain, db, pb, L, (size_t)c);
+    free(pw);
+}
+
+/* ---- layernorm: AVX2 ---- */
+
+T_AVX2 static void layernorm_row_avx2(float *y /* [c] */, float *mean, float *rstd,
+                                      const float *x /* [c] */, const float *w /* [c] */,
+                                      const float *b /* [c] */, int c)
+{
+    int cv = c / 8 * 8;
+    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < cv; j += 8)
+        acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + j));
+    float mu = hsum8(acc);
+    for (int j = cv; j < c; j++)
+        mu += x[j];
+    mu /= (float)c;
+    __m256 muv = _mm256_set1_ps(mu);
+    acc = _mm256_setzero_ps();
+    for (int j = 0; j < cv; j += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + j), muv);
+        acc = _mm256_fmadd_ps(d, d, acc);
+    }
+    float var = hsum8(acc);
+    for (int j = cv; j < c; j++)
+        var += (x[j] - mu) * (x[j] - mu);
+    var /= (float)c;
+    float rs = 1.0f / sqrtf(var + LN_EPS);
+    __m256 rsv = _mm256_set1_ps(rs);
+    for (int j = 0; j < cv; j += 8) {
+        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), muv), rsv);
+        _mm256_storeu_ps(y + j,
+                         _mm256_fmadd_ps(xh, _mm256_loadu_ps(w + j), _mm256_loadu_ps(b + j)));
+    }
+    for (int j = cv; j < c; j++)
+        y[j] = (x[j] - mu) * rs * w[j] + b[j];
+    *mean = mu;
+    *rstd = rs;
+}
+
+T_AVX2 static void layernorm_avx2(float *y /* [n,c] */, float *mean /* [n] */,
+                                  float *rstd /* [n] */, const float *x /* [n,c] */,
+                                  const float *w /* [c] */, const float *b /* [c] */, int n, int c)
+{
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        layernorm_row_avx2(y + (size_t)i * c, mean + i, rstd + i, x + (size_t)i * c, w, b, c);
+}
+
+/* Rows [i0, i1): their dx, and the block's partial dw, db (pw, pb [c]). */
+T_AVX2 static void layernorm_bwd_block_avx2(float *dx /* [n,c] */, float *pw /* [c] */,
+                                            float *pb /* [c] */, const float *dy /* [n,c] */,
+                                            const float *x /* [n,c] */, const float *w /* [c] */,
+                                            const float *mean /* [n] */,
+                                            const float *rstd /* [n] */, int i0, int i1, int c)
+{
+    int cv = c / 8 * 8;
+    for (int j = 0; j < c; j++)
+        pw[j] = pb[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
+        float *dxi = dx + (size_t)i * c;                               /* [c] */
+        float mu = mean[i], rs = rstd[i];
+        __m256 muv = _mm256_set1_ps(mu), rsv = _mm256_set1_ps(rs);
+        __m256 s1v = _mm256_setzero_ps(), s2v = _mm256_setzero_ps();
+        for (int j = 0; j < cv; j += 8) {
+            __m256 gy = _mm256_loadu_ps(gi + j);
+            __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xi + j), muv), rsv);
+            __m256 g = _mm256_mul_ps(gy, _mm256_loadu_ps(w + j));
+            s1v = _mm256_add_ps(s1v, g);
+            s2v = _mm256_fmadd_ps(g, xh, s2v);
+            _mm256_storeu_ps(pw + j, _mm256_fmadd_ps(gy, xh, _mm256_loadu_ps(pw + j)));
+            _mm256_storeu_ps(pb + j, _mm256_add_ps(gy, _mm256_loadu_ps(pb + j)));
+        }
+        float s1 = hsum8(s1v), s2 = hsum8(s2v);
+        for (int j = cv; j < c; j++) {
+            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
+            s1 += g;
+            s2 += g * xh;
+            pw[j] += gi[j] * xh;
+            pb[j] += gi[j];
+        }
+        s1 /= (float)c;
+        s2 /= (float)c;
+        __m256 s1c = _mm256_set1_ps(s1), s2c = _mm256_set1_ps(s2);
+        for (int j = 0; j < cv; j += 8) {
+            __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xi + j), muv), rsv);
+            __m256 g = _mm256_mul_ps(_mm256_loadu_ps(gi + j), _mm256_loadu_ps(w + j));
+            __m256 t = _mm256_sub_ps(_mm256_sub_ps(g, s1c), _mm256_mul_ps(xh, s2c));
+            _mm256_storeu_ps(dxi + j, _mm256_mul_ps(rsv, t));
+        }
+        for (int j = cv; j < c; j++) {
+            float xh = (xi[j] - mu) * rs, g = gi[j] * w[j];
+            dxi[j] = rs * (g - s1 - xh * s2);
+        }
+    }
+}
+
+/* Blocked layernorm backward for any ISA: the block function differs. */
+typedef void ln_bwd_block_fn(float *, float *, float *, const float *, const float *, const float *,
+                             const float *, const float *, int, int, int);
+
+static void layernorm_bwd_blocked(ln_bwd_block_fn *block, float *dx /* [n,c] */,
+                                  float *dw /* [c] */, float *db /* [c] */,
+                                  const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                                  const float *w /* [c] */, const float *mean /* [n] */,
+                                  const float *rstd /* [n] */, int n, int c)
+{
+    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+    float *pw = xmalloc(sizeof(float) * 2 * (size_t)nblk * c); /* [nblk,c] partial dw */
+    float *pb = pw + (size_t)nblk * c;                         /* [nblk,c] partial db */
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int b = 0; b < nblk; b++)
+        block(dx, pw + (size_t)b * c, pb + (size_t)b * c, dy, x, w, mean, rstd, b * ROW_BLOCK,
+              min_int(n, (b + 1) * ROW_BLOCK), c);
+    sum_blocks(dw, pw, nblk, c);
+    sum_blocks(db, pb, nblk, c);
+    free(pw);
+}
+
+/* ---- layernorm: AVX-512 ---- */
+
+T_AVX512 static void layernorm_row_avx512(float *y /* [c] */, float *mean, float *rstd,
+                                          const float *x /* [c] */, const float *w /* [c] */,
+                                          const float *b /* [c] */, int c)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int j = 0; j < c; j += 16)
+        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(lanes16(c - j), x + j));
+    float mu = _mm512_reduce_add_ps(acc) / (float)c;
+    __m512 muv = _mm512_set1_ps(mu);
+    acc = _mm512_setzero_ps();
+    for (int j = 0; j < c; j += 16) {
+        __mmask16 t = lanes16(c - j);
+        __m512 d = _mm512_maskz_sub_ps(t, _mm512_maskz_loadu_ps(t, x + j), muv);
+        acc = _mm512_fmadd_ps(d, d, acc);
+    }
+    float rs = 1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)c + LN_EPS);
+    __m512 rsv = _mm512_set1_ps(rs);
+    for (int j = 0; j < c; j += 16) {
+        __mmask16 t = lanes16(c - j);
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + j), muv), rsv);
+        __m512 yv =
+            _mm512_fmadd_ps(xh, _mm512_maskz_loadu_ps(t, w + j), _mm512_maskz_loadu_ps(t, b + j));
+        _mm512_mask_storeu_ps(y + j, t, yv);
+    }
+    *mean = mu;
+    *rstd = rs;
+}
+
+T_AVX512 static void layernorm_avx512(float *y /* [n,c] */, float *mean /* [n] */,
+                                      float *rstd /* [n] */, const float *x /* [n,c] */,
+                                      const float *w /* [c] */, const float *b /* [c] */, int n,
+                                      int c)
+{
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        layernorm_row_avx512(y + (size_t)i * c, mean + i, rstd + i, x + (size_t)i * c, w, b, c);
+}
+
+T_AVX512 static void layernorm_bwd_block_avx512(float *dx /* [n,c] */, float *pw /* [c] */,
+                                                float *pb /* [c] */, const float *dy /* [n,c] */,
+                                                const float *x /* [n,c] */,
+                                                const float *w /* [c] */,
+                                                const float *mean /* [n] */,
+                                                const float *rstd /* [n] */, int i0, int i1, int c)
+{
+    for (int j = 0; j < c; j++)
+        pw[j] = pb[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
+        float *dxi = dx + (size_t)i * c;                               /* [c] */
+        __m512 muv = _mm512_set1_ps(mean[i]), rsv = _mm512_set1_ps(rstd[i]);
+        __m512 s1v = _mm512_setzero_ps(), s2v = _mm512_setzero_ps();
+        for (int j = 0; j < c; j += 16) { /* masked lanes load 0, so add 0 everywhere */
+            __mmask16 t = lanes16(c - j);
+            __m512 gy = _mm512_maskz_loadu_ps(t, gi + j);
+            __m512 xh =
+                _mm512_maskz_mul_ps(t, _mm512_sub_ps(_mm512_maskz_loadu_ps(t, xi + j), muv), rsv);
+            __m512 g = _mm512_mul_ps(gy, _mm512_maskz_loadu_ps(t, w + j));
+            s1v = _mm512_add_ps(s1v, g);
+            s2v = _mm512_fmadd_ps(g, xh, s2v);
+            _mm512_mask_storeu_ps(pw + j, t,
+                                  _mm512_fmadd_ps(gy, xh, _mm512_maskz_loadu_ps(t, pw + j)));
+            _mm512_mask_storeu_ps(pb + j, t, _mm512_add_ps(gy, _mm512_maskz_loadu_ps(t, pb + j)));
+        }
+        __m512 s1c = _mm512_set1_ps(_mm512_reduce_add_ps(s1v) / (float)c);
+        __m512 s2c = _mm512_set1_ps(_mm512_reduce_add_ps(s2v) / (float)c);
+        for (int j = 0; j < c; j += 16) {
+            __mmask16 t = lanes16(c - j);
+            __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, xi + j), muv), rsv);
+            __m512 g =
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gi + j), _mm512_maskz_loadu_ps(t, w + j));
+            __m512 d = _mm512_sub_ps(_mm512_sub_ps(g, s1c), _mm512_mul_ps(xh, s2c));
+            _mm512_mask_storeu_ps(dxi + j, t, _mm512_mul_ps(rsv, d));
+        }
+    }
+}
+
+/* ---- layernorm: leaves ---- */
+
+static void layernorm_bwd_leaves(ln_bwd_block_fn *block, float *dx /* [n,c] */,
+                                 float *dw /* [c] */, float *db /* [c] */,
+                                 const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                                 const float *w /* [c] */, const float *mean /* [n] */,
+                                 const float *rstd /* [n] */, int n, int c, int seg)
+{
+    int L = leaf_count(n, seg);
+    float *pw = xmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
+    float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int l = 0; l < L; l++)
+        block(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd,
+              leaf_lo(l, n, seg), leaf_hi(l, n, seg), c);
+    tree_finish(add_into, dw, pw, L, (size_t)c);
+    tree_finish(add_into, db, pb, L, (size_t)c);
+    free(pw);
+}
+
+/* ---- layernorm: entry points ---- */
+
+void k_layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
+                 const float *x /* [n,c] */, const float *w /* [c] */, const float *b /* [c] */,
+                 int n, int c)
+{
+    DISPATCH(layernorm, y, mean, rstd, x, w, b, n, c)
+}
+
+void k_layernorm_bwd(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                     const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                     const float *w /* [c] */, const float *mean /* [n] */,
+                     const float *rstd /* [n] */, int n, int c)
+{
+    switch (isa_get()) {
+    case ISA_AVX512:
+        layernorm_bwd_blocked(layernorm_bwd_block_avx512, dx, dw, db, dy, x, w, mean, rstd, n, c);
+        break;
+    case ISA_AVX2:
+        layernorm_bwd_blocked(layernorm_bwd_block_avx2, dx, dw, db, dy, x, w, mean, rstd, n, c);
+        break;
+    default: k_layernorm_bwd_ref(dx, dw, db, dy, x, w, mean, rstd, n, c); break;
+    }
+}
+
+void k_layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                         const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                         const float *w /* [c] */, const float *mean /* [n] */,
+                         const float *rstd /* [n] */, int n, int c, int seg)
+{
+    switch (isa_get()) {
+    case ISA_AVX512:
+        layernorm_bwd_leaves(layernorm_bwd_block_avx512, dx, dw, db, dy, x, w, mean, rstd, n, c,
+                             seg);
+        break;
+    case ISA_AVX2:
+        layernorm_bwd_leaves(layernorm_bwd_block_avx2, dx, dw, db, dy, x, w, mean, rstd, n, c,
+                             seg);
+        break;
+    default: k_layernorm_bwd_seg_ref(dx, dw, db, dy, x, w, mean, rstd, n, c, seg); break;
+    }
+}
+
+/* ======================================================================
+ * Softmax cross-entropy
+ * ====================================================================== */
+
+/* ---- cross-entropy: the plain-C twin ---- */
+
+static int count_targets(const int32_t *targets /* [n] */, int n)
+{
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        count += targets[i] >= 0;
+    return count;
+}
+
+/* Sums per-row losses in row order, in double: the same total whatever
+ * thread produced each row. No counted row gives 0, not 0/0. */
+static float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n)
+{
+    double total = 0.0;
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        if (targets[i] >= 0) {
+            total += row[i];
+            count++;
+        }
+    return count ? (float)(total / count) : 0.0f;
+}
+
+void k_xent_ref(float *loss /* [1] */, const float *logits /* [n,v] */,
+                const int32_t *targets /* [n] */, int n, int v)
+{
+    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] */
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        row[i] = 0.0;
+        if (targets[i] < 0)
+            continue;
+        float mx = -INFINITY, s = 0.0f;
+        for (int j = 0; j < v; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        for (int j = 0; j < v; j++)
+            s += expf(x[j] - mx);
+        row[i] = (double)(mx + logf(s) - x[targets[i]]);
+    }
+    *loss = mean_loss(row, targets, n);
+    free(row);
+}
+
+void k_xent_bwd_ref(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
+                    const int32_t *targets /* [n] */, const float *dloss /* [1] */, int n, int v)
+{
+    int count = count_targets(targets, n);
+    float scale = count ? dloss[0] / (float)count : 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float *dx = dlogits + (size_t)i * v;     /* [v] */
+        float mx = -INFINITY, s = 0.0f;
+        for (int j = 0; j < v; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        for (int j = 0; j < v; j++)
+            s += expf(x[j] - mx);
+        for (int j = 0; j < v; j++)
+            dx[j] = targets[i] < 0 ? 0.0f : (expf(x[j] - mx) / s - (j == targets[i])) * scale;
+    }
+}
+
+/* ---- cross-entropy: AVX2 ---- */
+
+/* Max and sum of exp(x - max) over one row of logits. */
+T_AVX2 static void row_stats_avx2(const float *x /* [v] */, int v, float *mx, float *sum)
+{
+    int vv = v / 8 * 8;
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < vv; j += 8)
+        m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + j));
+    float m = hmax8(m8);
+    for (int j = vv; j < v; j++)
+        m = x[j] > m ? x[j] : m;
+    __m256 s8 = _mm256_setzero_ps(), mv = _mm256_set1_ps(m);
+    for (int j = 0; j < vv; j += 8)
+        s8 = _mm256_add_ps(s8, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)));
+    float s = hsum8(s8);
+    for (int j = vv; j < v; j++)
+        s += expf(x[j] - m);
+    *mx = m;
+    *sum = s;
+}
+
+T_AVX2 static void xent_avx2(float *loss /* [1] */, const float *logits /* [n,v] */,
+                             const int32_t *targets /* [n] */, int n, int v)
+{
+    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
+#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float m, s;
+        row[i] = 0.0;
+        if (targets[i] < 0)
+            continue;
+        row_stats_avx2(x, v, &m, &s);
+        row[i] = (double)(m + logf(s) - x[targets[i]]);
+    }
+    *loss = mean_loss(row, targets, n);
+    free(row);
+}
+
+T_AVX2 static void xent_bwd_avx2(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
+                                 const int32_t *targets /* [n] */, const float *dloss /* [1] */,
+                                 int n, int v)
+{
+    int count = count_targets(targets, n), vv = v / 8 * 8;
+    float scale = count ? dloss[0] / (float)count : 0.0f;
+#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float *dx = dlogits + (size_t)i * v;     /* [v] */
+        int t = targets[i];
+        if (t < 0) {
+            memset(dx, 0, sizeof(float) * (size_t)v);
+            continue;
+        }
+        float m, s;
+        row_stats_avx2(x, v, &m, &s);
+        float inv = 1.0f / s;
+        __m256 mv = _mm256_set1_ps(m), iv = _mm256_set1_ps(inv), sc = _mm256_set1_ps(scale);
+        __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), tv = _mm256_set1_epi32(t);
+        for (int j = 0; j < vv; j += 8) {
+            __m256 p = _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)), iv);
+            __m256i hit = _mm256_cmpeq_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32(j)), tv);
+            p = _mm256_sub_ps(p, _mm256_and_ps(_mm256_castsi256_ps(hit), _mm256_set1_ps(1.0f)));
+            _mm256_storeu_ps(dx + j, _mm256_mul_ps(p, sc));
+        }
+        for (int j = vv; j < v; j++)
+            dx[j] = (expf(x[j] - m) * inv - (j == t)) * scale;
+    }
+}
+
+/* ---- cross-entropy: AVX-512 ---- */
+
+/* Max and sum of exp(x - max) over one row; masked lanes take part as
+ * -inf in the max and 0 in the sum. */
+T_AVX512 static void row_stats_avx512(const float *x /* [v] */, int v, float *mx, float *sum)
+{
+    __m512 m16 = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < v; j += 16)
+        m16 = _mm512_mask_max_ps(m16, lanes16(v - j), m16,
+                                 _mm512_maskz_loadu_ps(lanes16(v - j), x + j));
+    float m = _mm512_reduce_max_ps(m16);
+    __m512 s16 = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
+    for (int j = 0; j < v; j += 16) {
+        __mmask16 t = lanes16(v - j);
+        s16 = _mm512_add_ps(
+            s16, _mm512_maskz_mov_ps(t, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + j), mv))));
+    }
+    *mx = m;
+    *sum = _mm512_reduce_add_ps(s16);
+}
+
+T_AVX512 static void xent_avx512(float *loss /* [1] */, const float *logits /* [n,v] */,
+                                 const int32_t *targets /* [n] */, int n, int v)
+{
+    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
+#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float m, s;
+        row[i] = 0.0;
+        if (targets[i] < 0)
+            continue;
+        row_stats_avx512(x, v, &m, &s);
+        row[i] = (double)(m + logf(s) - x[targets[i]]);
+    }
+    *loss = mean_loss(row, targets, n);
+    free(row);
+}
+
+T_AVX512 static void xent_bwd_avx512(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
+                                     const int32_t *targets /* [n] */, const float *dloss /* [1] */,
+                                     int n, int v)
+{
+    int count = count_targets(targets, n);
+    float scale = count ? dloss[0] / (float)count : 0.0f;
+#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float *dx = dlogits + (size_t)i * v;     /* [v] */
+        int t = targets[i];
+        if (t < 0) {
+            memset(dx, 0, sizeof(float) * (size_t)v);
+            continue;
+        }
+        float m, s;
+        row_stats_avx512(x, v, &m, &s);
+        __m512 mv = _mm512_set1_ps(m), iv = _mm512_set1_ps(1.0f / s), sc = _mm512_set1_ps(scale);
+        __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        for (int j = 0; j < v; j += 16) {
+            __mmask16 msk = lanes16(v - j);
+            __m512 p =
+                _mm512_mul_ps(exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(msk, x + j), mv)), iv);
+            __mmask16 hit = _mm512_cmpeq_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(j)),
+                                                    _mm512_set1_epi32(t));
+            p = _mm512_mask_sub_ps(p, hit, p, _mm512_set1_ps(1.0f));
+            _mm512_mask_storeu_ps(dx + j, msk, _mm512_mul_ps(p, sc));
+        }
+    }
+}
+
+/* ---- cross-entropy: entry points ---- */
+
 void k_xent(float *loss /* [1] */, const float *logits /* [n,v] */,
             const int32_t *targets /* [n] */, int n, int v)
 {
@@ -2912,6 +2434,464 @@ void k_xent_bwd(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
 {
     DISPATCH(xent_bwd, dlogits, logits, targets, dloss, n, v)
 }
+
+/* ======================================================================
+ * Element-wise, transpose, sums over rows
+ * ====================================================================== */
+
+/* ---- element-wise: the plain-C twin ---- */
+
+void k_transpose_ref(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
+{
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < s; j++)
+            out[(size_t)j * r + i] = in[(size_t)i * s + j];
+}
+
+void k_sum_rows_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    for (int j = 0; j < q; j++)
+        out[j] = 0.0f;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < q; j++)
+            out[j] += x[(size_t)i * q + j];
+}
+
+void k_sum_rows_seg_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)
+{
+    int L = leaf_count(n, seg);
+    float *part = xmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
+    for (int l = 0; l < L; l++) {
+        float *pl = part + (size_t)l * q; /* [q] */
+        for (int j = 0; j < q; j++)
+            pl[j] = 0.0f;
+        for (int i = leaf_lo(l, n, seg); i < leaf_hi(l, n, seg); i++)
+            for (int j = 0; j < q; j++)
+                pl[j] += x[(size_t)i * q + j];
+    }
+    tree_finish(add_plain, out, part, L, (size_t)q);
+    free(part);
+}
+
+void k_add_ref(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+void k_add_n_ref(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float s = x[0][i];
+        for (int k = 1; k < m; k++)
+            s += x[k][i];
+        y[i] = s;
+    }
+}
+
+void k_relu_ref(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+void k_relu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */,
+                    size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+}
+
+/* ---- element-wise: blocked transpose, every path ---- */
+
+#define TR_BLOCK 32 /* a 32x32 float tile of in and out fit in L1 together */
+
+static void transpose_blocked(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
+{
+    int nbi = (r + TR_BLOCK - 1) / TR_BLOCK;
+#pragma omp parallel for schedule(static) if ((long)r * s >= 4 * PAR_WORK)
+    for (int bi = 0; bi < nbi; bi++) {
+        int i0 = bi * TR_BLOCK, i1 = min_int(i0 + TR_BLOCK, r);
+        for (int j0 = 0; j0 < s; j0 += TR_BLOCK) {
+            int j1 = min_int(j0 + TR_BLOCK, s);
+            for (int i = i0; i < i1; i++)
+                for (int j = j0; j < j1; j++)
+                    out[(size_t)j * r + i] = in[(size_t)i * s + j];
+        }
+    }
+}
+
+/* ---- element-wise: AVX2 ---- */
+
+T_AVX2 static void add_avx2(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */,
+                            size_t n)
+{
+    size_t nv = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (size_t i = nv; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+T_AVX2 static void add_n_avx2(float *y /* [n] */, const float *const *x /* m x [n] */, int m,
+                              size_t n)
+{
+    size_t nv = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8) {
+        __m256 s = _mm256_loadu_ps(x[0] + i);
+        for (int k = 1; k < m; k++)
+            s = _mm256_add_ps(s, _mm256_loadu_ps(x[k] + i));
+        _mm256_storeu_ps(y + i, s);
+    }
+    for (size_t i = nv; i < n; i++) {
+        float s = x[0][i];
+        for (int k = 1; k < m; k++)
+            s += x[k][i];
+        y[i] = s;
+    }
+}
+
+T_AVX2 static void relu_avx2(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    size_t nv = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8) /* max(x, 0) returns 0 for NaN, like x > 0 ? x : 0 */
+        _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
+    for (size_t i = nv; i < n; i++)
+        y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+T_AVX2 static void relu_bwd_avx2(float *dx /* [n] */, const float *dy /* [n] */,
+                                 const float *y /* [n] */, size_t n)
+{
+    size_t nv = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8) {
+        __m256 on = _mm256_cmp_ps(_mm256_loadu_ps(y + i), _mm256_setzero_ps(), _CMP_GT_OQ);
+        _mm256_storeu_ps(dx + i, _mm256_and_ps(on, _mm256_loadu_ps(dy + i)));
+    }
+    for (size_t i = nv; i < n; i++)
+        dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+}
+
+/* part[q] = rows [i0, i1) of x summed in order, from zero. */
+T_AVX2 static void sum_block_avx2(float *part /* [q] */, const float *x /* [n,q] */, int i0, int i1,
+                                  int q)
+{
+    int qv = q / 8 * 8;
+    for (int j = 0; j < q; j++)
+        part[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * q; /* [q] */
+        for (int j = 0; j < qv; j += 8)
+            _mm256_storeu_ps(part + j,
+                             _mm256_add_ps(_mm256_loadu_ps(part + j), _mm256_loadu_ps(xi + j)));
+        for (int j = qv; j < q; j++)
+            part[j] += xi[j];
+    }
+}
+
+T_AVX2 static void sum_rows_avx2(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+    float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
+#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
+    for (int b = 0; b < nblk; b++)
+        sum_block_avx2(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK), q);
+    sum_blocks(out, part, nblk, q);
+    free(part);
+}
+
+/* ---- element-wise: AVX-512 ---- */
+
+T_AVX512 static void add_avx512(float *y /* [n] */, const float *a /* [n] */,
+                                const float *b /* [n] */, size_t n)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    __mmask16 t = lanes16((int)(n - nv));
+    _mm512_mask_storeu_ps(
+        y + nv, t,
+        _mm512_add_ps(_mm512_maskz_loadu_ps(t, a + nv), _mm512_maskz_loadu_ps(t, b + nv)));
+}
+
+T_AVX512 static void add_n_avx512(float *y /* [n] */, const float *const *x /* m x [n] */, int m,
+                                  size_t n)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16) {
+        __m512 s = _mm512_loadu_ps(x[0] + i);
+        for (int k = 1; k < m; k++)
+            s = _mm512_add_ps(s, _mm512_loadu_ps(x[k] + i));
+        _mm512_storeu_ps(y + i, s);
+    }
+    __mmask16 t = lanes16((int)(n - nv));
+    __m512 s = _mm512_maskz_loadu_ps(t, x[0] + nv);
+    for (int k = 1; k < m; k++)
+        s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(t, x[k] + nv));
+    _mm512_mask_storeu_ps(y + nv, t, s);
+}
+
+T_AVX512 static void relu_avx512(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16) /* max(x, 0) returns 0 for NaN, like x > 0 ? x : 0 */
+        _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), _mm512_setzero_ps()));
+    __mmask16 t = lanes16((int)(n - nv));
+    _mm512_mask_storeu_ps(y + nv, t,
+                          _mm512_max_ps(_mm512_maskz_loadu_ps(t, x + nv), _mm512_setzero_ps()));
+}
+
+T_AVX512 static void relu_bwd_avx512(float *dx /* [n] */, const float *dy /* [n] */,
+                                     const float *y /* [n] */, size_t n)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16) {
+        __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+        _mm512_storeu_ps(dx + i, _mm512_maskz_loadu_ps(on, dy + i));
+    }
+    __mmask16 t = lanes16((int)(n - nv));
+    __mmask16 on =
+        _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(t, y + nv), _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_mask_storeu_ps(dx + nv, t, _mm512_maskz_loadu_ps(on, dy + nv));
+}
+
+T_AVX512 static void sum_block_avx512(float *part /* [q] */, const float *x /* [n,q] */, int i0,
+                                      int i1, int q)
+{
+    for (int j = 0; j < q; j++)
+        part[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * q; /* [q] */
+        for (int j = 0; j < q; j += 16) {
+            __mmask16 t = lanes16(q - j);
+            __m512 s =
+                _mm512_add_ps(_mm512_maskz_loadu_ps(t, part + j), _mm512_maskz_loadu_ps(t, xi + j));
+            _mm512_mask_storeu_ps(part + j, t, s);
+        }
+    }
+}
+
+T_AVX512 static void sum_rows_avx512(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+    float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
+#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
+    for (int b = 0; b < nblk; b++)
+        sum_block_avx512(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK),
+                         q);
+    sum_blocks(out, part, nblk, q);
+    free(part);
+}
+
+/* ---- element-wise: leaves ---- */
+
+typedef void sum_block_fn(float *, const float *, int, int, int);
+
+static void sum_rows_leaves(sum_block_fn *block, float *out /* [q] */, const float *x /* [n,q] */,
+                            int n, int q, int seg)
+{
+    int L = leaf_count(n, seg);
+    float *part = xmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
+#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
+    for (int l = 0; l < L; l++)
+        block(part + (size_t)l * q, x, leaf_lo(l, n, seg), leaf_hi(l, n, seg), q);
+    tree_finish(add_into, out, part, L, (size_t)q);
+    free(part);
+}
+
+/* ---- element-wise: entry points ---- */
+
+void k_transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
+{
+    transpose_blocked(out, in, r, s);
+}
+
+void k_sum_rows(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    DISPATCH(sum_rows, out, x, n, q)
+}
+
+void k_sum_rows_seg(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)
+{
+    switch (isa_get()) {
+    case ISA_AVX512: sum_rows_leaves(sum_block_avx512, out, x, n, q, seg); break;
+    case ISA_AVX2: sum_rows_leaves(sum_block_avx2, out, x, n, q, seg); break;
+    default: k_sum_rows_seg_ref(out, x, n, q, seg); break;
+    }
+}
+
+void k_add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
+{
+    DISPATCH(add, y, a, b, n)
+}
+
+void k_add_n(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
+{
+    DISPATCH(add_n, y, x, m, n)
+}
+
+void k_relu(float *y /* [n] */, const float *x /* [n] */, size_t n) { DISPATCH(relu, y, x, n) }
+
+void k_relu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */, size_t n)
+{
+    DISPATCH(relu_bwd, dx, dy, y, n)
+}
+
+/* ======================================================================
+ * Embedding: gather, and the scatter-add of its gradient
+ * ====================================================================== */
+
+/* ---- embedding: the plain-C twin ---- */
+
+void k_embed_ref(float *y /* [n,c] */, const int32_t *idx /* [n] */, const float *table /* [c,v] */,
+                 int n, int c, int v)
+{
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            y[(size_t)i * c + ch] = table[(size_t)ch * v + idx[i]];
+}
+
+void k_embed_bwd_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                     const float *dy /* [n,c] */, int n, int c, int v)
+{
+    memset(dtable, 0, sizeof(float) * (size_t)c * v);
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            dtable[(size_t)ch * v + idx[i]] += dy[(size_t)i * c + ch];
+}
+
+void k_embed_bwd_seg_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                         const float *dy /* [n,c] */, int n, int c, int v, int seg)
+{
+    int L = leaf_count(n, seg);
+    size_t cv = (size_t)c * v;
+    float *part = xmalloc(sizeof(float) * (size_t)L * cv); /* [L,c,v] */
+    for (int l = 0; l < L; l++) {
+        float *pl = part + (size_t)l * cv; /* [c,v] */
+        memset(pl, 0, sizeof(float) * cv);
+        for (int i = leaf_lo(l, n, seg); i < leaf_hi(l, n, seg); i++)
+            for (int ch = 0; ch < c; ch++)
+                pl[(size_t)ch * v + idx[i]] += dy[(size_t)i * c + ch];
+    }
+    tree_finish(add_plain, dtable, part, L, cv);
+    free(part);
+}
+
+/* ---- embedding: gather and scatter, every path ---- */
+
+static void embed_gather(float *y /* [n,c] */, const int32_t *idx /* [n] */,
+                         const float *table /* [c,v] */, int n, int c, int v)
+{
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            y[(size_t)i * c + ch] = table[(size_t)ch * v + idx[i]];
+}
+
+/* Accumulates in a [v,c] buffer, where a row's gradient is contiguous, then
+ * transposes. Each entry still sums its rows in order 0..n-1 from zero, so
+ * the result is bit-identical to the twin. */
+static void embed_scatter(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                          const float *dy /* [n,c] */, int n, int c, int v)
+{
+    float *acc = xmalloc(sizeof(float) * (size_t)v * c); /* [v,c] */
+    memset(acc, 0, sizeof(float) * (size_t)v * c);
+    for (int i = 0; i < n; i++) {
+        float *row = acc + (size_t)idx[i] * c; /* [c] */
+        const float *g = dy + (size_t)i * c;   /* [c] */
+        for (int ch = 0; ch < c; ch++)
+            row[ch] += g[ch];
+    }
+    transpose_blocked(dtable, acc, v, c);
+    free(acc);
+}
+
+/* embed_bwd_seg, sparse: a leaf of seg rows touches at most seg of the v
+ * table entries, so each tree level keeps a [v,c] buffer (a row's gradient
+ * contiguous) plus a flag per entry, and only touched entries are zeroed,
+ * summed and merged. Skipping the rest changes no bits: the twin's partial
+ * for an untouched entry is +0, and x + (+0) == x for every x that a sum
+ * starting from +0 can produce (never -0 under round-to-nearest). Threads
+ * split the channels, so each has the whole tree for its channels. */
+struct embed_tree {
+    float *buf;          /* [levels,v,c] */
+    unsigned char *seen; /* [levels,v]: entry touched at this level */
+    const int32_t *idx;  /* [n] */
+    const float *dy;     /* [n,c] */
+    int n, c, v, seg, c0, c1; /* this thread's channels [c0, c1) */
+};
+
+static void embed_subtree(const struct embed_tree *e, int lo, int hi, int d)
+{
+    size_t vc = (size_t)e->v * e->c, w = (size_t)(e->c1 - e->c0);
+    float *buf = e->buf + (size_t)d * vc; /* [v,c] */
+    unsigned char *seen = e->seen + (size_t)d * e->v;
+    if (hi - lo == 1) {
+        memset(seen, 0, (size_t)e->v);
+        for (int i = leaf_lo(lo, e->n, e->seg); i < leaf_hi(lo, e->n, e->seg); i++) {
+            int u = e->idx[i];
+            float *row = buf + (size_t)u * e->c + e->c0; /* [w] */
+            if (!seen[u]) {
+                memset(row, 0, sizeof(float) * w);
+                seen[u] = 1;
+            }
+            add_into(row, e->dy + (size_t)i * e->c + e->c0, w);
+        }
+        return;
+    }
+    int mid = lo + (hi - lo) / 2;
+    embed_subtree(e, lo, mid, d);      /* left child: this level's buffer */
+    embed_subtree(e, mid, hi, d + 1); /* right child: the next level's */
+    const float *rbuf = buf + vc;
+    const unsigned char *rseen = seen + e->v;
+    for (int u = 0; u < e->v; u++) {
+        if (!rseen[u])
+            continue;
+        float *row = buf + (size_t)u * e->c + e->c0;
+        const float *r = rbuf + (size_t)u * e->c + e->c0;
+        if (seen[u])
+            add_into(row, r, w);
+        else /* +0 + r == r */
+            memcpy(row, r, sizeof(float) * w);
+        seen[u] = 1;
+    }
+}
+
+static void embed_scatter_seg(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
+                              const float *dy /* [n,c] */, int n, int c, int v, int seg)
+{
+    int L = leaf_count(n, seg), levels = tree_depth(L) + 1, groups = (c + 15) / 16;
+    float *buf = xmalloc(sizeof(float) * (size_t)levels * v * c); /* [levels,v,c] */
+#pragma omp parallel if ((long)n * c >= PAR_WORK)
+    {
+        int g0, g1;
+        my_share(groups, &g0, &g1); /* 16-channel groups: one cache line each */
+        struct embed_tree e = {buf, NULL, idx, dy, n, c, v, seg, min_int(c, 16 * g0),
+                               min_int(c, 16 * g1)};
+        if (e.c0 < e.c1) {
+            e.seen = xmalloc((size_t)levels * v);
+            if (L > 0)
+                embed_subtree(&e, 0, L, 0);
+            else
+                memset(e.seen, 0, (size_t)v);
+            for (int ch = e.c0; ch < e.c1; ch++)
+                for (int u = 0; u < v; u++)
+                    dtable[(size_t)ch * v + u] = e.seen[u] ? buf[(size_t)u * c + ch] : 0.0f;
+            free(e.seen);
+        }
+    }
+    free(buf);
+}
+
+/* ---- embedding: entry points ---- */
 
 void k_embed(float *y /* [n,c] */, const int32_t *idx /* [n] */, const float *table /* [c,v] */,
              int n, int c, int v)
@@ -2930,6 +2910,99 @@ void k_embed_bwd_seg(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
 {
     embed_scatter_seg(dtable, idx, dy, n, c, v, seg);
 }
+
+/* ======================================================================
+ * Adam
+ * ====================================================================== */
+
+/* ---- adam: the plain-C twin ---- */
+
+/* Bias corrections as torch computes them (in double), reduced to the two
+ * floats the per-element update needs. */
+struct adam_k {
+    float omb1, b2, omb2, eps, step, bc2s;
+};
+
+static struct adam_k adam_consts(float lr, float b1, float b2, float eps, int t)
+{
+    double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
+    struct adam_k k = {1.0f - b1, b2, 1.0f - b2, eps, (float)(lr / bc1), (float)sqrt(bc2)};
+    return k;
+}
+
+/* The update of one element; the SIMD paths do the same operations in the
+ * same order (no FMA), so every path gives the same bits. */
+static inline void adam_one(float *p, float *m, float *v, float g, const struct adam_k *k)
+{
+    *m = *m + k->omb1 * (g - *m);
+    *v = k->b2 * *v + k->omb2 * g * g;
+    float denom = sqrtf(*v) / k->bc2s + k->eps;
+    *p = *p - k->step * *m / denom;
+}
+
+void k_adam_ref(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
+                const float *g /* [n] */, size_t n, float lr, float b1, float b2, float eps, int t)
+{
+    struct adam_k k = adam_consts(lr, b1, b2, eps, t);
+    for (size_t i = 0; i < n; i++)
+        adam_one(p + i, m + i, v + i, g[i], &k);
+}
+
+/* ---- adam: AVX2 ---- */
+
+T_AVX2 static void adam_avx2(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
+                             const float *g /* [n] */, size_t n, const struct adam_k *k)
+{
+    size_t nv = n / 8 * 8;
+    __m256 omb1 = _mm256_set1_ps(k->omb1), b2 = _mm256_set1_ps(k->b2);
+    __m256 omb2 = _mm256_set1_ps(k->omb2), eps = _mm256_set1_ps(k->eps);
+    __m256 step = _mm256_set1_ps(k->step), bc2s = _mm256_set1_ps(k->bc2s);
+#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
+    for (size_t i = 0; i < nv; i += 8) { /* adam_one's operations, in its order */
+        __m256 gi = _mm256_loadu_ps(g + i), mi = _mm256_loadu_ps(m + i);
+        __m256 vi = _mm256_loadu_ps(v + i), pi = _mm256_loadu_ps(p + i);
+        mi = _mm256_add_ps(mi, _mm256_mul_ps(omb1, _mm256_sub_ps(gi, mi)));
+        vi = _mm256_add_ps(_mm256_mul_ps(b2, vi), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
+        pi = _mm256_sub_ps(pi, _mm256_div_ps(_mm256_mul_ps(step, mi), denom));
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(p + i, pi);
+    }
+    for (size_t i = nv; i < n; i++)
+        adam_one(p + i, m + i, v + i, g[i], k);
+}
+
+/* ---- adam: AVX-512 ---- */
+
+/* adam_one's operations, in its order, 16 elements at a time. */
+INLINE_AVX512 void adam_vec_avx512(float *p, float *m, float *v, const float *g, __mmask16 t,
+                                   const struct adam_k *k)
+{
+    __m512 gi = _mm512_maskz_loadu_ps(t, g), mi = _mm512_maskz_loadu_ps(t, m);
+    __m512 vi = _mm512_maskz_loadu_ps(t, v), pi = _mm512_maskz_loadu_ps(t, p);
+    mi = _mm512_add_ps(mi, _mm512_mul_ps(_mm512_set1_ps(k->omb1), _mm512_sub_ps(gi, mi)));
+    vi = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(k->b2), vi),
+                       _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(k->omb2), gi), gi));
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), _mm512_set1_ps(k->bc2s)),
+                                 _mm512_set1_ps(k->eps));
+    pi = _mm512_sub_ps(pi, _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(k->step), mi), denom));
+    _mm512_mask_storeu_ps(m, t, mi);
+    _mm512_mask_storeu_ps(v, t, vi);
+    _mm512_mask_storeu_ps(p, t, pi);
+}
+
+T_AVX512 static void adam_avx512(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
+                                 const float *g /* [n] */, size_t n, const struct adam_k *k)
+{
+    size_t nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
+    for (size_t i = 0; i < nv; i += 16)
+        adam_vec_avx512(p + i, m + i, v + i, g + i, (__mmask16)0xFFFF, k);
+    adam_vec_avx512(p + nv, m + nv, v + nv, g + nv, lanes16((int)(n - nv)), k);
+}
+
+/* ---- adam: entry points ---- */
 
 void k_adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const float *g /* [n] */,
             size_t n, float lr, float b1, float b2, float eps, int t)
@@ -3083,7 +3156,31 @@ void k_matmul_bf16_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const f
     free(ra);
 }
 
-/* ---- shared by the blocked paths ---- */
+/* Each leaf's partial by bf16_dot, then the tree. */
+void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
+                              const float *b /* [p,q] */, int n, int p, int q, int seg)
+{
+    int L = leaf_count(p, seg);
+    size_t na = (size_t)p * n, nb = (size_t)p * q, nc = (size_t)n * q;
+    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [p,n], [p,q] */
+    float *part = xmalloc(sizeof(float) * (size_t)L * nc);         /* [L,n,q] */
+    k_round_bf16_ref(ra, a, na);
+    k_round_bf16_ref(rb, b, nb);
+#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < L; l++) {
+            int k0 = leaf_lo(l, p, seg), rows = leaf_hi(l, p, seg) - k0;
+            for (int j = 0; j < q; j++)
+                part[(size_t)l * nc + (size_t)i * q + j] =
+                    bf16_dot(0.0f, ra + (size_t)k0 * n + i, (size_t)n, rb + (size_t)k0 * q + j,
+                             (size_t)q, rows);
+        }
+    tree_finish(add_plain, c, part, L, nc);
+    free(ra);
+    free(part);
+}
+
+/* ---- bf16: shared by the blocked paths ---- */
 
 /* Rows of A made ready (rounded or packed) at a time: every tile height
  * used below divides it. */
@@ -3149,7 +3246,7 @@ static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size
                 k < p && j < (size_t)q ? bf16_round(b[(size_t)k * lds + j]) : 0.0f;
 }
 
-/* ---- emulated, AVX2 ----
+/* ---- bf16: emulated, AVX2 ----
  *
  * A plain FMA per step gives vdpbf16ps's bits as long as no step result is
  * tiny (|r| <= 2^-126, nonzero: flushing and the rounding boundary), no
@@ -3301,7 +3398,7 @@ T_AVX2 static void bf_tn_avx2(struct bfmm *m, const float *a, size_t lds_a, cons
     bf_block_avx2(m, r0, r1 - r0);
 }
 
-/* ---- element-wise rounding (bf16_bits, 8 or 16 lanes at once) ---- */
+/* ---- bf16: element-wise rounding (bf16_bits, 8 or 16 lanes at once) ---- */
 
 INLINE_AVX2 __m256i bf16_bits_avx2(__m256i u)
 {
@@ -3350,7 +3447,7 @@ T_AVX512 static void round_bf16_avx512(float *y /* [n] */, const float *x /* [n]
                              bf16_bits_avx512(_mm512_maskz_loadu_epi32(tail, x + nv)));
 }
 
-/* ---- emulated, AVX-512F: the AVX2 tiles' scheme, 16 lanes ---- */
+/* ---- bf16: emulated, AVX-512F: the AVX2 tiles' scheme, 16 lanes ---- */
 
 INLINE_AVX512 __m512i bf_track_avx512(__m512i lo, __m512 r)
 {
@@ -3490,7 +3587,7 @@ T_AVX512 static void bf_tn_emu_avx512(struct bfmm *m, const float *a, size_t lds
     BF_ROWS(bf_tile_emu_avx512, m, r0, r1 - r0, 3, 8, 8, 4, 4);
 }
 
-/* ---- native: vdpbf16ps ---- */
+/* ---- bf16: native: vdpbf16ps ---- */
 
 #define BF16_TARGET "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma"
 #define T_BF16 __attribute__((target(BF16_TARGET)))
@@ -3625,7 +3722,7 @@ T_BF16 static void bf_tn_native(struct bfmm *m, const float *a, size_t lds_a, co
     BF_ROWS(bf_tile_native, m, r0, r1 - r0, 3, 8, 8, 8, 6); /* 4 vectors: never, maxv 3 */
 }
 
-/* ---- a^T b over the leaves of the weight gradients ----
+/* ---- bf16: a^T b over the leaves of the weight gradients ----
  *
  * One leaf of rows [k0, k1) is exactly k_matmul_bf16 of a[k0:k1]^T and
  * b[k0:k1] with no bias: its pairs are rows (k0, k0+1), (k0+2, k0+3), ...,
@@ -3653,31 +3750,7 @@ static void tn_leaf_bf16(const struct tn_tree *t, float *dst /* [n,q] */, int k0
     }
 }
 
-/* Each leaf's partial by bf16_dot, then the tree. */
-void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
-                              const float *b /* [p,q] */, int n, int p, int q, int seg)
-{
-    int L = leaf_count(p, seg);
-    size_t na = (size_t)p * n, nb = (size_t)p * q, nc = (size_t)n * q;
-    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [p,n], [p,q] */
-    float *part = xmalloc(sizeof(float) * (size_t)L * nc);         /* [L,n,q] */
-    k_round_bf16_ref(ra, a, na);
-    k_round_bf16_ref(rb, b, nb);
-#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
-    for (int i = 0; i < n; i++)
-        for (int l = 0; l < L; l++) {
-            int k0 = leaf_lo(l, p, seg), rows = leaf_hi(l, p, seg) - k0;
-            for (int j = 0; j < q; j++)
-                part[(size_t)l * nc + (size_t)i * q + j] =
-                    bf16_dot(0.0f, ra + (size_t)k0 * n + i, (size_t)n, rb + (size_t)k0 * q + j,
-                             (size_t)q, rows);
-        }
-    tree_finish(add_plain, c, part, L, nc);
-    free(ra);
-    free(part);
-}
-
-/* ---- entry points ---- */
+/* ---- bf16: entry points ---- */
 
 static int bf16_mode = -1; /* 1: vdpbf16ps allowed; decided once, on first use */
 
@@ -3750,4 +3823,16 @@ void k_matmul_bf16(float *c /* [n,q] */, const float *a /* [n,p] */, const float
         matmul_bf16_native(&m, a, b, n);
     else
         k_matmul_bf16_emu(c, a, b, bias, r1, r2, relu, n, p, q);
+}
+
+void k_matmul_tn_seg_bf16(float *c /* [n,q] */, const float *a /* [p,n] */,
+                          const float *b /* [p,q] */, int n, int p, int q, int seg)
+{
+    matmul_tn_seg_any(c, a, b, n, p, q, seg, bf16_native() ? BF_NATIVE : BF_EMU_AVX512);
+}
+
+void k_matmul_tn_seg_bf16_emu(float *c /* [n,q] */, const float *a /* [p,n] */,
+                              const float *b /* [p,q] */, int n, int p, int q, int seg)
+{
+    matmul_tn_seg_any(c, a, b, n, p, q, seg, BF_EMU_AVX512);
 }

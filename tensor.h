@@ -2,7 +2,12 @@
  *
  * Every kernel exists as a plain-C twin (suffix _ref) and as a dispatched
  * entry point (k_*) that picks the AVX-512, AVX2 or plain path at run time.
- * All tensors are dense, row-major float32 unless said otherwise.
+ * All tensors are dense, row-major float32 unless said otherwise. The
+ * declarations come in tensor.c's order, by kernel family: path selection;
+ * leaves and the tree (the fixed summation order of batch reductions);
+ * matmul; weight-gradient matmul; attention; layernorm; softmax
+ * cross-entropy; element-wise, transpose and sums over rows; embedding;
+ * Adam; bf16 rounding and the matrix unit's matmuls.
  *
  * Determinism contract: for a fixed ISA path, every output bit is the same
  * whatever the OpenMP thread count, because each output element is produced
@@ -24,18 +29,9 @@ int isa_get(void);
 void isa_set(int isa); /* clamped to isa_best() */
 const char *isa_name(int isa);
 
-/* c[n,q] = a[n,p] @ b[p,q] (+ bias[q] when bias != NULL) */
-void k_matmul(float *c, const float *a, const float *b, const float *bias,
-              int n, int p, int q);
-void k_matmul_ref(float *c, const float *a, const float *b, const float *bias,
-                  int n, int p, int q);
+/* ---- leaves and the tree ---- */
 
-/* c[n,q] = a^T @ b with a[p,n], b[p,q]: the weight-gradient shape, a long
- * reduction over p summed in order 0..p-1 for every element. */
-void k_matmul_tn(float *c, const float *a, const float *b, int n, int p, int q);
-void k_matmul_tn_ref(float *c, const float *a, const float *b, int n, int p, int q);
-
-/* ---- reductions over rows as a fixed tree of leaves (the *_seg kernels) ----
+/* Reductions over rows as a fixed tree of leaves (the *_seg kernels).
  *
  * Why: data-parallel training splits the batch's rows over N cores and sums
  * the per-core gradients; the result must have the same bits for every N
@@ -52,58 +48,40 @@ void k_matmul_tn_ref(float *c, const float *a, const float *b, int n, int p, int
  * bits whenever N is a power of two dividing L. With seg = the rows of one
  * example, no leaf straddles two examples. No rows (n = 0): zeros. */
 
-/* c[n,q] = a^T @ b, a[p,n], b[p,q], reduced over the p rows by the tree. */
-void k_matmul_tn_seg(float *c, const float *a, const float *b, int n, int p, int q, int seg);
-void k_matmul_tn_seg_ref(float *c, const float *a, const float *b, int n, int p, int q, int seg);
-
-/* out[q] = sum over rows of x[n,q], by the tree. */
-void k_sum_rows_seg(float *out, const float *x, int n, int q, int seg);
-void k_sum_rows_seg_ref(float *out, const float *x, int n, int q, int seg);
-
 /* out[len] = the tree over the m >= 0 arrays parts[0..m-1] (each [len]):
  * the all-reduce's combine step. out may be parts[0], no other part. */
 void k_tree_sum(float *out, const float *const *parts, int m, size_t len);
 void k_tree_sum_ref(float *out, const float *const *parts, int m, size_t len);
 
-/* out[s,r] = in[r,s]^T */
-void k_transpose(float *out, const float *in, int r, int s);
-void k_transpose_ref(float *out, const float *in, int r, int s);
+/* ---- matmul ---- */
 
-/* out[q] = sum over rows of x[n,q] */
-void k_sum_rows(float *out, const float *x, int n, int q);
-void k_sum_rows_ref(float *out, const float *x, int n, int q);
+/* c[n,q] = a[n,p] @ b[p,q] (+ bias[q] when bias != NULL) */
+void k_matmul(float *c, const float *a, const float *b, const float *bias,
+              int n, int p, int q);
+void k_matmul_ref(float *c, const float *a, const float *b, const float *bias,
+                  int n, int p, int q);
 
-/* y[n] = a[n] + b[n] */
-void k_add(float *y, const float *a, const float *b, size_t n);
-void k_add_ref(float *y, const float *a, const float *b, size_t n);
+/* The fused matmul the graph compiler makes:
+ * c[n,q] = relu?(a[n,p] @ b[p,q] + bias[q]) + r1[n,q] + r2[n,q], where bias,
+ * r1 and r2 may be NULL. The matmul part is bit-identical to k_matmul, and
+ * the additions happen in this order, so fusing never changes a result. */
+void k_matmul_ex(float *c, const float *a, const float *b, const float *bias,
+                 const float *r1, const float *r2, int relu, int n, int p, int q);
+void k_matmul_ex_ref(float *c, const float *a, const float *b, const float *bias,
+                     const float *r1, const float *r2, int relu, int n, int p, int q);
 
-/* y = max(x, 0); dx = dy where y > 0 else 0 */
-void k_relu(float *y, const float *x, size_t n);
-void k_relu_ref(float *y, const float *x, size_t n);
-void k_relu_bwd(float *dx, const float *dy, const float *y, size_t n);
-void k_relu_bwd_ref(float *dx, const float *dy, const float *y, size_t n);
+/* ---- weight-gradient matmul ---- */
 
-/* LayerNorm over the last dim, eps 1e-5, biased variance.
- * x,y [n,c]; w,b [c]; mean,rstd [n] saved for the backward pass. */
-void k_layernorm(float *y, float *mean, float *rstd, const float *x,
-                 const float *w, const float *b, int n, int c);
-void k_layernorm_ref(float *y, float *mean, float *rstd, const float *x,
-                     const float *w, const float *b, int n, int c);
-/* dx [n,c] (overwritten); dw, db [c] (overwritten, reduced over n). */
-void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
-                     const float *x, const float *w, const float *mean,
-                     const float *rstd, int n, int c);
-void k_layernorm_bwd_ref(float *dx, float *dw, float *db, const float *dy,
-                         const float *x, const float *w, const float *mean,
-                         const float *rstd, int n, int c);
-/* The same, dw and db [c] reduced over the n rows by the tree; dx [n,c]
- * exactly as k_layernorm_bwd computes it. */
-void k_layernorm_bwd_seg(float *dx, float *dw, float *db, const float *dy,
-                         const float *x, const float *w, const float *mean,
-                         const float *rstd, int n, int c, int seg);
-void k_layernorm_bwd_seg_ref(float *dx, float *dw, float *db, const float *dy,
-                             const float *x, const float *w, const float *mean,
-                             const float *rstd, int n, int c, int seg);
+/* c[n,q] = a^T @ b with a[p,n], b[p,q]: the weight-gradient shape, a long
+ * reduction over p summed in order 0..p-1 for every element. */
+void k_matmul_tn(float *c, const float *a, const float *b, int n, int p, int q);
+void k_matmul_tn_ref(float *c, const float *a, const float *b, int n, int p, int q);
+
+/* c[n,q] = a^T @ b, a[p,n], b[p,q], reduced over the p rows by the tree. */
+void k_matmul_tn_seg(float *c, const float *a, const float *b, int n, int p, int q, int seg);
+void k_matmul_tn_seg_ref(float *c, const float *a, const float *b, int n, int p, int q, int seg);
+
+/* ---- attention ---- */
 
 /* Causal self-attention, fused: never holds all B*H*T*T scores.
  * qkv [B,T,3C], per head h (hs = C/H): q = cols [3hs*h, 3hs*h+hs), k the
@@ -127,6 +105,42 @@ void k_attention_step(float *out, float *kc, float *vc, const float *qkv,
 void k_attention_step_ref(float *out, float *kc, float *vc, const float *qkv,
                           int nb, int pos, int tmax, int C, int H);
 
+/* Attention's operands rounded as they are loaded (no extra pass over
+ * memory): the bits of rounding every input with k_round_bf16 first and
+ * calling the fp32 kernel. attention_bwd rounds dout and qkv. */
+void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+void k_attention_bf16_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int B, int T, int C, int H);
+void k_attention_bwd_bf16_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, int B, int T, int C, int H);
+
+/* ---- layernorm ---- */
+
+/* LayerNorm over the last dim, eps 1e-5, biased variance.
+ * x,y [n,c]; w,b [c]; mean,rstd [n] saved for the backward pass. */
+void k_layernorm(float *y, float *mean, float *rstd, const float *x,
+                 const float *w, const float *b, int n, int c);
+void k_layernorm_ref(float *y, float *mean, float *rstd, const float *x,
+                     const float *w, const float *b, int n, int c);
+/* dx [n,c] (overwritten); dw, db [c] (overwritten, reduced over n). */
+void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
+                     const float *x, const float *w, const float *mean,
+                     const float *rstd, int n, int c);
+void k_layernorm_bwd_ref(float *dx, float *dw, float *db, const float *dy,
+                         const float *x, const float *w, const float *mean,
+                         const float *rstd, int n, int c);
+/* The same, dw and db [c] reduced over the n rows by the tree; dx [n,c]
+ * exactly as k_layernorm_bwd computes it. */
+void k_layernorm_bwd_seg(float *dx, float *dw, float *db, const float *dy,
+                         const float *x, const float *w, const float *mean,
+                         const float *rstd, int n, int c, int seg);
+void k_layernorm_bwd_seg_ref(float *dx, float *dw, float *db, const float *dy,
+                             const float *x, const float *w, const float *mean,
+                             const float *rstd, int n, int c, int seg);
+
+/* ---- softmax cross-entropy ---- */
+
 /* Mean softmax cross-entropy over the rows whose target is >= 0.
  * logits [n,v]; targets [n] (int32, < 0 = ignored); loss [1]. */
 void k_xent(float *loss, const float *logits, const int32_t *targets, int n, int v);
@@ -136,6 +150,37 @@ void k_xent_bwd(float *dlogits, const float *logits, const int32_t *targets,
                 const float *dloss, int n, int v);
 void k_xent_bwd_ref(float *dlogits, const float *logits, const int32_t *targets,
                     const float *dloss, int n, int v);
+
+/* ---- element-wise, transpose, sums over rows ---- */
+
+/* y[n] = a[n] + b[n] */
+void k_add(float *y, const float *a, const float *b, size_t n);
+void k_add_ref(float *y, const float *a, const float *b, size_t n);
+
+/* y[n] = ((x[0] + x[1]) + x[2]) + ... over m >= 1 inputs, one pass (the
+ * graph compiler fuses chains of adds into it). */
+void k_add_n(float *y, const float *const *x, int m, size_t n);
+void k_add_n_ref(float *y, const float *const *x, int m, size_t n);
+
+/* y = max(x, 0); dx = dy where y > 0 else 0 */
+void k_relu(float *y, const float *x, size_t n);
+void k_relu_ref(float *y, const float *x, size_t n);
+void k_relu_bwd(float *dx, const float *dy, const float *y, size_t n);
+void k_relu_bwd_ref(float *dx, const float *dy, const float *y, size_t n);
+
+/* out[s,r] = in[r,s]^T */
+void k_transpose(float *out, const float *in, int r, int s);
+void k_transpose_ref(float *out, const float *in, int r, int s);
+
+/* out[q] = sum over rows of x[n,q] */
+void k_sum_rows(float *out, const float *x, int n, int q);
+void k_sum_rows_ref(float *out, const float *x, int n, int q);
+
+/* out[q] = sum over rows of x[n,q], by the tree. */
+void k_sum_rows_seg(float *out, const float *x, int n, int q, int seg);
+void k_sum_rows_seg_ref(float *out, const float *x, int n, int q, int seg);
+
+/* ---- embedding ---- */
 
 /* y[i,:] = table[:, idx[i]]: table [c,v] in PyTorch's Linear layout, so a
  * byte's embedding is a column. idx [n] int32 in [0,v); y [n,c]. */
@@ -151,6 +196,8 @@ void k_embed_bwd_seg(float *dtable, const int32_t *idx, const float *dy, int n, 
 void k_embed_bwd_seg_ref(float *dtable, const int32_t *idx, const float *dy, int n, int c, int v,
                          int seg);
 
+/* ---- adam ---- */
+
 /* torch.optim.Adam (no weight decay, no amsgrad), step t >= 1, in place:
  * m += (1-b1)(g-m); v = b2 v + (1-b2) g^2;
  * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
@@ -158,20 +205,6 @@ void k_adam(float *p, float *m, float *v, const float *g, size_t n,
             float lr, float b1, float b2, float eps, int t);
 void k_adam_ref(float *p, float *m, float *v, const float *g, size_t n,
                 float lr, float b1, float b2, float eps, int t);
-
-/* ---- fused kernels (made by the graph compiler) ---- */
-
-/* c[n,q] = relu?(a[n,p] @ b[p,q] + bias[q]) + r1[n,q] + r2[n,q], where bias,
- * r1 and r2 may be NULL. The matmul part is bit-identical to k_matmul, and
- * the additions happen in this order, so fusing never changes a result. */
-void k_matmul_ex(float *c, const float *a, const float *b, const float *bias,
-                 const float *r1, const float *r2, int relu, int n, int p, int q);
-void k_matmul_ex_ref(float *c, const float *a, const float *b, const float *bias,
-                     const float *r1, const float *r2, int relu, int n, int p, int q);
-
-/* y[n] = ((x[0] + x[1]) + x[2]) + ... over m >= 1 inputs, one pass. */
-void k_add_n(float *y, const float *const *x, int m, size_t n);
-void k_add_n_ref(float *y, const float *const *x, int m, size_t n);
 
 /* ---- bf16 matmul: TPU matrix-unit numerics (bf16 inputs, fp32 sums) ---- */
 
@@ -214,15 +247,6 @@ void k_matmul_tn_seg_bf16_ref(float *c, const float *a, const float *b, int n, i
                               int seg);
 void k_matmul_tn_seg_bf16_emu(float *c, const float *a, const float *b, int n, int p, int q,
                               int seg);
-/* Attention's operands rounded as they are loaded (no extra pass over
- * memory): the bits of rounding every input with k_round_bf16 first and
- * calling the fp32 kernel. attention_bwd rounds dout and qkv. */
-void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
-void k_attention_bf16_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
-void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int B, int T, int C, int H);
-void k_attention_bwd_bf16_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
-                              const float *lse, int B, int T, int C, int H);
 
 /* 1 when k_matmul_bf16 runs vdpbf16ps on the current path. */
 int bf16_native(void);
