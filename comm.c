@@ -9,7 +9,7 @@
 #include <string.h>
 #include "tensor.h"
 
-static double timeout_s = 120;
+static double timeout_s = 300;
 
 void comm_set_timeout(double seconds) { timeout_s = seconds; }
 
@@ -33,6 +33,7 @@ _Noreturn void comm_abort(int code) { exit(code); }
 /* ---- Open MPI ---- */
 #include <mpi.h>
 #include <sched.h>
+#include <unistd.h>
 #include <time.h>
 
 static int rank, size = 1;
@@ -46,7 +47,8 @@ static double now_s(void)
 
 int comm_init(int *argc, char ***argv)
 {
-    MPI_Init(argc, argv);
+    int provided; /* only the main thread calls MPI; OpenMP threads never do */
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     /* errors come back to us, so that a lost peer is one clear line */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -64,7 +66,7 @@ _Noreturn void comm_abort(int code)
     fflush(stdout);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code); /* not reached */
+    _exit(code); /* not reached; never exit(), which may be running already */
 }
 
 static _Noreturn void lost(const char *what, const char *why)
@@ -102,14 +104,35 @@ static void finish(MPI_Request *req, int err, const char *what)
     }
 }
 
-void comm_allgather(const void *mine, void *all, size_t bytes)
+/* MPI counts are ints: larger messages go in pieces of this many bytes. */
+#define PIECE ((size_t)1 << 28)
+
+static void allgather_piece(const char *mine, char *all, size_t bytes, size_t off, size_t len,
+                            char *tmp /* [size,len] */)
 {
     MPI_Request req;
-    if (bytes > (size_t)1 << 30)
-        lost("an all-gather", "a message over 1 GiB");
-    int err = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE,
+    int err = MPI_Iallgather(mine + off, (int)len, MPI_BYTE, tmp, (int)len, MPI_BYTE,
                              MPI_COMM_WORLD, &req);
     finish(&req, err, "an all-gather");
+    for (int r = 0; r < size; r++)
+        memcpy(all + (size_t)r * bytes + off, tmp + (size_t)r * len, len);
+}
+
+void comm_allgather(const void *mine, void *all, size_t bytes)
+{
+    if (bytes <= PIECE) {
+        MPI_Request req;
+        int err = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE,
+                                 MPI_COMM_WORLD, &req);
+        finish(&req, err, "an all-gather");
+        return;
+    }
+    char *tmp = malloc(PIECE * (size_t)size);
+    if (!tmp)
+        lost("an all-gather", "out of memory");
+    for (size_t off = 0; off < bytes; off += PIECE)
+        allgather_piece(mine, all, bytes, off, bytes - off < PIECE ? bytes - off : PIECE, tmp);
+    free(tmp);
 }
 
 void comm_all_reduce(float *buf, size_t len)
@@ -117,9 +140,9 @@ void comm_all_reduce(float *buf, size_t len)
     if (size == 1)
         return;
     float *all = malloc(sizeof(float) * len * (size_t)size + 1);
-    const float *parts[64];
-    if (!all || size > 64)
-        lost("an all-reduce", all ? "more than 64 ranks" : "out of memory");
+    const float *parts[COMM_MAX_RANKS];
+    if (!all)
+        lost("an all-reduce", "out of memory");
     comm_allgather(buf, all, sizeof(float) * len);
     for (int r = 0; r < size; r++)
         parts[r] = all + (size_t)r * len;
@@ -129,13 +152,12 @@ void comm_all_reduce(float *buf, size_t len)
 
 void comm_broadcast(void *buf, size_t bytes, int root)
 {
-    MPI_Request req;
-    if (size == 1)
-        return;
-    if (bytes > (size_t)1 << 30)
-        lost("a broadcast", "a message over 1 GiB");
-    int err = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req);
-    finish(&req, err, "a broadcast");
+    for (size_t off = 0; size > 1 && off < bytes; off += PIECE) {
+        MPI_Request req;
+        int len = (int)(bytes - off < PIECE ? bytes - off : PIECE);
+        int err = MPI_Ibcast((char *)buf + off, len, MPI_BYTE, root, MPI_COMM_WORLD, &req);
+        finish(&req, err, "a broadcast");
+    }
 }
 
 void comm_barrier(void)

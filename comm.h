@@ -12,6 +12,9 @@
 #define COMM_H
 #include <stddef.h>
 
+/* The most processes a run may have. */
+#define COMM_MAX_RANKS 64
+
 /* Starts the transport; call once, first. Returns the number of processes. */
 int comm_init(int *argc, char ***argv);
 /* Ends it; call once before a normal exit of a multi-process run. */
@@ -20,7 +23,7 @@ int comm_rank(void);   /* this process, 0..size-1; 0 is the master */
 int comm_size(void);   /* processes in the run */
 const char *comm_name(void); /* "single process" or the transport's name */
 
-/* Seconds a collective may wait for the other processes (default 120). */
+/* Seconds a collective may wait for the other processes (default 300). */
 void comm_set_timeout(double seconds);
 
 /* all[r * bytes ...] = rank r's mine[0..bytes), on every rank. */

@@ -11,6 +11,8 @@
  *   checkpoints        the model to and from safetensors tensors (the file
  *                      format itself is safetensors.c)
  *   helpers            random numbers, batches, allocation
+ *   a pod              several processes (gpt-mpi): the master, errors
+ *                      said once, flags and data checked equal, shares
  *   the program        data, flags, train, sample, eval, main (tests link
  *                      everything above it) */
 #include "gpt.h"
@@ -747,13 +749,21 @@ static _Noreturn void exit_planned(int code)
 
 /* Usage errors exit 2, runtime errors 1; both are one line on stderr. In
  * a pod a usage error is every rank's (they run the same flags), so the
- * master alone says it; a runtime error is said, with its rank, by the
- * rank that meets it. Either way every rank stops. */
+ * master alone says it while the others wait for it to; a runtime error is
+ * said, with its rank, by the rank that meets it. Either way every rank
+ * stops. */
 static _Noreturn void vdie(int code, const char *fmt, va_list ap)
 {
-    if (code != 2 || is_master()) {
+    int waited = 0;
+    if (code == 2 && !is_master() && comm_size() > 1) {
+        /* the master's abort ends this wait; aborting first could cut its line */
+        comm_set_timeout(30);
+        comm_barrier();
+        waited = 1; /* the master met no such error: say it here */
+    }
+    if (code != 2 || is_master() || waited) {
         fputs("gpt: ", stderr);
-        if (comm_size() > 1 && code != 2)
+        if (comm_size() > 1 && (code != 2 || waited))
             fprintf(stderr, "rank %d: ", comm_rank());
         vfprintf(stderr, fmt, ap);
         fputc('\n', stderr);
@@ -770,31 +780,57 @@ static _Noreturn void die(int code, const char *fmt, ...)
     vdie(code, fmt, ap);
 }
 
-/* Every rank must be started with the same command and flags: a rank that
- * differs names itself and both command lines, and every rank exits 2. */
+/* An error every rank meets at the same point from the same bytes (a
+ * diverged loss, a bad checkpoint): the master says it once and every rank
+ * leaves the pod together. */
+static _Noreturn void die_all(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (comm_size() == 1)
+        vdie(code, fmt, ap);
+    if (is_master()) {
+        fputs("gpt: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
+    va_end(ap);
+    comm_barrier();
+    exit_planned(code);
+}
+
+/* Every rank must be started with the same command and flags. The ranks
+ * compare a hash of their whole command line; on a mismatch a differing
+ * rank names itself and both command lines, and every rank exits 2. */
 static void check_same_flags(int argc, char **argv)
 {
-    char mine[4096] = "", master[4096];
+    uint64_t mine = FNV1A64_START, all[COMM_MAX_RANKS];
     if (comm_size() == 1)
         return;
+    for (int i = 1; i < argc; i++) /* NUL-joined: "a b" and "a" "b" differ */
+        mine = fnv1a64_more(mine, (const unsigned char *)argv[i], strlen(argv[i]) + 1);
+    comm_allgather(&mine, all, sizeof mine);
+    int differ = 0;
+    for (int r = 1; r < comm_size(); r++)
+        differ |= all[r] != all[0];
+    if (!differ)
+        return;
+    char line[4096] = "", master[4096];
     for (int i = 1; i < argc; i++)
-        snprintf(mine + strlen(mine), sizeof mine - strlen(mine), "%s%s", i > 1 ? " " : "",
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i > 1 ? " " : "",
                  argv[i]);
-    memcpy(master, mine, sizeof master);
-    comm_broadcast(master, sizeof master, 0);
-    float differ = strcmp(mine, master) != 0;
-    if (differ)
+    memcpy(master, line, sizeof master);
+    comm_broadcast(master, sizeof master, 0); /* for the message only */
+    if (mine != all[0])
         fprintf(stderr, "gpt: rank %d was started as 'gpt %s' but rank 0 as 'gpt %s'; every "
-                "rank needs the same command and flags\n", comm_rank(), mine, master);
-    comm_all_reduce(&differ, 1);
-    if (differ > 0)
-        exit_planned(2);
+                "rank needs the same command and flags\n", comm_rank(), line, master);
+    exit_planned(2);
 }
 
 /* Every host must train on the same bytes. */
 static void check_same_data(uint64_t hash, const char *path)
 {
-    uint64_t all[64];
+    uint64_t all[COMM_MAX_RANKS];
     if (comm_size() == 1)
         return;
     comm_allgather(&hash, all, sizeof hash);
@@ -1088,7 +1124,7 @@ static void check_train_flags(const struct settings *s)
     need(s->batch >= 1 && s->batch <= 65536, "--batch must be 1..65536, got %d", s->batch);
     need(s->seq >= 2 && s->seq <= s->context, "--seq must be 2..--context (%d), got %d",
          s->context, s->seq);
-    need(s->lr > 0 && s->lr < 1e3, "--lr must be > 0, got %g", s->lr);
+    need(s->lr > 0 && s->lr < 1e3, "--lr must be above 0 and below 1000, got %g", s->lr);
     need(s->eval_every >= 1, "--eval-every must be >= 1, got %d", s->eval_every);
     need(s->eval_batch >= 1 && s->eval_batch <= 65536, "--eval-batch must be 1..65536, got %d", s->eval_batch);
     need(s->eval_bytes >= 0 && s->final_bytes >= 0, "--eval-bytes and --final-bytes must be >= 0");
@@ -1125,7 +1161,8 @@ static size_t parse_size(const char *v)
 }
 
 /* The simulated board: --tpu's table row, then --cores and --hbm. */
-static void setup_board(const struct settings *s)
+/* hosts: the processes training together (sample and eval run on one). */
+static void setup_board(const struct settings *s, int hosts)
 {
     const char *name = "xla";
     int cores = 1;
@@ -1143,9 +1180,8 @@ static void setup_board(const struct settings *s)
          "--cores must be a power of two from 1 to %d (so results do not depend on the "
          "layout), got %d", XS_MAX_CORES, cores);
     need(cores == 1 || !strcmp(s->device, "xla"), "--cores and --tpu need --device xla");
-    int hosts = comm_size();
-    need(hosts <= 64 && !(hosts & (hosts - 1)), "a pod needs a power of two of processes, "
-         "up to 64 (mpirun -np), got %d", hosts);
+    need(!(hosts & (hosts - 1)), "a pod needs a power of two of processes (mpirun -np), "
+         "got %d", hosts);
     need(s->batch % (cores * hosts) == 0, "--batch %d does not split evenly over %d cores%s",
          s->batch, cores * hosts, hosts > 1 ? " (of all hosts)" : "");
     if (s->hbm)
@@ -1231,9 +1267,9 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
     char *text = xcalloc((size_t)total + 1, 1);
     memcpy(text, s->prompt, (size_t)n);
     SampleOpts so = {.temperature = 1.0f};
-    if (is_master())
-        model_generate(&tr->model, tr->g, text, n, total, &so, &tr->rng_eval);
-    comm_broadcast(&tr->rng_eval, sizeof tr->rng_eval, 0); /* the draws it took */
+    /* every rank holds the same weights and generator, so every rank draws
+     * the same bytes (the master prints them): no rank waits for another */
+    model_generate(&tr->model, tr->g, text, n, total, &so, &tr->rng_eval);
     clear_progress(tr);
     printf("step %6d | train %.4f | test %.4f | ", step, train_loss, test_loss);
     for (int i = 0; i < total; i++)
@@ -1381,7 +1417,7 @@ static void parse_rng(Rng *r, const char *hex, const char *path)
     char part[17];
     for (int i = 0; i < 4; i++) {
         if (!hex || strlen(hex) != 64)
-            die(1, "%s: bad random generator state in the metadata", path);
+            die_all(1, "%s: bad random generator state in the metadata", path);
         memcpy(part, hex + 16 * i, 16);
         part[16] = 0;
         r->s[i] = strtoull(part, NULL, 16);
@@ -1397,13 +1433,14 @@ static void check_resume_flags(const struct trainer *tr, const StFile *f, const 
     for (int i = 1; i < now.n; i++) {
         const char *key = now.key[i], *was = st_meta(f, key);
         if (!was)
-            die(1, "%s: checkpoint lacks '%s' in its metadata", path, key);
+            die_all(1, "%s: checkpoint lacks '%s' in its metadata", path, key);
         if (!strcmp(was, now.val[i]))
             continue;
         if (!strcmp(key, "data_fnv1a64"))
-            die(1, "%s: --data is not the file this run was trained on", path);
+            die_all(1, "%s: --data is not the file this run was trained on", path);
         if (was_given(key))
-            die(2, "--%s %s conflicts with the checkpoint's %s (%s)", key, now.val[i], was, path);
+            die_all(2, "--%s %s conflicts with the checkpoint's %s (%s)", key, now.val[i], was,
+                    path);
     }
 }
 
@@ -1438,7 +1475,7 @@ static void open_resume(struct trainer *tr, StFile *f, char *path, size_t n)
         die(1, "%s: %s", path, err);
     const char *fmt = st_meta(f, "format"), *step = st_meta(f, "step");
     if (!fmt || strcmp(fmt, "gpt-ckpt-1") || !step)
-        die(1, "%s: not a gpt training checkpoint (no format or step in the metadata)", path);
+        die_all(1, "%s: not a gpt training checkpoint (no format or step in the metadata)", path);
     set_from_meta(&tr->s, f);
 }
 
@@ -1447,13 +1484,13 @@ static void resume_state(struct trainer *tr, const StFile *f, const char *path)
     char err[512];
     check_resume_flags(tr, f, path);
     if (ckpt_load_weights(&tr->model, f, 1, err, sizeof err))
-        die(1, "%s: %s", path, err);
+        die_all(1, "%s: %s", path, err);
     tr->start = atoi(st_meta(f, "step"));
     tr->model.t = tr->start;
     parse_rng(&tr->rng_data, st_meta(f, "rng_data"), path);
     parse_rng(&tr->rng_eval, st_meta(f, "rng_eval"), path);
     if (tr->start > tr->s.steps)
-        die(2, "%s is at step %d, past --steps %d", path, tr->start, tr->s.steps);
+        die_all(2, "%s is at step %d, past --steps %d", path, tr->start, tr->s.steps);
 }
 
 static void init_weights(struct trainer *tr)
@@ -1508,7 +1545,7 @@ static void train_loop(struct trainer *tr)
         float loss = model_train_step(&tr->model, tr->g, &share, (float)s->lr);
         tr->t_steps += now_seconds() - t0;
         if (!isfinite(loss))
-            die(1, "training diverged at step %d (loss %g); try a smaller --lr", step, loss);
+            die_all(1, "training diverged at step %d (loss %g); try a smaller --lr", step, loss);
         if (step % s->eval_every == 0)
             eval_line(tr, step, loss);
         print_progress(tr, step, loss);
@@ -1559,7 +1596,7 @@ static void report_hosts(double step_seconds, int steps)
 {
     double mine[2] = {step_seconds / (steps > 0 ? steps : 1),
                       xs_metric_sum(M_HOST_ALL_REDUCE) / (steps > 0 ? steps : 1)};
-    double all[2 * 64];
+    double all[2 * COMM_MAX_RANKS];
     if (comm_size() == 1)
         return;
     comm_allgather(mine, all, sizeof mine);
@@ -1590,11 +1627,11 @@ static void run_training(struct trainer *tr)
     train_loop(tr);
     if (tr->start < s->steps)
         save_checkpoint(tr, s->steps);
+    report_hosts(tr->t_steps, s->steps - tr->start); /* the last collective */
     final_passage(tr);
     if (s->steps > tr->start)
         printf("%.2f ms/step over %d steps\n", tr->t_steps * 1e3 / (s->steps - tr->start),
                s->steps - tr->start);
-    report_hosts(tr->t_steps, s->steps - tr->start);
     report_metrics(s);
     g_free(tr->g);
     batch_free(&tr->train);
@@ -1646,7 +1683,7 @@ static int cmd_train(int argc, char **argv)
         open_resume(&tr, &rf, rpath, sizeof rpath);
     check_train_flags(s);
     apply_common_flags(s);
-    setup_board(s);
+    setup_board(s, comm_size());
     need(s->eval_batch % comm_size() == 0, "--eval-batch %d does not split evenly over %d "
          "hosts", s->eval_batch, comm_size());
     load_data(&tr.data, s->data, s->seq);
@@ -1747,7 +1784,7 @@ static int cmd_sample(int argc, char **argv)
     need(s.top_k >= 0 && s.top_k <= VOCAB, "--top-k must be 0..%d, got %d", VOCAB, s.top_k);
     need(s.seed >= 0 && s.seed == floor(s.seed), "--seed must be a whole number >= 0");
     apply_common_flags(&s);
-    setup_board(&s);
+    setup_board(&s, 1);
     Model m;
     load_model(&m, s.ckpt, &s);
     int n = (int)strlen(s.prompt), total = n > s.bytes ? n : s.bytes;
@@ -1819,7 +1856,7 @@ static int cmd_eval(int argc, char **argv)
         return 0; /* in a pod the master alone evaluates */
     need(s.batch >= 1 && s.batch <= 65536, "--batch must be 1..65536, got %d", s.batch);
     apply_common_flags(&s);
-    setup_board(&s);
+    setup_board(&s, 1);
     Model m;
     Data d;
     long windows;
@@ -1854,11 +1891,16 @@ static void join_pod(int *argc, char ***argv)
 {
     comm_init(argc, argv);
     atexit(leave_pod);
+    need(comm_size() <= COMM_MAX_RANKS, "a pod has at most %d processes, got %d",
+         COMM_MAX_RANKS, comm_size());
     const char *t = getenv("GPT_COMM_TIMEOUT");
-    if (t && *t)
-        comm_set_timeout(atof(t) > 0 ? atof(t) : 60);
-    else
-        comm_set_timeout(60);
+    if (t && *t) {
+        char *end;
+        double seconds = strtod(t, &end);
+        need(*end == 0 && seconds > 0, "GPT_COMM_TIMEOUT must be a number of seconds > 0, "
+             "got '%s'", t);
+        comm_set_timeout(seconds);
+    }
     if (!is_master() && !freopen("/dev/null", "w", stdout))
         die(1, "cannot silence stdout on rank %d", comm_rank());
     check_same_flags(*argc, *argv);
@@ -1867,7 +1909,8 @@ static void join_pod(int *argc, char ***argv)
 static int run_command(int argc, char **argv)
 {
     if (argc < 2) {
-        usage_main(stderr);
+        if (is_master())
+            usage_main(stderr);
         return 2;
     }
     isa_best(); /* validates GPT_ISA before any work */

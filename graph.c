@@ -1388,7 +1388,7 @@ static void save_graph(const struct compiler *cc, const struct trace *tr, const 
                        const Program *p)
 {
     const char *prefix = getenv("GPT_SAVE_GRAPHS"), *fmt = getenv("GPT_SAVE_GRAPHS_FMT");
-    if (!prefix || !*prefix)
+    if (!prefix || !*prefix || xs_host() != 0) /* in a pod, host 0 alone writes them */
         return;
     int dot = fmt && !strcmp(fmt, "dot");
     char path[4096];
@@ -1581,7 +1581,7 @@ static int debug_on(void)
     static int on = -1;
     if (on < 0) {
         const char *v = getenv("GPT_XLA_DEBUG");
-        on = v && *v && strcmp(v, "0");
+        on = v && *v && strcmp(v, "0") && xs_host() == 0; /* in a pod, host 0 alone */
     }
     return on;
 }

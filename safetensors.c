@@ -510,12 +510,16 @@ void st_add(StWriter *w, const char *name, int dtype, int ndim, const int64_t *s
     buf_put(&w->data, src, bytes);
 }
 
-uint64_t fnv1a64(const unsigned char *p, size_t n)
+uint64_t fnv1a64_more(uint64_t h, const unsigned char *p, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++)
         h = (h ^ p[i]) * 0x100000001b3ull;
     return h;
+}
+
+uint64_t fnv1a64(const unsigned char *p, size_t n)
+{
+    return fnv1a64_more(FNV1A64_START, p, n);
 }
 
 /* The rename is durable only once the directory itself is synced. */

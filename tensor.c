@@ -1,31 +1,40 @@
 /* tensor.c: the compute kernels, the bottom layer (see tensor.h).
  *
- * The file is ordered by kernel family. Inside a family the plain-C twin
- * (*_ref) comes first: it states the contract, shapes and summation
- * order, and is the oracle the tests trust and the scalar path; then the
- * AVX2 path, the AVX-512 path, and the k_* entry point that picks one.
- * Read a twin to learn what a kernel computes; skip its SIMD paths on a
- * first read. The SIMD paths are compiled with target attributes, not
- * -march, so one binary runs everywhere and picks its path at run time.
+ * Map. The file runs by kernel family, each section under a banner
+ * "---- name ----" (search for it), in this order:
+ *   shared helpers               target macros, PAR_WORK, ROW_BLOCK, xmalloc, my_share, sum_blocks
+ *   ISA dispatch                 isa_best/get/set (GPT_ISA), bf16_native (GPT_BF16), DISPATCH
+ *   SIMD helpers                 lane masks, horizontal sum, exp8 and exp16
+ *   matmul                       k_matmul, k_matmul_ex: c = epilogue(a @ b + bias), by tiles
+ *   leaves and the tree          the *_seg kernels' leaves and tree, k_tree_sum
+ *   weight-gradient matmul       k_matmul_tn, k_matmul_tn_seg: a^T b, leaves over threads
+ *   attention                    forward, backward, decode step, the head drivers
+ *   layernorm                    forward, backward, backward over leaves
+ *   softmax cross-entropy        k_xent, k_xent_bwd
+ *   element-wise                 k_add, k_add_n, k_relu, k_relu_bwd
+ *   sums over rows               k_sum_rows (ROW_BLOCK partials), k_sum_rows_seg (leaves)
+ *   transpose                    k_transpose: cache-blocked, one plain path
+ *   embedding                    k_embed, k_embed_bwd, k_embed_bwd_seg: one plain path
+ *   Adam                         k_adam
+ *   bf16 numerics                what vdpbf16ps does, as measured, and its scalar model
+ *   bf16 rounding                k_round_bf16 (and round_span, one thread's rounding)
+ *   bf16 matmul                  k_matmul_bf16: emulated (AVX2, AVX-512) and native tiles
+ *   bf16 weight-gradient matmul  k_matmul_tn_seg_bf16: the leaves on those tiles
+ *   bf16 attention               k_attention_bf16, k_attention_bwd_bf16: rounding on load
  *
- *   Path selection, shared helpers   isa_best, isa_get; xmalloc, my_share;
- *                                    AVX2 and AVX-512 vector helpers (exp8,
- *                                    exp16, masks, horizontal sums)
- *   Leaves, the tree, row blocks     the fixed summation orders every batch
- *                                    reduction uses; k_tree_sum
- *   Matmul                           k_matmul, k_matmul_ex (fused epilogue)
- *   Weight-gradient matmul           k_matmul_tn, k_matmul_tn_seg
- *   Attention                        k_attention, k_attention_bwd,
- *                                    k_attention_step, and their bf16 forms
- *   LayerNorm                        k_layernorm, k_layernorm_bwd(_seg)
- *   Softmax cross-entropy            k_xent, k_xent_bwd
- *   Element-wise, transpose, sums    k_add, k_add_n, k_relu(_bwd),
- *                                    k_transpose, k_sum_rows(_seg)
- *   Embedding                        k_embed, k_embed_bwd(_seg)
- *   Adam                             k_adam
- *   bf16 matmul, rounding, packing   k_round_bf16, k_matmul_bf16,
- *                                    k_matmul_tn_seg_bf16: vdpbf16ps and its
- *                                    exact emulations (its own head comment)
+ * Inside a family: the plain-C twins (*_ref) first: they state the
+ * contract (shapes, summation order), are the oracle the tests trust, and
+ * are the scalar path; they run in parallel only over independent output
+ * rows, so they keep the determinism contract trivially. Then the AVX2
+ * path and the AVX-512 path (after any helper both use), the drivers that
+ * run either path's block or head functions, and the k_* entry points
+ * last; a "-- family: part --" line marks each part. Everything named
+ * bf16 is in the bf16 sections at the end; the fp32 drivers that serve
+ * it too (the weight-gradient tree, the attention heads) take a flag and
+ * reach it through this file's only two forward declarations,
+ * tn_leaf_bf16 and round_span. The SIMD paths are compiled
+ * with target attributes, not -march, so one binary runs everywhere and
+ * picks its path at run time.
  *
  * Determinism: every output element is produced by one thread, by a sequence
  * of operations that does not depend on how work is split among threads.
@@ -34,8 +43,7 @@
  * (ROW_BLOCK), combined in block order. The *_seg kernels instead sum
  * leaves of `seg` rows and combine the leaves by the balanced tree of
  * tensor.h, which also makes them independent of how rows are sharded
- * over simulated cores. The twins are parallel only over independent output
- * rows, so they keep this contract trivially.
+ * over simulated cores.
  */
 #include "tensor.h"
 #include <immintrin.h>
@@ -45,9 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ======================================================================
- * Path selection, shared helpers, vector helpers
- * ====================================================================== */
+/* ---- shared helpers ---- */
 
 #define T_AVX2 __attribute__((target("avx2,fma")))
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
@@ -81,8 +87,6 @@ static int min_int(int a, int b) { return a < b ? a : b; }
 
 static int round16(int x) { return (x + 15) / 16 * 16; }
 
-static void round_span(float *y, const float *x, size_t n);
-
 /* This thread's contiguous share [*i0, *i1) of n items. Used where a thread
  * must keep its items across several passes; which thread computes an item
  * never changes how it is computed. */
@@ -92,6 +96,19 @@ static void my_share(int n, int *i0, int *i1)
     *i0 = (int)((long)n * me / nth);
     *i1 = (int)((long)n * (me + 1) / nth);
 }
+
+/* Final step of a blocked row reduction: out[q] = sum of part[nblk,q] over
+ * blocks, in block order. */
+static void sum_blocks(float *out /* [q] */, const float *part /* [nblk,q] */, int nblk, int q)
+{
+    for (int j = 0; j < q; j++)
+        out[j] = 0.0f;
+    for (int b = 0; b < nblk; b++)
+        for (int j = 0; j < q; j++)
+            out[j] += part[(size_t)b * q + j];
+}
+
+/* ---- ISA dispatch ---- */
 
 static int isa_best_cached = -1; /* decided once, on first use */
 static int isa_current = -1;     /* -1: not chosen yet, means isa_best() */
@@ -153,6 +170,28 @@ void isa_set(int isa)
     __atomic_store_n(&isa_current, isa, __ATOMIC_RELAXED);
 }
 
+static int bf16_mode = -1; /* 1: vdpbf16ps allowed; decided once, on first use */
+
+/* GPT_BF16=emulate turns the instruction off (to time or check the
+ * emulation in a real run); the emulation is the only choice without it. */
+static int bf16_allowed(void)
+{
+    int mode = __atomic_load_n(&bf16_mode, __ATOMIC_ACQUIRE);
+    if (mode < 0) { /* a racing second caller computes the same value */
+        const char *e = getenv("GPT_BF16");
+        if (e && *e && strcmp(e, "emulate") && strcmp(e, "auto")) {
+            fprintf(stderr, "gpt: GPT_BF16=%s is not one of auto, emulate\n", e);
+            exit(2);
+        }
+        __builtin_cpu_init();
+        mode = __builtin_cpu_supports("avx512bf16") && !(e && !strcmp(e, "emulate"));
+        __atomic_store_n(&bf16_mode, mode, __ATOMIC_RELEASE);
+    }
+    return mode;
+}
+
+int bf16_native(void) { return isa_get() == ISA_AVX512 && bf16_allowed(); }
+
 /* Calls name_avx512, name_avx2 or the twin k_name_ref by the current path. */
 #define DISPATCH(name, ...)                             \
     switch (isa_get()) {                                \
@@ -161,7 +200,9 @@ void isa_set(int isa)
     default: k_##name##_ref(__VA_ARGS__); break;        \
     }
 
-/* ---- shared: vector helpers ---- */
+/* ---- SIMD helpers ---- */
+
+/* AVX2 + FMA: 8 floats per vector. */
 
 /* Lanes 0..n-1 set: the mask for maskload/maskstore of a partial vector. */
 INLINE_AVX2 __m256i lanes8(int n)
@@ -174,13 +215,6 @@ INLINE_AVX2 float hsum8(__m256 v)
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-INLINE_AVX2 float hmax8(__m256 v)
-{
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 
 /* exp(x) within ~2 ulp for x <= 88, as softmax needs (its arguments are
@@ -208,13 +242,12 @@ INLINE_AVX2 __m256 exp8(__m256 x)
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e)); /* p * 2^n */
 }
 
+/* AVX-512: 16 floats per vector, partial vectors by mask registers. */
+
 INLINE_AVX512 __mmask16 lanes16(int n) /* lanes 0..n-1 set */
 {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
-
-/* lanes16 for n < 16 without branches (the attention loops' masks). */
-INLINE_AVX512 __mmask16 below16(int n) { return (__mmask16)((1u << (n > 0 ? n : 0)) - 1u); }
 
 /* exp(x) within ~2 ulp, the same reduction and polynomial as exp8; scalef
  * applies 2^n without building exponent bits, so it underflows to 0 and
@@ -238,199 +271,9 @@ INLINE_AVX512 __m512 exp16(__m512 x)
     return _mm512_scalef_ps(p, n);
 }
 
-/* ======================================================================
- * Leaves, the tree and row blocks: the fixed summation orders
- * ====================================================================== */
+/* ---- matmul ---- */
 
-/* ---- the tree: leaves and subtrees ---- */
-
-/* Number of leaves of seg rows over n rows; seg < 1 means one leaf. */
-static int leaf_count(int n, int seg)
-{
-    if (n <= 0)
-        return 0;
-    return seg < 1 ? 1 : (int)(((long)n + seg - 1) / seg);
-}
-
-/* Leaf l's rows are [leaf_lo, leaf_hi). */
-static int leaf_lo(int l, int n, int seg) { return seg < 1 ? 0 : (int)((long)l * seg); }
-
-static int leaf_hi(int l, int n, int seg)
-{
-    long hi = seg < 1 ? n : ((long)l + 1) * seg;
-    return hi < n ? (int)hi : n;
-}
-
-/* Levels of a tree over m leaves: ceil(log2 m), 0 for m <= 1. A subtree
- * evaluated with one scratch array per level for its right children
- * needs this many scratch arrays. */
-static int tree_depth(int m)
-{
-    int d = 0;
-    while (d < 31 && (1L << d) < m)
-        d++;
-    return d;
-}
-
-/* dst = dst + src, element-wise: the tree's one operation. One rounding
- * per element, so any vector width gives the same bits; the twins use this
- * plain loop, the fast paths add_into (below), which picks the widest. */
-static void add_plain(float *restrict dst, const float *restrict src, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = dst[i] + src[i];
-}
-
-T_AVX2 static void add_into_avx2(float *restrict dst, const float *restrict src, size_t n)
-{
-    size_t nv = n / 8 * 8;
-    for (size_t i = 0; i < nv; i += 8)
-        _mm256_storeu_ps(dst + i,
-                         _mm256_add_ps(_mm256_loadu_ps(dst + i), _mm256_loadu_ps(src + i)));
-    add_plain(dst + nv, src + nv, n - nv);
-}
-
-T_AVX512 static void add_into_avx512(float *restrict dst, const float *restrict src, size_t n)
-{
-    size_t nv = n / 16 * 16;
-    for (size_t i = 0; i < nv; i += 16)
-        _mm512_storeu_ps(dst + i,
-                         _mm512_add_ps(_mm512_loadu_ps(dst + i), _mm512_loadu_ps(src + i)));
-    add_plain(dst + nv, src + nv, n - nv);
-}
-
-static void add_into(float *restrict dst, const float *restrict src, size_t n)
-{
-    switch (isa_get()) {
-    case ISA_AVX512: add_into_avx512(dst, src, n); break;
-    case ISA_AVX2: add_into_avx2(dst, src, n); break;
-    default: add_plain(dst, src, n); break;
-    }
-}
-
-typedef void add_fn(float *restrict, const float *restrict, size_t);
-
-/* The tree over the arrays part[lo..hi-1] (each len floats, contiguous),
- * in place: the result lands in part[lo]. */
-static void tree_inplace(add_fn *add, float *part /* [hi,len] */, int lo, int hi, size_t len)
-{
-    if (hi - lo < 2)
-        return;
-    int mid = lo + (hi - lo) / 2;
-    tree_inplace(add, part, lo, mid, len);
-    tree_inplace(add, part, mid, hi, len);
-    add(part + (size_t)lo * len, part + (size_t)mid * len, len);
-}
-
-/* out = the tree over m leaf partials part[m,len] (destroyed); 0 if m = 0. */
-static void tree_finish(add_fn *add, float *out /* [len] */, float *part /* [m,len] */, int m,
-                        size_t len)
-{
-    if (m < 1) {
-        memset(out, 0, sizeof(float) * len);
-        return;
-    }
-    tree_inplace(add, part, 0, m, len);
-    memcpy(out, part, sizeof(float) * len);
-}
-
-/* ---- the tree: the plain-C twin ---- */
-
-/* out = the tree over parts[lo..hi-1]; out may be parts[lo] itself. */
-static void tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int lo,
-                         int hi, size_t len)
-{
-    if (hi - lo == 1) {
-        if (out != parts[lo])
-            memcpy(out, parts[lo], sizeof(float) * len);
-        return;
-    }
-    int mid = lo + (hi - lo) / 2;
-    float *right = xmalloc(sizeof(float) * len); /* [len] */
-    tree_sum_ref(out, parts, lo, mid, len);
-    tree_sum_ref(right, parts, mid, hi, len);
-    add_plain(out, right, len);
-    free(right);
-}
-
-void k_tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
-                    size_t len)
-{
-    if (m < 1)
-        memset(out, 0, sizeof(float) * len);
-    else
-        tree_sum_ref(out, parts, 0, m, len);
-}
-
-/* ---- the tree: the fast path ---- */
-
-/* k_tree_sum in chunks of TREE_CHUNK elements, each chunk's tree with one
- * scratch chunk per level, chunks in parallel. */
-#define TREE_CHUNK 2048
-
-static void tree_chunk(float *out /* [len] */, const float *const *parts, int lo, int hi,
-                       size_t off, size_t len, float *tmp /* [levels,TREE_CHUNK] */, int d)
-{
-    if (hi - lo == 1) {
-        if (out != parts[lo] + off)
-            memcpy(out, parts[lo] + off, sizeof(float) * len);
-        return;
-    }
-    int mid = lo + (hi - lo) / 2;
-    float *right = tmp + (size_t)d * TREE_CHUNK;
-    tree_chunk(out, parts, lo, mid, off, len, tmp, d + 1);
-    tree_chunk(right, parts, mid, hi, off, len, tmp, d + 1);
-    add_into(out, right, len);
-}
-
-static void tree_sum_chunked(float *out /* [len] */, const float *const *parts /* m x [len] */,
-                             int m, size_t len)
-{
-    if (m < 1) {
-        memset(out, 0, sizeof(float) * len);
-        return;
-    }
-    long nch = (long)((len + TREE_CHUNK - 1) / TREE_CHUNK);
-    int depth = tree_depth(m);
-#pragma omp parallel if (len * (size_t)m >= 4 * PAR_WORK)
-    {
-        float *tmp = xmalloc(sizeof(float) * (size_t)(depth ? depth : 1) * TREE_CHUNK);
-#pragma omp for schedule(static)
-        for (long ch = 0; ch < nch; ch++) {
-            size_t off = (size_t)ch * TREE_CHUNK;
-            size_t l = len - off < TREE_CHUNK ? len - off : TREE_CHUNK;
-            tree_chunk(out + off, parts, 0, m, off, l, tmp, 0);
-        }
-        free(tmp);
-    }
-}
-
-/* ---- the tree: entry points ---- */
-
-void k_tree_sum(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
-                size_t len)
-{
-    tree_sum_chunked(out, parts, m, len);
-}
-
-/* ---- the tree: row blocks ---- */
-
-/* Final step of a blocked row reduction: out[q] = sum of part[nblk,q] over
- * blocks, in block order. */
-static void sum_blocks(float *out /* [q] */, const float *part /* [nblk,q] */, int nblk, int q)
-{
-    for (int j = 0; j < q; j++)
-        out[j] = 0.0f;
-    for (int b = 0; b < nblk; b++)
-        for (int j = 0; j < q; j++)
-            out[j] += part[(size_t)b * q + j];
-}
-
-/* ======================================================================
- * Matmul: c = relu?(a @ b + bias) + r1 + r2
- * ====================================================================== */
-
-/* ---- matmul: the plain-C twin ---- */
+/* -- matmul: twins -- */
 
 void k_matmul_ex_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
                      const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
@@ -464,7 +307,7 @@ void k_matmul_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float 
     k_matmul_ex_ref(c, a, b, bias, NULL, NULL, 0, n, p, q);
 }
 
-/* ---- matmul: AVX2 ---- */
+/* -- matmul: the tiles' arguments, shared by both paths and matmul_tn -- */
 
 /* Everything a matmul tile needs. The same tiles serve matmul (a is [n,p],
  * row stride p) and matmul_tn (a is [p,n], read as its transpose). A tile
@@ -482,6 +325,8 @@ struct mm {
     int kinit;  /* where the sums start: a pass from k0 == kinit initialises
                  * (bias or 0), a later one resumes from c */
 };
+
+/* -- matmul: AVX2 -- */
 
 #define MR_AVX2 6 /* rows per tile: 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
 
@@ -574,7 +419,7 @@ T_AVX2 static void matmul_avx2(const struct mm *m, int n)
         mm_rows_avx2(m, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), (size_t)m->p, 1);
 }
 
-/* ---- matmul: AVX-512 ---- */
+/* -- matmul: AVX-512 -- */
 
 #define MR_AVX512 6 /* rows per tile: 6x4 accumulators + 4 b + 1 broadcast = 29 of 32 zmm */
 
@@ -665,7 +510,7 @@ T_AVX512 static void matmul_avx512(const struct mm *m, int n)
         mm_rows_avx512(m, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), (size_t)m->p, 1);
 }
 
-/* ---- matmul: entry points ---- */
+/* -- matmul: entry points -- */
 
 void k_matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
                  const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
@@ -685,17 +530,179 @@ void k_matmul(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /
     k_matmul_ex(c, a, b, bias, NULL, NULL, 0, n, p, q);
 }
 
-/* ======================================================================
- * Weight-gradient matmul: c = a^T @ b, summed over leaves
- * ====================================================================== */
+/* ---- leaves and the tree ---- */
 
-/* matmul_tn runs its long k loop in passes of this many rows of a and b:
- * one pass's rows (at most 64 x (n + q) floats for the model's widths) stay
- * in L1 while every tile of c uses them, instead of streaming all of b from
- * L2 once per tile. */
-#define TN_KBLOCK 64
+/* The *_seg kernels' leaves of seg rows and the balanced tree that
+ * combines them; the rule is stated in tensor.h. */
 
-/* ---- weight-gradient matmul: the plain-C twin ---- */
+/* Number of leaves of seg rows over n rows; seg < 1 means one leaf. */
+static int leaf_count(int n, int seg)
+{
+    if (n <= 0)
+        return 0;
+    return seg < 1 ? 1 : (int)(((long)n + seg - 1) / seg);
+}
+
+/* Leaf l's rows are [leaf_lo, leaf_hi). */
+static int leaf_lo(int l, int n, int seg) { return seg < 1 ? 0 : (int)((long)l * seg); }
+
+static int leaf_hi(int l, int n, int seg)
+{
+    long hi = seg < 1 ? n : ((long)l + 1) * seg;
+    return hi < n ? (int)hi : n;
+}
+
+/* Levels of a tree over m leaves: ceil(log2 m), 0 for m <= 1. A subtree
+ * evaluated with one scratch array per level for its right children
+ * needs this many scratch arrays. */
+static int tree_depth(int m)
+{
+    int d = 0;
+    while (d < 31 && (1L << d) < m)
+        d++;
+    return d;
+}
+
+/* dst = dst + src, element-wise: the tree's one operation. One rounding
+ * per element, so any vector width gives the same bits; the twins use this
+ * plain loop, the fast paths add_into (below), which picks the widest. */
+static void add_plain(float *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dst[i] + src[i];
+}
+
+T_AVX2 static void add_into_avx2(float *restrict dst, const float *restrict src, size_t n)
+{
+    size_t nv = n / 8 * 8;
+    for (size_t i = 0; i < nv; i += 8)
+        _mm256_storeu_ps(dst + i,
+                         _mm256_add_ps(_mm256_loadu_ps(dst + i), _mm256_loadu_ps(src + i)));
+    add_plain(dst + nv, src + nv, n - nv);
+}
+
+T_AVX512 static void add_into_avx512(float *restrict dst, const float *restrict src, size_t n)
+{
+    size_t nv = n / 16 * 16;
+    for (size_t i = 0; i < nv; i += 16)
+        _mm512_storeu_ps(dst + i,
+                         _mm512_add_ps(_mm512_loadu_ps(dst + i), _mm512_loadu_ps(src + i)));
+    add_plain(dst + nv, src + nv, n - nv);
+}
+
+static void add_into(float *restrict dst, const float *restrict src, size_t n)
+{
+    switch (isa_get()) {
+    case ISA_AVX512: add_into_avx512(dst, src, n); break;
+    case ISA_AVX2: add_into_avx2(dst, src, n); break;
+    default: add_plain(dst, src, n); break;
+    }
+}
+
+typedef void add_fn(float *restrict, const float *restrict, size_t);
+
+/* The tree over the arrays part[lo..hi-1] (each len floats, contiguous),
+ * in place: the result lands in part[lo]. */
+static void tree_inplace(add_fn *add, float *part /* [hi,len] */, int lo, int hi, size_t len)
+{
+    if (hi - lo < 2)
+        return;
+    int mid = lo + (hi - lo) / 2;
+    tree_inplace(add, part, lo, mid, len);
+    tree_inplace(add, part, mid, hi, len);
+    add(part + (size_t)lo * len, part + (size_t)mid * len, len);
+}
+
+/* out = the tree over m leaf partials part[m,len] (destroyed); 0 if m = 0. */
+static void tree_finish(add_fn *add, float *out /* [len] */, float *part /* [m,len] */, int m,
+                        size_t len)
+{
+    if (m < 1) {
+        memset(out, 0, sizeof(float) * len);
+        return;
+    }
+    tree_inplace(add, part, 0, m, len);
+    memcpy(out, part, sizeof(float) * len);
+}
+
+/* -- leaves and the tree: k_tree_sum -- */
+
+/* out = the tree over parts[lo..hi-1]; out may be parts[lo] itself. */
+static void tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int lo,
+                         int hi, size_t len)
+{
+    if (hi - lo == 1) {
+        if (out != parts[lo])
+            memcpy(out, parts[lo], sizeof(float) * len);
+        return;
+    }
+    int mid = lo + (hi - lo) / 2;
+    float *right = xmalloc(sizeof(float) * len); /* [len] */
+    tree_sum_ref(out, parts, lo, mid, len);
+    tree_sum_ref(right, parts, mid, hi, len);
+    add_plain(out, right, len);
+    free(right);
+}
+
+void k_tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
+                    size_t len)
+{
+    if (m < 1)
+        memset(out, 0, sizeof(float) * len);
+    else
+        tree_sum_ref(out, parts, 0, m, len);
+}
+
+/* k_tree_sum in chunks of TREE_CHUNK elements, each chunk's tree with one
+ * scratch chunk per level, chunks in parallel. */
+#define TREE_CHUNK 2048
+
+static void tree_chunk(float *out /* [len] */, const float *const *parts, int lo, int hi,
+                       size_t off, size_t len, float *tmp /* [levels,TREE_CHUNK] */, int d)
+{
+    if (hi - lo == 1) {
+        if (out != parts[lo] + off)
+            memcpy(out, parts[lo] + off, sizeof(float) * len);
+        return;
+    }
+    int mid = lo + (hi - lo) / 2;
+    float *right = tmp + (size_t)d * TREE_CHUNK;
+    tree_chunk(out, parts, lo, mid, off, len, tmp, d + 1);
+    tree_chunk(right, parts, mid, hi, off, len, tmp, d + 1);
+    add_into(out, right, len);
+}
+
+static void tree_sum_chunked(float *out /* [len] */, const float *const *parts /* m x [len] */,
+                             int m, size_t len)
+{
+    if (m < 1) {
+        memset(out, 0, sizeof(float) * len);
+        return;
+    }
+    long nch = (long)((len + TREE_CHUNK - 1) / TREE_CHUNK);
+    int depth = tree_depth(m);
+#pragma omp parallel if (len * (size_t)m >= 4 * PAR_WORK)
+    {
+        float *tmp = xmalloc(sizeof(float) * (size_t)(depth ? depth : 1) * TREE_CHUNK);
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < nch; ch++) {
+            size_t off = (size_t)ch * TREE_CHUNK;
+            size_t l = len - off < TREE_CHUNK ? len - off : TREE_CHUNK;
+            tree_chunk(out + off, parts, 0, m, off, l, tmp, 0);
+        }
+        free(tmp);
+    }
+}
+
+void k_tree_sum(float *out /* [len] */, const float *const *parts /* m x [len] */, int m,
+                size_t len)
+{
+    tree_sum_chunked(out, parts, m, len);
+}
+
+/* ---- weight-gradient matmul ---- */
+
+/* -- weight-gradient matmul: twins -- */
 
 void k_matmul_tn_ref(float *c /* [n,q] */, const float *a /* [p,n] */, const float *b /* [p,q] */,
                      int n, int p, int q)
@@ -738,7 +745,13 @@ void k_matmul_tn_seg_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
     free(part);
 }
 
-/* ---- weight-gradient matmul: AVX2 ---- */
+/* -- weight-gradient matmul: AVX2, one leaf on the matmul tiles -- */
+
+/* matmul_tn runs its long k loop in passes of this many rows of a and b:
+ * one pass's rows (at most 64 x (n + q) floats for the model's widths) stay
+ * in L1 while every tile of c uses them, instead of streaming all of b from
+ * L2 once per tile. */
+#define TN_KBLOCK 64
 
 /* One leaf of matmul_tn for row tiles [t0, t1) of c: k from leaf->kinit
  * to k_end, in passes of TN_KBLOCK rows of a and b. */
@@ -753,7 +766,7 @@ T_AVX2 static void tn_leaf_avx2(const struct mm *leaf, int n, int t0, int t1, in
     }
 }
 
-/* ---- weight-gradient matmul: AVX-512 ---- */
+/* -- weight-gradient matmul: AVX-512 -- */
 
 T_AVX512 static void tn_leaf_avx512(const struct mm *leaf, int n, int t0, int t1, int k_end)
 {
@@ -767,7 +780,7 @@ T_AVX512 static void tn_leaf_avx512(const struct mm *leaf, int n, int t0, int t1
     }
 }
 
-/* ---- weight-gradient matmul: leaves over threads ---- */
+/* -- weight-gradient matmul: the tree over the leaves, over threads -- */
 
 typedef void tn_leaf_fn(const struct mm *, int, int, int, int);
 
@@ -777,8 +790,6 @@ typedef void tn_leaf_fn(const struct mm *, int, int, int, int);
 #define BF_TN_K 256
 #define BF_TN_MR 8
 enum bf_path { BF_NONE = -1, BF_NATIVE, BF_EMU_AVX512, BF_EMU_AVX2 };
-struct tn_tree;
-static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
 
 /* One thread's part of matmul_tn_seg: its row tiles [t0, t1) of c over
  * the leaves of the subtree it evaluates (all of them, or its own subtree
@@ -794,6 +805,9 @@ struct tn_tree {
     int bf;     /* enum bf_path: BF_NONE for fp32 */
     void *pack; /* bf16: this thread's packed pairs of a leaf's rows */
 };
+
+/* A leaf of a bf16 weight gradient: in the bf16 weight-gradient section. */
+static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
 
 static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, int hi, int d)
 {
@@ -871,7 +885,7 @@ static void matmul_tn_seg_tiles(tn_leaf_fn *leaf, int mr, const struct mm *m, in
     free(tmp);
 }
 
-/* ---- weight-gradient matmul: entry points ---- */
+/* -- weight-gradient matmul: entry points -- */
 
 /* bf: BF_NONE for fp32, else the bf16 path (the emulations when the
  * instruction is missing or not wanted). */
@@ -909,11 +923,9 @@ void k_matmul_tn(float *c /* [n,q] */, const float *a /* [p,n] */, const float *
         k_matmul_tn_seg(c, a, b, n, p, q, 0);
 }
 
-/* ======================================================================
- * Attention: causal self-attention, backward, one decoding step
- * ====================================================================== */
+/* ---- attention ---- */
 
-/* ---- attention: the plain-C twin ---- */
+/* -- attention: twins -- */
 
 /* One query of one head against keys 0..nk-1: fills s [nk] with the
  * probabilities, returns the log-sum-exp of the scaled scores. */
@@ -1058,7 +1070,7 @@ void k_attention_step_ref(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
     free(s);
 }
 
-/* ---- attention: data movement for the head kernels ---- */
+/* -- attention: transposed operands for the SIMD heads -- */
 
 /* dst[c, r] = src[r, c] for rows r < R and columns c < K (dst's rows dld
  * apart, src's sld apart): 8 x 8 blocks by shuffles, the edges one by
@@ -1144,7 +1156,7 @@ static void v_transpose(float *vt /* [round8(hs),tp] */,
     zero_cols(vt + (size_t)hs * tp, (size_t)tp, (hs + 7) / 8 * 8 - hs, 0, tp);
 }
 
-/* ---- attention: AVX2 ---- */
+/* -- attention: AVX2 -- */
 
 /* 8 output channels of a block of 8 queries: the sum over keys of
  * probability times value, in 8 independent accumulators. vt's rows past
@@ -1321,7 +1333,10 @@ T_AVX2 static void attention_step_head_avx2(float *o /* [hs] */, const float *q 
     }
 }
 
-/* ---- attention: AVX-512 ---- */
+/* -- attention: AVX-512, the twins of the AVX2 head functions -- */
+
+/* lanes16 for n < 16 without branches (the attention loops' masks). */
+INLINE_AVX512 __mmask16 below16(int n) { return (__mmask16)((1u << (n > 0 ? n : 0)) - 1u); }
 
 /* o[r, g] = acc[g][r] / l[r]: 8 channels of w queries out of the lanes. */
 INLINE_AVX512 void pv_store_avx512(float *o /* [w,C] */, int C, const __m512 *acc /* [8] */,
@@ -1667,7 +1682,10 @@ T_AVX512 static void attention_step_head_avx512(float *o /* [hs] */, const float
     }
 }
 
-/* ---- attention: heads over threads ---- */
+/* -- attention: head drivers -- */
+
+/* Shared by the SIMD paths: split (batch, head) pairs over threads, each
+ * thread with its own scratch. */
 
 typedef void attention_head_fn(float *, float *, const float *, int, int, int, float *, float *,
                                float *, int);
@@ -1676,6 +1694,9 @@ typedef void attention_bwd_head_fn(float *, const float *, const float *, const 
                                    float *, int);
 typedef void attention_step_head_fn(float *, const float *, const float *, const float *, int, int,
                                     int, float *);
+
+/* One thread's bf16 rounding: in the bf16 rounding section. */
+static void round_span(float *y, const float *x, size_t n);
 
 /* bf16 operands: a thread's heads come in batch order (static schedule), so
  * it rounds batch b's whole block of len floats once, when its first head
@@ -1772,7 +1793,7 @@ static void attention_step_heads(attention_step_head_fn *head, float *out /* [nb
     }
 }
 
-/* ---- attention: entry points ---- */
+/* -- attention: entry points -- */
 
 static void attention_any(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                           const float *qkv /* [B,T,3C] */, int B, int T, int C, int H, int bf16)
@@ -1793,22 +1814,6 @@ void k_attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                  const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
 {
     attention_any(out, lse, qkv, B, T, C, H, 0);
-}
-
-void k_attention_bf16(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
-                      const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
-{
-    attention_any(out, lse, qkv, B, T, C, H, 1);
-}
-
-void k_attention_bf16_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
-                          const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
-{
-    size_t n = (size_t)B * T * 3 * C;
-    float *r = xmalloc(sizeof(float) * n); /* [B,T,3C] */
-    k_round_bf16_ref(r, qkv, n);
-    k_attention_ref(out, lse, r, B, T, C, H);
-    free(r);
 }
 
 static void attention_bwd_any(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
@@ -1838,25 +1843,6 @@ void k_attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */
     attention_bwd_any(dqkv, dout, qkv, out, lse, B, T, C, H, 0);
 }
 
-void k_attention_bwd_bf16(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
-                          const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
-                          const float *lse /* [B,H,T] */, int B, int T, int C, int H)
-{
-    attention_bwd_any(dqkv, dout, qkv, out, lse, B, T, C, H, 1);
-}
-
-void k_attention_bwd_bf16_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
-                              const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
-                              const float *lse /* [B,H,T] */, int B, int T, int C, int H)
-{
-    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
-    float *rq = xmalloc(sizeof(float) * (n3 + n1)), *rd = rq + n3; /* [B,T,3C], [B,T,C] */
-    k_round_bf16_ref(rq, qkv, n3);
-    k_round_bf16_ref(rd, dout, n1);
-    k_attention_bwd_ref(dqkv, rd, rq, out, lse, B, T, C, H);
-    free(rq);
-}
-
 void k_attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
                       float *vc /* [nb,tmax,C] */, const float *qkv /* [nb,3C] */, int nb, int pos,
                       int tmax, int C, int H)
@@ -1872,13 +1858,11 @@ void k_attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
     }
 }
 
-/* ======================================================================
- * LayerNorm
- * ====================================================================== */
+/* ---- layernorm ---- */
 
 #define LN_EPS 1e-5f
 
-/* ---- layernorm: the plain-C twin ---- */
+/* -- layernorm: twins -- */
 
 void k_layernorm_ref(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
                      const float *x /* [n,c] */, const float *w /* [c] */, const float *b /* [c] */,
@@ -1955,7 +1939,7 @@ void k_layernorm_bwd_seg_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *
     free(pw);
 }
 
-/* ---- layernorm: AVX2 ---- */
+/* -- layernorm: AVX2 -- */
 
 T_AVX2 static void layernorm_row_avx2(float *y /* [c] */, float *mean, float *rstd,
                                       const float *x /* [c] */, const float *w /* [c] */,
@@ -2050,29 +2034,7 @@ T_AVX2 static void layernorm_bwd_block_avx2(float *dx /* [n,c] */, float *pw /* 
     }
 }
 
-/* Blocked layernorm backward for any ISA: the block function differs. */
-typedef void ln_bwd_block_fn(float *, float *, float *, const float *, const float *, const float *,
-                             const float *, const float *, int, int, int);
-
-static void layernorm_bwd_blocked(ln_bwd_block_fn *block, float *dx /* [n,c] */,
-                                  float *dw /* [c] */, float *db /* [c] */,
-                                  const float *dy /* [n,c] */, const float *x /* [n,c] */,
-                                  const float *w /* [c] */, const float *mean /* [n] */,
-                                  const float *rstd /* [n] */, int n, int c)
-{
-    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
-    float *pw = xmalloc(sizeof(float) * 2 * (size_t)nblk * c); /* [nblk,c] partial dw */
-    float *pb = pw + (size_t)nblk * c;                         /* [nblk,c] partial db */
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int b = 0; b < nblk; b++)
-        block(dx, pw + (size_t)b * c, pb + (size_t)b * c, dy, x, w, mean, rstd, b * ROW_BLOCK,
-              min_int(n, (b + 1) * ROW_BLOCK), c);
-    sum_blocks(dw, pw, nblk, c);
-    sum_blocks(db, pb, nblk, c);
-    free(pw);
-}
-
-/* ---- layernorm: AVX-512 ---- */
+/* -- layernorm: AVX-512 -- */
 
 T_AVX512 static void layernorm_row_avx512(float *y /* [c] */, float *mean, float *rstd,
                                           const float *x /* [c] */, const float *w /* [c] */,
@@ -2151,7 +2113,29 @@ T_AVX512 static void layernorm_bwd_block_avx512(float *dx /* [n,c] */, float *pw
     }
 }
 
-/* ---- layernorm: leaves ---- */
+/* -- layernorm: backward drivers: ROW_BLOCK blocks, or leaves and the tree -- */
+
+/* Blocked layernorm backward for any ISA: the block function differs. */
+typedef void ln_bwd_block_fn(float *, float *, float *, const float *, const float *, const float *,
+                             const float *, const float *, int, int, int);
+
+static void layernorm_bwd_blocked(ln_bwd_block_fn *block, float *dx /* [n,c] */,
+                                  float *dw /* [c] */, float *db /* [c] */,
+                                  const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                                  const float *w /* [c] */, const float *mean /* [n] */,
+                                  const float *rstd /* [n] */, int n, int c)
+{
+    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+    float *pw = xmalloc(sizeof(float) * 2 * (size_t)nblk * c); /* [nblk,c] partial dw */
+    float *pb = pw + (size_t)nblk * c;                         /* [nblk,c] partial db */
+#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
+    for (int b = 0; b < nblk; b++)
+        block(dx, pw + (size_t)b * c, pb + (size_t)b * c, dy, x, w, mean, rstd, b * ROW_BLOCK,
+              min_int(n, (b + 1) * ROW_BLOCK), c);
+    sum_blocks(dw, pw, nblk, c);
+    sum_blocks(db, pb, nblk, c);
+    free(pw);
+}
 
 static void layernorm_bwd_leaves(ln_bwd_block_fn *block, float *dx /* [n,c] */,
                                  float *dw /* [c] */, float *db /* [c] */,
@@ -2171,7 +2155,7 @@ static void layernorm_bwd_leaves(ln_bwd_block_fn *block, float *dx /* [n,c] */,
     free(pw);
 }
 
-/* ---- layernorm: entry points ---- */
+/* -- layernorm: entry points -- */
 
 void k_layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
                  const float *x /* [n,c] */, const float *w /* [c] */, const float *b /* [c] */,
@@ -2214,11 +2198,9 @@ void k_layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float *db /
     }
 }
 
-/* ======================================================================
- * Softmax cross-entropy
- * ====================================================================== */
+/* ---- softmax cross-entropy ---- */
 
-/* ---- cross-entropy: the plain-C twin ---- */
+/* -- softmax cross-entropy: twins -- */
 
 static int count_targets(const int32_t *targets /* [n] */, int n)
 {
@@ -2280,7 +2262,14 @@ void k_xent_bwd_ref(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
     }
 }
 
-/* ---- cross-entropy: AVX2 ---- */
+/* -- softmax cross-entropy: AVX2 -- */
+
+INLINE_AVX2 float hmax8(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
 
 /* Max and sum of exp(x - max) over one row of logits. */
 T_AVX2 static void row_stats_avx2(const float *x /* [v] */, int v, float *mx, float *sum)
@@ -2351,7 +2340,7 @@ T_AVX2 static void xent_bwd_avx2(float *dlogits /* [n,v] */, const float *logits
     }
 }
 
-/* ---- cross-entropy: AVX-512 ---- */
+/* -- softmax cross-entropy: AVX-512 -- */
 
 /* Max and sum of exp(x - max) over one row; masked lanes take part as
  * -inf in the max and 0 in the sum. */
@@ -2421,7 +2410,7 @@ T_AVX512 static void xent_bwd_avx512(float *dlogits /* [n,v] */, const float *lo
     }
 }
 
-/* ---- cross-entropy: entry points ---- */
+/* -- softmax cross-entropy: entry points -- */
 
 void k_xent(float *loss /* [1] */, const float *logits /* [n,v] */,
             const int32_t *targets /* [n] */, int n, int v)
@@ -2435,43 +2424,9 @@ void k_xent_bwd(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
     DISPATCH(xent_bwd, dlogits, logits, targets, dloss, n, v)
 }
 
-/* ======================================================================
- * Element-wise, transpose, sums over rows
- * ====================================================================== */
+/* ---- element-wise ---- */
 
-/* ---- element-wise: the plain-C twin ---- */
-
-void k_transpose_ref(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
-{
-    for (int i = 0; i < r; i++)
-        for (int j = 0; j < s; j++)
-            out[(size_t)j * r + i] = in[(size_t)i * s + j];
-}
-
-void k_sum_rows_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
-{
-    for (int j = 0; j < q; j++)
-        out[j] = 0.0f;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < q; j++)
-            out[j] += x[(size_t)i * q + j];
-}
-
-void k_sum_rows_seg_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)
-{
-    int L = leaf_count(n, seg);
-    float *part = xmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
-    for (int l = 0; l < L; l++) {
-        float *pl = part + (size_t)l * q; /* [q] */
-        for (int j = 0; j < q; j++)
-            pl[j] = 0.0f;
-        for (int i = leaf_lo(l, n, seg); i < leaf_hi(l, n, seg); i++)
-            for (int j = 0; j < q; j++)
-                pl[j] += x[(size_t)i * q + j];
-    }
-    tree_finish(add_plain, out, part, L, (size_t)q);
-    free(part);
-}
+/* -- element-wise: twins -- */
 
 void k_add_ref(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
 {
@@ -2502,26 +2457,7 @@ void k_relu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float 
         dx[i] = y[i] > 0 ? dy[i] : 0.0f;
 }
 
-/* ---- element-wise: blocked transpose, every path ---- */
-
-#define TR_BLOCK 32 /* a 32x32 float tile of in and out fit in L1 together */
-
-static void transpose_blocked(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
-{
-    int nbi = (r + TR_BLOCK - 1) / TR_BLOCK;
-#pragma omp parallel for schedule(static) if ((long)r * s >= 4 * PAR_WORK)
-    for (int bi = 0; bi < nbi; bi++) {
-        int i0 = bi * TR_BLOCK, i1 = min_int(i0 + TR_BLOCK, r);
-        for (int j0 = 0; j0 < s; j0 += TR_BLOCK) {
-            int j1 = min_int(j0 + TR_BLOCK, s);
-            for (int i = i0; i < i1; i++)
-                for (int j = j0; j < j1; j++)
-                    out[(size_t)j * r + i] = in[(size_t)i * s + j];
-        }
-    }
-}
-
-/* ---- element-wise: AVX2 ---- */
+/* -- element-wise: AVX2, vectors then a scalar tail doing the same operation -- */
 
 T_AVX2 static void add_avx2(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */,
                             size_t n)
@@ -2576,35 +2512,7 @@ T_AVX2 static void relu_bwd_avx2(float *dx /* [n] */, const float *dy /* [n] */,
         dx[i] = y[i] > 0 ? dy[i] : 0.0f;
 }
 
-/* part[q] = rows [i0, i1) of x summed in order, from zero. */
-T_AVX2 static void sum_block_avx2(float *part /* [q] */, const float *x /* [n,q] */, int i0, int i1,
-                                  int q)
-{
-    int qv = q / 8 * 8;
-    for (int j = 0; j < q; j++)
-        part[j] = 0.0f;
-    for (int i = i0; i < i1; i++) {
-        const float *xi = x + (size_t)i * q; /* [q] */
-        for (int j = 0; j < qv; j += 8)
-            _mm256_storeu_ps(part + j,
-                             _mm256_add_ps(_mm256_loadu_ps(part + j), _mm256_loadu_ps(xi + j)));
-        for (int j = qv; j < q; j++)
-            part[j] += xi[j];
-    }
-}
-
-T_AVX2 static void sum_rows_avx2(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
-{
-    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
-    float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
-#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
-    for (int b = 0; b < nblk; b++)
-        sum_block_avx2(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK), q);
-    sum_blocks(out, part, nblk, q);
-    free(part);
-}
-
-/* ---- element-wise: AVX-512 ---- */
+/* -- element-wise: AVX-512, whole vectors in parallel then one masked vector -- */
 
 T_AVX512 static void add_avx512(float *y /* [n] */, const float *a /* [n] */,
                                 const float *b /* [n] */, size_t n)
@@ -2663,6 +2571,86 @@ T_AVX512 static void relu_bwd_avx512(float *dx /* [n] */, const float *dy /* [n]
     _mm512_mask_storeu_ps(dx + nv, t, _mm512_maskz_loadu_ps(on, dy + nv));
 }
 
+/* -- element-wise: entry points -- */
+
+void k_add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
+{
+    DISPATCH(add, y, a, b, n)
+}
+
+void k_add_n(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
+{
+    DISPATCH(add_n, y, x, m, n)
+}
+
+void k_relu(float *y /* [n] */, const float *x /* [n] */, size_t n) { DISPATCH(relu, y, x, n) }
+
+void k_relu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */, size_t n)
+{
+    DISPATCH(relu_bwd, dx, dy, y, n)
+}
+
+/* ---- sums over rows ---- */
+
+/* -- sums over rows: twins -- */
+
+void k_sum_rows_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    for (int j = 0; j < q; j++)
+        out[j] = 0.0f;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < q; j++)
+            out[j] += x[(size_t)i * q + j];
+}
+
+void k_sum_rows_seg_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)
+{
+    int L = leaf_count(n, seg);
+    float *part = xmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
+    for (int l = 0; l < L; l++) {
+        float *pl = part + (size_t)l * q; /* [q] */
+        for (int j = 0; j < q; j++)
+            pl[j] = 0.0f;
+        for (int i = leaf_lo(l, n, seg); i < leaf_hi(l, n, seg); i++)
+            for (int j = 0; j < q; j++)
+                pl[j] += x[(size_t)i * q + j];
+    }
+    tree_finish(add_plain, out, part, L, (size_t)q);
+    free(part);
+}
+
+/* -- sums over rows: AVX2, in ROW_BLOCK partials -- */
+
+/* part[q] = rows [i0, i1) of x summed in order, from zero. */
+T_AVX2 static void sum_block_avx2(float *part /* [q] */, const float *x /* [n,q] */, int i0, int i1,
+                                  int q)
+{
+    int qv = q / 8 * 8;
+    for (int j = 0; j < q; j++)
+        part[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * q; /* [q] */
+        for (int j = 0; j < qv; j += 8)
+            _mm256_storeu_ps(part + j,
+                             _mm256_add_ps(_mm256_loadu_ps(part + j), _mm256_loadu_ps(xi + j)));
+        for (int j = qv; j < q; j++)
+            part[j] += xi[j];
+    }
+}
+
+T_AVX2 static void sum_rows_avx2(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+{
+    int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+    float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
+#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
+    for (int b = 0; b < nblk; b++)
+        sum_block_avx2(part + (size_t)b * q, x, b * ROW_BLOCK, min_int(n, (b + 1) * ROW_BLOCK), q);
+    sum_blocks(out, part, nblk, q);
+    free(part);
+}
+
+/* -- sums over rows: AVX-512 -- */
+
 T_AVX512 static void sum_block_avx512(float *part /* [q] */, const float *x /* [n,q] */, int i0,
                                       int i1, int q)
 {
@@ -2691,7 +2679,7 @@ T_AVX512 static void sum_rows_avx512(float *out /* [q] */, const float *x /* [n,
     free(part);
 }
 
-/* ---- element-wise: leaves ---- */
+/* -- sums over rows: leaves and the tree, for either path's block function -- */
 
 typedef void sum_block_fn(float *, const float *, int, int, int);
 
@@ -2707,12 +2695,7 @@ static void sum_rows_leaves(sum_block_fn *block, float *out /* [q] */, const flo
     free(part);
 }
 
-/* ---- element-wise: entry points ---- */
-
-void k_transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
-{
-    transpose_blocked(out, in, r, s);
-}
+/* -- sums over rows: entry points -- */
 
 void k_sum_rows(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
 {
@@ -2728,28 +2711,43 @@ void k_sum_rows_seg(float *out /* [q] */, const float *x /* [n,q] */, int n, int
     }
 }
 
-void k_add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
+/* ---- transpose ---- */
+
+/* One plain path for every ISA: data movement, where SIMD buys nothing
+ * that the cache blocking does not. */
+
+void k_transpose_ref(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
 {
-    DISPATCH(add, y, a, b, n)
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < s; j++)
+            out[(size_t)j * r + i] = in[(size_t)i * s + j];
 }
 
-void k_add_n(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
+#define TR_BLOCK 32 /* a 32x32 float tile of in and out fit in L1 together */
+
+static void transpose_blocked(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
 {
-    DISPATCH(add_n, y, x, m, n)
+    int nbi = (r + TR_BLOCK - 1) / TR_BLOCK;
+#pragma omp parallel for schedule(static) if ((long)r * s >= 4 * PAR_WORK)
+    for (int bi = 0; bi < nbi; bi++) {
+        int i0 = bi * TR_BLOCK, i1 = min_int(i0 + TR_BLOCK, r);
+        for (int j0 = 0; j0 < s; j0 += TR_BLOCK) {
+            int j1 = min_int(j0 + TR_BLOCK, s);
+            for (int i = i0; i < i1; i++)
+                for (int j = j0; j < j1; j++)
+                    out[(size_t)j * r + i] = in[(size_t)i * s + j];
+        }
+    }
 }
 
-void k_relu(float *y /* [n] */, const float *x /* [n] */, size_t n) { DISPATCH(relu, y, x, n) }
-
-void k_relu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */, size_t n)
+void k_transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
 {
-    DISPATCH(relu_bwd, dx, dy, y, n)
+    transpose_blocked(out, in, r, s);
 }
 
-/* ======================================================================
- * Embedding: gather, and the scatter-add of its gradient
- * ====================================================================== */
+/* ---- embedding ---- */
 
-/* ---- embedding: the plain-C twin ---- */
+/* -- embedding: twins -- */
 
 void k_embed_ref(float *y /* [n,c] */, const int32_t *idx /* [n] */, const float *table /* [c,v] */,
                  int n, int c, int v)
@@ -2785,7 +2783,7 @@ void k_embed_bwd_seg_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */
     free(part);
 }
 
-/* ---- embedding: gather and scatter, every path ---- */
+/* -- embedding: the one fast path, plain C (data movement, like transpose) -- */
 
 static void embed_gather(float *y /* [n,c] */, const int32_t *idx /* [n] */,
                          const float *table /* [c,v] */, int n, int c, int v)
@@ -2891,7 +2889,7 @@ static void embed_scatter_seg(float *dtable /* [c,v] */, const int32_t *idx /* [
     free(buf);
 }
 
-/* ---- embedding: entry points ---- */
+/* -- embedding: entry points -- */
 
 void k_embed(float *y /* [n,c] */, const int32_t *idx /* [n] */, const float *table /* [c,v] */,
              int n, int c, int v)
@@ -2911,11 +2909,7 @@ void k_embed_bwd_seg(float *dtable /* [c,v] */, const int32_t *idx /* [n] */,
     embed_scatter_seg(dtable, idx, dy, n, c, v, seg);
 }
 
-/* ======================================================================
- * Adam
- * ====================================================================== */
-
-/* ---- adam: the plain-C twin ---- */
+/* ---- Adam ---- */
 
 /* Bias corrections as torch computes them (in double), reduced to the two
  * floats the per-element update needs. */
@@ -2948,8 +2942,6 @@ void k_adam_ref(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
         adam_one(p + i, m + i, v + i, g[i], &k);
 }
 
-/* ---- adam: AVX2 ---- */
-
 T_AVX2 static void adam_avx2(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
                              const float *g /* [n] */, size_t n, const struct adam_k *k)
 {
@@ -2972,8 +2964,6 @@ T_AVX2 static void adam_avx2(float *p /* [n] */, float *m /* [n] */, float *v /*
     for (size_t i = nv; i < n; i++)
         adam_one(p + i, m + i, v + i, g[i], k);
 }
-
-/* ---- adam: AVX-512 ---- */
 
 /* adam_one's operations, in its order, 16 elements at a time. */
 INLINE_AVX512 void adam_vec_avx512(float *p, float *m, float *v, const float *g, __mmask16 t,
@@ -3002,8 +2992,6 @@ T_AVX512 static void adam_avx512(float *p /* [n] */, float *m /* [n] */, float *
     adam_vec_avx512(p + nv, m + nv, v + nv, g + nv, lanes16((int)(n - nv)), k);
 }
 
-/* ---- adam: entry points ---- */
-
 void k_adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const float *g /* [n] */,
             size_t n, float lr, float b1, float b2, float eps, int t)
 {
@@ -3015,8 +3003,9 @@ void k_adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const fl
     }
 }
 
-/* ======================================================================
- * bf16 matmul: TPU matrix-unit numerics (bf16 inputs, fp32 sums)
+/* ---- bf16 numerics ---- */
+
+/* The bf16 kernels: TPU matrix-unit numerics (bf16 inputs, fp32 sums).
  *
  * The native path is one vdpbf16ps per pair of k; the emulated paths must
  * give its bits exactly, so its semantics were measured on the machine this
@@ -3045,8 +3034,7 @@ void k_adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const fl
  * bf16_bits below: no difference.
  *
  * In this file A = bf16(a) is always the second multiplicand and B =
- * bf16(b) the first, so a NaN in B wins over one in A.
- * ====================================================================== */
+ * bf16(b) the first, so a NaN in B wins over one in A. */
 
 static uint32_t f2u(float x)
 {
@@ -3132,11 +3120,92 @@ static float bf16_epilogue(float y, const float *r1, const float *r2, int relu, 
     return y;
 }
 
+/* ---- bf16 rounding ---- */
+
+/* bf16_bits, 8 or 16 lanes at once. */
+
 void k_round_bf16_ref(float *y /* [n] */, const float *x /* [n] */, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         y[i] = bf16_round(x[i]);
 }
+
+INLINE_AVX2 __m256i bf16_bits_avx2(__m256i u)
+{
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i rne = _mm256_add_epi32(
+        u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                            _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+    __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+    __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    __m256i isnan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
+    __m256i den = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)),
+                                     _mm256_setzero_si256());
+    __m256i y = _mm256_and_si256(_mm256_blendv_epi8(rne, quiet, isnan), top);
+    return _mm256_blendv_epi8(y, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), den);
+}
+
+T_AVX2 static void round_bf16_avx2(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    size_t nv = n / 8 * 8;
+    for (size_t i = 0; i < nv; i += 8)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            bf16_bits_avx2(_mm256_loadu_si256((const __m256i *)(x + i))));
+    k_round_bf16_ref(y + nv, x + nv, n - nv);
+}
+
+INLINE_AVX512 __m512i bf16_bits_avx512(__m512i u)
+{
+    __m512i rne = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                            _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    __mmask16 isnan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                               _mm512_set1_epi32(0x7f800000));
+    __mmask16 den = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    __m512i y = _mm512_mask_or_epi32(rne, isnan, u, _mm512_set1_epi32(0x00400000));
+    y = _mm512_and_si512(y, _mm512_set1_epi32((int)0xffff0000u));
+    return _mm512_mask_and_epi32(y, den, u, _mm512_set1_epi32((int)0x80000000u));
+}
+
+T_AVX512 static void round_bf16_avx512(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    size_t nv = n / 16 * 16;
+    for (size_t i = 0; i < nv; i += 16)
+        _mm512_storeu_si512(y + i, bf16_bits_avx512(_mm512_loadu_si512(x + i)));
+    __mmask16 tail = lanes16((int)(n - nv));
+    _mm512_mask_storeu_epi32(y + nv, tail,
+                             bf16_bits_avx512(_mm512_maskz_loadu_epi32(tail, x + nv)));
+}
+
+/* One thread's rounding. Kernels call it on a few dozen floats at a time:
+ * even a parallel construct whose if() is false costs a microsecond. */
+static void round_span(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    switch (isa_get()) {
+    case ISA_AVX512: round_bf16_avx512(y, x, n); break;
+    case ISA_AVX2: round_bf16_avx2(y, x, n); break;
+    default: k_round_bf16_ref(y, x, n); break;
+    }
+}
+
+void k_round_bf16(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    enum { CHUNK = 4096 };
+    if (n < 4 * PAR_WORK) {
+        round_span(y, x, n);
+        return;
+    }
+    long chunks = (long)((n + CHUNK - 1) / CHUNK);
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < chunks; c++) {
+        size_t i = (size_t)c * CHUNK;
+        round_span(y + i, x + i, n - i < CHUNK ? n - i : CHUNK);
+    }
+}
+
+/* ---- bf16 matmul ---- */
+
+/* -- bf16 matmul: twin -- */
 
 void k_matmul_bf16_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
                        const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
@@ -3156,31 +3225,7 @@ void k_matmul_bf16_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const f
     free(ra);
 }
 
-/* Each leaf's partial by bf16_dot, then the tree. */
-void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
-                              const float *b /* [p,q] */, int n, int p, int q, int seg)
-{
-    int L = leaf_count(p, seg);
-    size_t na = (size_t)p * n, nb = (size_t)p * q, nc = (size_t)n * q;
-    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [p,n], [p,q] */
-    float *part = xmalloc(sizeof(float) * (size_t)L * nc);         /* [L,n,q] */
-    k_round_bf16_ref(ra, a, na);
-    k_round_bf16_ref(rb, b, nb);
-#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
-    for (int i = 0; i < n; i++)
-        for (int l = 0; l < L; l++) {
-            int k0 = leaf_lo(l, p, seg), rows = leaf_hi(l, p, seg) - k0;
-            for (int j = 0; j < q; j++)
-                part[(size_t)l * nc + (size_t)i * q + j] =
-                    bf16_dot(0.0f, ra + (size_t)k0 * n + i, (size_t)n, rb + (size_t)k0 * q + j,
-                             (size_t)q, rows);
-        }
-    tree_finish(add_plain, c, part, L, nc);
-    free(ra);
-    free(part);
-}
-
-/* ---- bf16: shared by the blocked paths ---- */
+/* -- bf16 matmul: shared by the blocked paths -- */
 
 /* Rows of A made ready (rounded or packed) at a time: every tile height
  * used below divides it. */
@@ -3246,9 +3291,9 @@ static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size
                 k < p && j < (size_t)q ? bf16_round(b[(size_t)k * lds + j]) : 0.0f;
 }
 
-/* ---- bf16: emulated, AVX2 ----
- *
- * A plain FMA per step gives vdpbf16ps's bits as long as no step result is
+/* -- bf16 matmul: emulated, AVX2 -- */
+
+/* A plain FMA per step gives vdpbf16ps's bits as long as no step result is
  * tiny (|r| <= 2^-126, nonzero: flushing and the rounding boundary), no
  * accumulator starts denormal, and nothing is NaN (payload choice). The
  * tiles track the smallest 2*bits(r) - 1 (unsigned: zero maps to the top,
@@ -3388,66 +3433,7 @@ T_AVX2 static void matmul_bf16_avx2(struct bfmm *m, const float *a, const float 
     free(bb);
 }
 
-/* a^T b over rows of a leaf: a [p,r1-r0] and b [p,q] (row strides lds_a
- * and q) rounded into m's A and B, then c's rows [r0, r1). */
-T_AVX2 static void bf_tn_avx2(struct bfmm *m, const float *a, size_t lds_a, const float *b,
-                              int r0, int r1)
-{
-    bf_round_b((float *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
-    bf_round_b((float *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
-    bf_block_avx2(m, r0, r1 - r0);
-}
-
-/* ---- bf16: element-wise rounding (bf16_bits, 8 or 16 lanes at once) ---- */
-
-INLINE_AVX2 __m256i bf16_bits_avx2(__m256i u)
-{
-    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
-    __m256i rne = _mm256_add_epi32(
-        u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                            _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
-    __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
-    __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-    __m256i isnan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
-    __m256i den = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)),
-                                     _mm256_setzero_si256());
-    __m256i y = _mm256_and_si256(_mm256_blendv_epi8(rne, quiet, isnan), top);
-    return _mm256_blendv_epi8(y, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), den);
-}
-
-T_AVX2 static void round_bf16_avx2(float *y /* [n] */, const float *x /* [n] */, size_t n)
-{
-    size_t nv = n / 8 * 8;
-    for (size_t i = 0; i < nv; i += 8)
-        _mm256_storeu_si256((__m256i *)(y + i),
-                            bf16_bits_avx2(_mm256_loadu_si256((const __m256i *)(x + i))));
-    k_round_bf16_ref(y + nv, x + nv, n - nv);
-}
-
-INLINE_AVX512 __m512i bf16_bits_avx512(__m512i u)
-{
-    __m512i rne = _mm512_add_epi32(
-        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                            _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    __mmask16 isnan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                               _mm512_set1_epi32(0x7f800000));
-    __mmask16 den = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-    __m512i y = _mm512_mask_or_epi32(rne, isnan, u, _mm512_set1_epi32(0x00400000));
-    y = _mm512_and_si512(y, _mm512_set1_epi32((int)0xffff0000u));
-    return _mm512_mask_and_epi32(y, den, u, _mm512_set1_epi32((int)0x80000000u));
-}
-
-T_AVX512 static void round_bf16_avx512(float *y /* [n] */, const float *x /* [n] */, size_t n)
-{
-    size_t nv = n / 16 * 16;
-    for (size_t i = 0; i < nv; i += 16)
-        _mm512_storeu_si512(y + i, bf16_bits_avx512(_mm512_loadu_si512(x + i)));
-    __mmask16 tail = lanes16((int)(n - nv));
-    _mm512_mask_storeu_epi32(y + nv, tail,
-                             bf16_bits_avx512(_mm512_maskz_loadu_epi32(tail, x + nv)));
-}
-
-/* ---- bf16: emulated, AVX-512F: the AVX2 tiles' scheme, 16 lanes ---- */
+/* -- bf16 matmul: emulated, AVX-512F: the AVX2 tiles' scheme, 16 lanes -- */
 
 INLINE_AVX512 __m512i bf_track_avx512(__m512i lo, __m512 r)
 {
@@ -3579,15 +3565,7 @@ T_AVX512 static void matmul_bf16_emu_avx512(struct bfmm *m, const float *a, cons
     free(bb);
 }
 
-T_AVX512 static void bf_tn_emu_avx512(struct bfmm *m, const float *a, size_t lds_a,
-                                      const float *b, int r0, int r1)
-{
-    bf_round_b((float *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
-    bf_round_b((float *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
-    BF_ROWS(bf_tile_emu_avx512, m, r0, r1 - r0, 3, 8, 8, 4, 4);
-}
-
-/* ---- bf16: native: vdpbf16ps ---- */
+/* -- bf16 matmul: native, vdpbf16ps -- */
 
 #define BF16_TARGET "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma"
 #define T_BF16 __attribute__((target(BF16_TARGET)))
@@ -3712,93 +3690,7 @@ T_BF16 static void matmul_bf16_native(struct bfmm *m, const float *a, const floa
     free(bp);
 }
 
-/* a^T b: both operands packed as pairs along the leaf's rows, 8 x 3
- * vectors of accumulators at most (24, as above). */
-T_BF16 static void bf_tn_native(struct bfmm *m, const float *a, size_t lds_a, const float *b,
-                                int r0, int r1)
-{
-    bf_pack_b((uint32_t *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
-    bf_pack_b((uint32_t *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
-    BF_ROWS(bf_tile_native, m, r0, r1 - r0, 3, 8, 8, 8, 6); /* 4 vectors: never, maxv 3 */
-}
-
-/* ---- bf16: a^T b over the leaves of the weight gradients ----
- *
- * One leaf of rows [k0, k1) is exactly k_matmul_bf16 of a[k0:k1]^T and
- * b[k0:k1] with no bias: its pairs are rows (k0, k0+1), (k0+2, k0+3), ...,
- * restarting at each leaf, so that a core's shard of whole leaves computes
- * the same partials and the fp32 tree above combines them unchanged. a's
- * columns are c's rows; this thread's share, [r0, r1), is packed like b,
- * so that row r's pair k is at ab[r + k*lda]. BF_TN_K rows at a time: the
- * packing stays in cache and the later passes resume from c. */
-static void tn_leaf_bf16(const struct tn_tree *t, float *dst /* [n,q] */, int k0, int k1)
-{
-    int n = t->n, q = t->m->q, r0 = t->t0 * BF_TN_MR, r1 = min_int(n, t->t1 * BF_TN_MR);
-    size_t ldb = (size_t)round16(q), lda = (size_t)round16(r1 - r0);
-    struct bfmm m = {.c = dst, .q = q, .sar = 1, .sak = lda, .ldb = ldb};
-    m.bb = t->pack;                                 /* [BF_TN_K, ldb] at most */
-    m.ab = (const float *)t->pack + BF_TN_K * ldb; /* [BF_TN_K, lda] at most */
-    for (int k = k0; k < k1; k += BF_TN_K) {
-        const float *a = t->m->a + (size_t)k * n + r0, *b = t->m->b + (size_t)k * q;
-        m.p = min_int(BF_TN_K, k1 - k);
-        m.resume = k > k0;
-        switch (t->bf) {
-        case BF_NATIVE: bf_tn_native(&m, a, (size_t)n, b, r0, r1); break;
-        case BF_EMU_AVX512: bf_tn_emu_avx512(&m, a, (size_t)n, b, r0, r1); break;
-        default: bf_tn_avx2(&m, a, (size_t)n, b, r0, r1); break;
-        }
-    }
-}
-
-/* ---- bf16: entry points ---- */
-
-static int bf16_mode = -1; /* 1: vdpbf16ps allowed; decided once, on first use */
-
-/* GPT_BF16=emulate turns the instruction off (to time or check the
- * emulation in a real run); the emulation is the only choice without it. */
-static int bf16_allowed(void)
-{
-    int mode = __atomic_load_n(&bf16_mode, __ATOMIC_ACQUIRE);
-    if (mode < 0) { /* a racing second caller computes the same value */
-        const char *e = getenv("GPT_BF16");
-        if (e && *e && strcmp(e, "emulate") && strcmp(e, "auto")) {
-            fprintf(stderr, "gpt: GPT_BF16=%s is not one of auto, emulate\n", e);
-            exit(2);
-        }
-        __builtin_cpu_init();
-        mode = __builtin_cpu_supports("avx512bf16") && !(e && !strcmp(e, "emulate"));
-        __atomic_store_n(&bf16_mode, mode, __ATOMIC_RELEASE);
-    }
-    return mode;
-}
-
-int bf16_native(void) { return isa_get() == ISA_AVX512 && bf16_allowed(); }
-
-/* One thread's rounding. Kernels call it on a few dozen floats at a time:
- * even a parallel construct whose if() is false costs a microsecond. */
-static void round_span(float *y /* [n] */, const float *x /* [n] */, size_t n)
-{
-    switch (isa_get()) {
-    case ISA_AVX512: round_bf16_avx512(y, x, n); break;
-    case ISA_AVX2: round_bf16_avx2(y, x, n); break;
-    default: k_round_bf16_ref(y, x, n); break;
-    }
-}
-
-void k_round_bf16(float *y /* [n] */, const float *x /* [n] */, size_t n)
-{
-    enum { CHUNK = 4096 };
-    if (n < 4 * PAR_WORK) {
-        round_span(y, x, n);
-        return;
-    }
-    long chunks = (long)((n + CHUNK - 1) / CHUNK);
-#pragma omp parallel for schedule(static)
-    for (long c = 0; c < chunks; c++) {
-        size_t i = (size_t)c * CHUNK;
-        round_span(y + i, x + i, n - i < CHUNK ? n - i : CHUNK);
-    }
-}
+/* -- bf16 matmul: entry points -- */
 
 void k_matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
                        const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
@@ -3825,6 +3717,96 @@ void k_matmul_bf16(float *c /* [n,q] */, const float *a /* [n,p] */, const float
         k_matmul_bf16_emu(c, a, b, bias, r1, r2, relu, n, p, q);
 }
 
+/* ---- bf16 weight-gradient matmul ---- */
+
+/* a^T b over the leaves of the weight gradients. */
+
+/* -- bf16 weight-gradient matmul: twin -- */
+
+/* Each leaf's partial by bf16_dot, then the tree. */
+void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
+                              const float *b /* [p,q] */, int n, int p, int q, int seg)
+{
+    int L = leaf_count(p, seg);
+    size_t na = (size_t)p * n, nb = (size_t)p * q, nc = (size_t)n * q;
+    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [p,n], [p,q] */
+    float *part = xmalloc(sizeof(float) * (size_t)L * nc);         /* [L,n,q] */
+    k_round_bf16_ref(ra, a, na);
+    k_round_bf16_ref(rb, b, nb);
+#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < L; l++) {
+            int k0 = leaf_lo(l, p, seg), rows = leaf_hi(l, p, seg) - k0;
+            for (int j = 0; j < q; j++)
+                part[(size_t)l * nc + (size_t)i * q + j] =
+                    bf16_dot(0.0f, ra + (size_t)k0 * n + i, (size_t)n, rb + (size_t)k0 * q + j,
+                             (size_t)q, rows);
+        }
+    tree_finish(add_plain, c, part, L, nc);
+    free(ra);
+    free(part);
+}
+
+/* -- bf16 weight-gradient matmul: a leaf's block, per path (tiles above) -- */
+
+/* a^T b over rows of a leaf: a [p,r1-r0] and b [p,q] (row strides lds_a
+ * and q) rounded into m's A and B, then c's rows [r0, r1). */
+T_AVX2 static void bf_tn_avx2(struct bfmm *m, const float *a, size_t lds_a, const float *b,
+                              int r0, int r1)
+{
+    bf_round_b((float *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
+    bf_round_b((float *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
+    bf_block_avx2(m, r0, r1 - r0);
+}
+
+T_AVX512 static void bf_tn_emu_avx512(struct bfmm *m, const float *a, size_t lds_a,
+                                      const float *b, int r0, int r1)
+{
+    bf_round_b((float *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
+    bf_round_b((float *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
+    BF_ROWS(bf_tile_emu_avx512, m, r0, r1 - r0, 3, 8, 8, 4, 4);
+}
+
+/* a^T b: both operands packed as pairs along the leaf's rows, 8 x 3
+ * vectors of accumulators at most (24, as above). */
+T_BF16 static void bf_tn_native(struct bfmm *m, const float *a, size_t lds_a, const float *b,
+                                int r0, int r1)
+{
+    bf_pack_b((uint32_t *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
+    bf_pack_b((uint32_t *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
+    BF_ROWS(bf_tile_native, m, r0, r1 - r0, 3, 8, 8, 8, 6); /* 4 vectors: never, maxv 3 */
+}
+
+/* -- bf16 weight-gradient matmul: one leaf, for the fp32 tree -- */
+
+/* One leaf of rows [k0, k1) is exactly k_matmul_bf16 of a[k0:k1]^T and
+ * b[k0:k1] with no bias: its pairs are rows (k0, k0+1), (k0+2, k0+3), ...,
+ * restarting at each leaf, so that a core's shard of whole leaves computes
+ * the same partials and the fp32 tree above combines them unchanged. a's
+ * columns are c's rows; this thread's share, [r0, r1), is packed like b,
+ * so that row r's pair k is at ab[r + k*lda]. BF_TN_K rows at a time: the
+ * packing stays in cache and the later passes resume from c. */
+static void tn_leaf_bf16(const struct tn_tree *t, float *dst /* [n,q] */, int k0, int k1)
+{
+    int n = t->n, q = t->m->q, r0 = t->t0 * BF_TN_MR, r1 = min_int(n, t->t1 * BF_TN_MR);
+    size_t ldb = (size_t)round16(q), lda = (size_t)round16(r1 - r0);
+    struct bfmm m = {.c = dst, .q = q, .sar = 1, .sak = lda, .ldb = ldb};
+    m.bb = t->pack;                                 /* [BF_TN_K, ldb] at most */
+    m.ab = (const float *)t->pack + BF_TN_K * ldb; /* [BF_TN_K, lda] at most */
+    for (int k = k0; k < k1; k += BF_TN_K) {
+        const float *a = t->m->a + (size_t)k * n + r0, *b = t->m->b + (size_t)k * q;
+        m.p = min_int(BF_TN_K, k1 - k);
+        m.resume = k > k0;
+        switch (t->bf) {
+        case BF_NATIVE: bf_tn_native(&m, a, (size_t)n, b, r0, r1); break;
+        case BF_EMU_AVX512: bf_tn_emu_avx512(&m, a, (size_t)n, b, r0, r1); break;
+        default: bf_tn_avx2(&m, a, (size_t)n, b, r0, r1); break;
+        }
+    }
+}
+
+/* -- bf16 weight-gradient matmul: entry points -- */
+
 void k_matmul_tn_seg_bf16(float *c /* [n,q] */, const float *a /* [p,n] */,
                           const float *b /* [p,q] */, int n, int p, int q, int seg)
 {
@@ -3835,4 +3817,48 @@ void k_matmul_tn_seg_bf16_emu(float *c /* [n,q] */, const float *a /* [p,n] */,
                               const float *b /* [p,q] */, int n, int p, int q, int seg)
 {
     matmul_tn_seg_any(c, a, b, n, p, q, seg, BF_EMU_AVX512);
+}
+
+/* ---- bf16 attention ---- */
+
+/* The SIMD paths are the fp32 head drivers with their bf16 flag set
+ * (round_block); the twins round first, then call the fp32 twins. */
+
+/* -- bf16 attention: twins -- */
+
+void k_attention_bf16_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                          const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+{
+    size_t n = (size_t)B * T * 3 * C;
+    float *r = xmalloc(sizeof(float) * n); /* [B,T,3C] */
+    k_round_bf16_ref(r, qkv, n);
+    k_attention_ref(out, lse, r, B, T, C, H);
+    free(r);
+}
+
+void k_attention_bwd_bf16_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                              const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                              const float *lse /* [B,H,T] */, int B, int T, int C, int H)
+{
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
+    float *rq = xmalloc(sizeof(float) * (n3 + n1)), *rd = rq + n3; /* [B,T,3C], [B,T,C] */
+    k_round_bf16_ref(rq, qkv, n3);
+    k_round_bf16_ref(rd, dout, n1);
+    k_attention_bwd_ref(dqkv, rd, rq, out, lse, B, T, C, H);
+    free(rq);
+}
+
+/* -- bf16 attention: entry points -- */
+
+void k_attention_bf16(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                      const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+{
+    attention_any(out, lse, qkv, B, T, C, H, 1);
+}
+
+void k_attention_bwd_bf16(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                          const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                          const float *lse /* [B,H,T] */, int B, int T, int C, int H)
+{
+    attention_bwd_any(dqkv, dout, qkv, out, lse, B, T, C, H, 1);
 }

@@ -2,12 +2,17 @@
  *
  * Every kernel exists as a plain-C twin (suffix _ref) and as a dispatched
  * entry point (k_*) that picks the AVX-512, AVX2 or plain path at run time.
- * All tensors are dense, row-major float32 unless said otherwise. The
- * declarations come in tensor.c's order, by kernel family: path selection;
- * leaves and the tree (the fixed summation order of batch reductions);
- * matmul; weight-gradient matmul; attention; layernorm; softmax
- * cross-entropy; element-wise, transpose and sums over rows; embedding;
- * Adam; bf16 rounding and the matrix unit's matmuls.
+ * All tensors are dense, row-major float32 unless said otherwise.
+ *
+ * Map: the declarations follow tensor.c's sections, under the same
+ * "---- name ----" banners: ISA dispatch; matmul (with its fused form
+ * k_matmul_ex); leaves and the tree (the rule every *_seg kernel follows,
+ * and k_tree_sum); the weight-gradient matmul (k_matmul_tn, _seg);
+ * attention (forward, backward, decode step); layernorm; softmax
+ * cross-entropy; element-wise (add, add_n, relu); sums over rows;
+ * transpose; embedding; Adam; then the bf16 kernels (rounding, matmul,
+ * weight-gradient matmul, attention). Each entry point comes before its
+ * twin.
  *
  * Determinism contract: for a fixed ISA path, every output bit is the same
  * whatever the OpenMP thread count, because each output element is produced
@@ -19,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ---- ISA dispatch ---- */
+
 enum isa { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 
 /* Best path this CPU supports, lowered (never raised) by the environment
@@ -29,10 +36,29 @@ int isa_get(void);
 void isa_set(int isa); /* clamped to isa_best() */
 const char *isa_name(int isa);
 
-/* ---- leaves and the tree ---- */
+/* 1 when k_matmul_bf16 runs vdpbf16ps on the current path. */
+int bf16_native(void);
 
-/* Reductions over rows as a fixed tree of leaves (the *_seg kernels).
+/* ---- matmul ---- */
+
+/* c[n,q] = a[n,p] @ b[p,q] (+ bias[q] when bias != NULL) */
+void k_matmul(float *c, const float *a, const float *b, const float *bias,
+              int n, int p, int q);
+void k_matmul_ref(float *c, const float *a, const float *b, const float *bias,
+                  int n, int p, int q);
+
+/* A fused kernel (made by the graph compiler):
+ * c[n,q] = relu?(a[n,p] @ b[p,q] + bias[q]) + r1[n,q] + r2[n,q], where bias,
+ * r1 and r2 may be NULL. The matmul part is bit-identical to k_matmul, and
+ * the additions happen in this order, so fusing never changes a result. */
+void k_matmul_ex(float *c, const float *a, const float *b, const float *bias,
+                 const float *r1, const float *r2, int relu, int n, int p, int q);
+void k_matmul_ex_ref(float *c, const float *a, const float *b, const float *bias,
+                     const float *r1, const float *r2, int relu, int n, int p, int q);
+
+/* ---- leaves and the tree ----
  *
+ * Reductions over rows as a fixed tree of leaves (the *_seg kernels).
  * Why: data-parallel training splits the batch's rows over N cores and sums
  * the per-core gradients; the result must have the same bits for every N
  * (1, 2, 4, 8) and thread count. So a reduction over n rows is done as:
@@ -52,23 +78,6 @@ const char *isa_name(int isa);
  * the all-reduce's combine step. out may be parts[0], no other part. */
 void k_tree_sum(float *out, const float *const *parts, int m, size_t len);
 void k_tree_sum_ref(float *out, const float *const *parts, int m, size_t len);
-
-/* ---- matmul ---- */
-
-/* c[n,q] = a[n,p] @ b[p,q] (+ bias[q] when bias != NULL) */
-void k_matmul(float *c, const float *a, const float *b, const float *bias,
-              int n, int p, int q);
-void k_matmul_ref(float *c, const float *a, const float *b, const float *bias,
-                  int n, int p, int q);
-
-/* The fused matmul the graph compiler makes:
- * c[n,q] = relu?(a[n,p] @ b[p,q] + bias[q]) + r1[n,q] + r2[n,q], where bias,
- * r1 and r2 may be NULL. The matmul part is bit-identical to k_matmul, and
- * the additions happen in this order, so fusing never changes a result. */
-void k_matmul_ex(float *c, const float *a, const float *b, const float *bias,
-                 const float *r1, const float *r2, int relu, int n, int p, int q);
-void k_matmul_ex_ref(float *c, const float *a, const float *b, const float *bias,
-                     const float *r1, const float *r2, int relu, int n, int p, int q);
 
 /* ---- weight-gradient matmul ---- */
 
@@ -104,16 +113,6 @@ void k_attention_step(float *out, float *kc, float *vc, const float *qkv,
                       int nb, int pos, int tmax, int C, int H);
 void k_attention_step_ref(float *out, float *kc, float *vc, const float *qkv,
                           int nb, int pos, int tmax, int C, int H);
-
-/* Attention's operands rounded as they are loaded (no extra pass over
- * memory): the bits of rounding every input with k_round_bf16 first and
- * calling the fp32 kernel. attention_bwd rounds dout and qkv. */
-void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
-void k_attention_bf16_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
-void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int B, int T, int C, int H);
-void k_attention_bwd_bf16_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
-                              const float *lse, int B, int T, int C, int H);
 
 /* ---- layernorm ---- */
 
@@ -151,14 +150,14 @@ void k_xent_bwd(float *dlogits, const float *logits, const int32_t *targets,
 void k_xent_bwd_ref(float *dlogits, const float *logits, const int32_t *targets,
                     const float *dloss, int n, int v);
 
-/* ---- element-wise, transpose, sums over rows ---- */
+/* ---- element-wise ---- */
 
 /* y[n] = a[n] + b[n] */
 void k_add(float *y, const float *a, const float *b, size_t n);
 void k_add_ref(float *y, const float *a, const float *b, size_t n);
 
-/* y[n] = ((x[0] + x[1]) + x[2]) + ... over m >= 1 inputs, one pass (the
- * graph compiler fuses chains of adds into it). */
+/* A fused kernel (made by the graph compiler):
+ * y[n] = ((x[0] + x[1]) + x[2]) + ... over m >= 1 inputs, one pass. */
 void k_add_n(float *y, const float *const *x, int m, size_t n);
 void k_add_n_ref(float *y, const float *const *x, int m, size_t n);
 
@@ -168,9 +167,7 @@ void k_relu_ref(float *y, const float *x, size_t n);
 void k_relu_bwd(float *dx, const float *dy, const float *y, size_t n);
 void k_relu_bwd_ref(float *dx, const float *dy, const float *y, size_t n);
 
-/* out[s,r] = in[r,s]^T */
-void k_transpose(float *out, const float *in, int r, int s);
-void k_transpose_ref(float *out, const float *in, int r, int s);
+/* ---- sums over rows ---- */
 
 /* out[q] = sum over rows of x[n,q] */
 void k_sum_rows(float *out, const float *x, int n, int q);
@@ -179,6 +176,12 @@ void k_sum_rows_ref(float *out, const float *x, int n, int q);
 /* out[q] = sum over rows of x[n,q], by the tree. */
 void k_sum_rows_seg(float *out, const float *x, int n, int q, int seg);
 void k_sum_rows_seg_ref(float *out, const float *x, int n, int q, int seg);
+
+/* ---- transpose ---- */
+
+/* out[s,r] = in[r,s]^T */
+void k_transpose(float *out, const float *in, int r, int s);
+void k_transpose_ref(float *out, const float *in, int r, int s);
 
 /* ---- embedding ---- */
 
@@ -196,7 +199,7 @@ void k_embed_bwd_seg(float *dtable, const int32_t *idx, const float *dy, int n, 
 void k_embed_bwd_seg_ref(float *dtable, const int32_t *idx, const float *dy, int n, int c, int v,
                          int seg);
 
-/* ---- adam ---- */
+/* ---- Adam ---- */
 
 /* torch.optim.Adam (no weight decay, no amsgrad), step t >= 1, in place:
  * m += (1-b1)(g-m); v = b2 v + (1-b2) g^2;
@@ -206,7 +209,9 @@ void k_adam(float *p, float *m, float *v, const float *g, size_t n,
 void k_adam_ref(float *p, float *m, float *v, const float *g, size_t n,
                 float lr, float b1, float b2, float eps, int t);
 
-/* ---- bf16 matmul: TPU matrix-unit numerics (bf16 inputs, fp32 sums) ---- */
+/* ---- bf16 rounding ---- */
+
+/* The bf16 kernels give TPU matrix-unit numerics (bf16 inputs, fp32 sums). */
 
 /* y[n] = x[n] rounded to bfloat16, kept as float (low 16 bits zero), bit
  * for bit what vcvtneps2bf16 gives: nearest even; fp32 denormals become
@@ -215,6 +220,8 @@ void k_adam_ref(float *p, float *m, float *v, const float *g, size_t n,
  * bits kept; values rounding past the largest bf16 become inf. */
 void k_round_bf16(float *y, const float *x, size_t n);
 void k_round_bf16_ref(float *y, const float *x, size_t n);
+
+/* ---- bf16 matmul ---- */
 
 /* c[n,q] = relu?(A @ B + bias[q]) + r1[n,q] + r2[n,q] as k_matmul_ex
  * (bias, r1, r2 may be NULL; the epilogue in that order), with A =
@@ -235,6 +242,9 @@ void k_matmul_bf16_ref(float *c, const float *a, const float *b, const float *bi
  * tests hold it to the instruction's bits. */
 void k_matmul_bf16_emu(float *c, const float *a, const float *b, const float *bias,
                        const float *r1, const float *r2, int relu, int n, int p, int q);
+
+/* ---- bf16 weight-gradient matmul ---- */
+
 /* c[n,q] = a^T @ b, a[p,n], b[p,q], on the matrix unit: each leaf of seg
  * rows (as k_matmul_tn_seg) is k_matmul_bf16 of the leaf's a^T and b with
  * no bias, so its pairs of k are the leaf's rows (lo, lo+1), (lo+2, lo+3),
@@ -248,7 +258,16 @@ void k_matmul_tn_seg_bf16_ref(float *c, const float *a, const float *b, int n, i
 void k_matmul_tn_seg_bf16_emu(float *c, const float *a, const float *b, int n, int p, int q,
                               int seg);
 
-/* 1 when k_matmul_bf16 runs vdpbf16ps on the current path. */
-int bf16_native(void);
+/* ---- bf16 attention ---- */
+
+/* Attention's operands rounded as they are loaded (no extra pass over
+ * memory): the bits of rounding every input with k_round_bf16 first and
+ * calling the fp32 kernel. attention_bwd rounds dout and qkv. */
+void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+void k_attention_bf16_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int B, int T, int C, int H);
+void k_attention_bwd_bf16_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, int B, int T, int C, int H);
 
 #endif

@@ -10,9 +10,11 @@
 /* ---- the kernel instruction set ----
  * Every op the device can run, with its operands (in -> out) and its named
  * attributes. Graph ops map onto these one to one; the compiler's fusion
- * adds the last two. kop_table (xla_sim.c) is the one place that gives each
- * op its name, operand counts, attribute names and FLOP count: builders,
- * fusion, dispatch, the profile and the graph dumps all go through it. */
+ * adds the last two. Attributes are named fields of union kattr below:
+ * graph.c's builders and fusion set and read them by name, and dispatch (the
+ * one switch in xla_sim.c) passes them to the kernels by name. kop_table
+ * (xla_sim.c) is the one place that gives each op its name, operand counts,
+ * printable attribute list and FLOP count, for the profile and the dumps. */
 enum kop {
     KOP_EMBED,          /* idx i32[n], table[c,v] -> y[n,c]                      embed */
     KOP_EMBED_BWD,      /* idx i32[n], dy[n,c] -> dtable[c,v]                    embed */
@@ -116,7 +118,7 @@ struct kop_attr {
 struct kop_info {
     const char *name;
     int nin, nout;              /* operand counts (add_n: up to nin) */
-    struct kop_attr attr[6];    /* the named attributes, NULL-named after the last */
+    struct kop_attr attr[6];    /* its attributes; a NULL name ends the list */
     double (*flops)(const struct kinstr *k); /* floating-point ops one call performs */
 };
 const struct kop_info *kop_info(int op);

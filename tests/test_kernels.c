@@ -94,7 +94,7 @@ static int isa_count(void) { return isa_best() + 1; }
  * 1. The twins against known answers
  * ====================================================================== */
 
-static void test_hand_values(void)
+static void test_hand_matmul(void)
 {
     /* [[1,2],[3,4]] @ [[5,6],[7,8]] + [1,-1]: small integers, exact on every path */
     const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, bias[2] = {1, -1};
@@ -114,7 +114,10 @@ static void test_hand_values(void)
     same_bits("2x2 matmul_ref", c, mm, sizeof mm);
     k_matmul_tn_ref(c, a, b, 2, 2, 2);
     same_bits("2x2 matmul_tn_ref", c, tn, sizeof tn);
+}
 
+static void test_hand_layernorm(void)
+{
     /* LayerNorm of [1,2,3,4] with w = 2, b = 1: mean 2.5, variance 1.25 */
     const float x[4] = {1, 2, 3, 4}, w[4] = {2, 2, 2, 2}, b1[4] = {1, 1, 1, 1};
     float y[4], mean, rstd, want[4];
@@ -125,7 +128,10 @@ static void test_hand_values(void)
     close_to("layernorm_ref of [1,2,3,4]", y, want, 4, 1e-6);
     CHECK(mean == 2.5f && fabs(rstd - rs) < 1e-6 * rs, "layernorm_ref: mean %g rstd %g", mean,
           rstd);
+}
 
+static void test_hand_xent(void)
+{
     /* Uniform logits: the loss is log(v) and the gradient (1/v - onehot) / count */
     enum { N = 5, V = 7 };
     float logits[N * V], dl[N * V], loss, one = 1;
@@ -145,13 +151,19 @@ static void test_hand_values(void)
     int32_t none[2] = {-1, -1};
     k_xent_ref(&loss, logits, none, 2, V);
     CHECK(loss == 0, "xent_ref with every row ignored: %g, want 0", loss);
+}
 
+static void test_hand_adam(void)
+{
     /* One Adam step from zero moments moves p by lr * g/|g| (up to eps) */
     float p = 1, m = 0, v = 0, g = 0.5f;
     k_adam_ref(&p, &m, &v, &g, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 1);
     CHECK(fabs(p - 0.9) < 1e-6 && fabs(m - 0.05) < 1e-7 && fabs(v - (1 - 0.999f) * 0.25) < 1e-10,
           "adam_ref first step: p %g m %g v %g", p, m, v);
+}
 
+static void test_hand_embed(void)
+{
     /* Embedding of column idx, and its gradient summed over repeats */
     const float table[6] = {1, 2, 3, 4, 5, 6}; /* [c=2, v=3] */
     const int32_t idx[3] = {2, 0, 2};
@@ -162,13 +174,26 @@ static void test_hand_values(void)
     same_bits("embed_ref", e, emb, sizeof emb);
     k_embed_bwd_ref(e, idx, dy, 3, 2, 3);
     same_bits("embed_bwd_ref", e, dtab, sizeof dtab);
+}
 
+static void test_hand_attention(void)
+{
     /* One token attends only to itself: out = v, lse = q.k / sqrt(hs) */
     const float qkv1[6] = {1, 2, 3, 4, 5, 6}; /* C = 2, H = 1: q = (1,2), k = (3,4), v = (5,6) */
     float o[2], lse;
     k_attention_ref(o, &lse, qkv1, 1, 1, 2, 1);
     CHECK(o[0] == 5 && o[1] == 6 && fabs(lse - 11 / sqrt(2)) < 1e-5,
           "attention_ref of one token: out (%g, %g) lse %g", o[0], o[1], lse);
+}
+
+static void test_hand_values(void)
+{
+    test_hand_matmul();
+    test_hand_layernorm();
+    test_hand_xent();
+    test_hand_adam();
+    test_hand_embed();
+    test_hand_attention();
 }
 
 /* Causal attention, the whole score matrix at once, in double. */

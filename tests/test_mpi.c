@@ -123,6 +123,33 @@ static void check_flag_mismatch(void)
           "different flags per rank: rc %d: %s", rc, out);
 }
 
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+/* An error every rank meets at once is said once, by the master, and the
+ * pod exits with its code: a diverged loss (1), a bad flag (2), a bad
+ * GPT_COMM_TIMEOUT (2). */
+static void check_errors_said_once(void)
+{
+    char out[65536];
+    int rc = t_run(MPIRUN "-np 2 ./gpt-mpi train " TINY " --steps 20 --lr 100 "
+                   "--out tests/tmp/m-div", out, sizeof out);
+    CHECK(rc == 1 && count(out, "training diverged") == 1 && !strstr(out, "rank 1"),
+          "a diverged pod: rc %d, want 1 and one line: %s", rc, out);
+    rc = t_run(MPIRUN "-np 2 ./gpt-mpi train " TINY " --steps -3 --out tests/tmp/m-bad", out,
+               sizeof out);
+    CHECK(rc == 2 && count(out, "--steps") == 1, "a bad flag in a pod: rc %d: %s", rc, out);
+    rc = t_run(MPIRUN "-np 2 -x GPT_COMM_TIMEOUT=soon ./gpt-mpi train " TINY " --steps 5 "
+               "--out tests/tmp/m-bad", out, sizeof out);
+    CHECK(rc == 2 && count(out, "GPT_COMM_TIMEOUT") == 1, "a bad GPT_COMM_TIMEOUT: rc %d: %s",
+          rc, out);
+}
+
 /* A rank that fails ends the run with its rank named: here rank 1 runs in
  * a directory whose data differs from the master's, then in one without
  * the data file. */
@@ -251,6 +278,7 @@ void test_mpi(void)
     check_tcp();
     check_eager();
     check_flag_mismatch();
+    check_errors_said_once();
     check_rank_failures();
     check_resume_layouts();
     check_kill();
