@@ -27,7 +27,7 @@
 
 /* Out of memory is the one error this file does not report to its caller:
  * one line on stderr and exit 1, as everywhere in gpt. */
-static void *xrealloc(void *p, size_t n)
+__attribute__((returns_nonnull)) static void *xrealloc(void *p, size_t n)
 {
     p = realloc(p, n ? n : 1);
     if (!p) {
@@ -319,8 +319,9 @@ static int list_into(const char *dir, DataList *out, int depth, char *err, size_
     while (!rc && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char *path = xrealloc(NULL, dlen + strlen(e->d_name) + 2);
-        sprintf(path, "%s%s%s", dir, dlen && dir[dlen - 1] == '/' ? "" : "/", e->d_name);
+        size_t plen = dlen + strlen(e->d_name) + 2;
+        char *path = xrealloc(NULL, plen);
+        snprintf(path, plen, "%s%s%s", dir, dlen && dir[dlen - 1] == '/' ? "" : "/", e->d_name);
         struct stat ls, st;
         if (lstat(path, &ls))
             rc = fail(err, elen, "%s: cannot stat (%s)", path, strerror(errno));
@@ -563,10 +564,11 @@ static int truncated(TarReader *t, const char *path, uint64_t hdr, uint64_t data
                     path, (ull)hdr, (ull)size, (ull)data_off, (ull)padded(size), (ull)end);
 }
 
-/* Reads a member's data and padding into memory (a pax or long-name
- * header): a malloc'd, NUL-terminated buffer, or NULL. */
-static char *read_meta(TarReader *t, const char *what, uint64_t hdr, uint64_t size)
+/* Reads the data and padding of a pax or long-name header (h, at offset
+ * hdr) into memory: a malloc'd, NUL-terminated buffer, or NULL. */
+static char *read_meta(TarReader *t, const unsigned char *h, uint64_t hdr, uint64_t size)
 {
+    const char *what = h[156] == 'x' ? "pax" : "long-name";
     if (size > MAX_META) {
         tar_fail(t, "%s header at offset %llu is too large (%llu bytes; at most %u)", what,
                  (ull)hdr, (ull)size, MAX_META);
@@ -576,8 +578,12 @@ static char *read_meta(TarReader *t, const char *what, uint64_t hdr, uint64_t si
     uint64_t at = t->pos;
     long got = read_full(t, buf, (size_t)size);
     int64_t pad = got == (long)size ? skip_bytes(t, padded(size) - size) : 0;
-    if (got >= 0 && pad >= 0 && (uint64_t)got + (uint64_t)pad < padded(size))
-        truncated(t, what, hdr, at, size, t->pos);
+    if (got >= 0 && pad >= 0 && (uint64_t)got + (uint64_t)pad < padded(size)) {
+        char name[101];
+        memcpy(name, h, 100);
+        name[100] = 0;
+        truncated(t, name, hdr, at, size, t->pos);
+    }
     if (t->done < 0) {
         free(buf);
         return NULL;
@@ -649,8 +655,9 @@ static char *header_path(const unsigned char *h)
     prefix[155] = 0;
     if (memcmp(h + 257, "ustar\0", 6) || !prefix[0])
         return xstrdup(name);
-    char *p = xrealloc(NULL, strlen(prefix) + strlen(name) + 2);
-    sprintf(p, "%s/%s", prefix, name);
+    size_t n = strlen(prefix) + strlen(name) + 2;
+    char *p = xrealloc(NULL, n);
+    snprintf(p, n, "%s/%s", prefix, name);
     return p;
 }
 
@@ -678,13 +685,13 @@ static int finish_member(TarReader *t)
 }
 
 /* A pax ('x') or GNU long-name ('L') header: it names the next member. */
-static int read_long(TarReader *t, int type, uint64_t hdr, uint64_t size)
+static int read_long(TarReader *t, const unsigned char *h, uint64_t hdr, uint64_t size)
 {
-    char *buf = read_meta(t, type == 'x' ? "pax" : "long-name", hdr, size);
+    char *buf = read_meta(t, h, hdr, size);
     if (!buf)
         return -1;
     int rc = 0;
-    if (type == 'x') {
+    if (h[156] == 'x') {
         rc = parse_pax(t, buf, (size_t)size, t->pos - padded(size));
     } else {
         free(t->long_path);
@@ -723,7 +730,7 @@ int tar_next(TarReader *t, TarMember *m)
             return tar_fail(t, "header at offset %llu: its size field '%s' is not a number",
                             (ull)hdr, show_field(h + 124, 12, shown, sizeof shown));
         if (type == 'x' || type == 'L') {
-            if (read_long(t, type, hdr, size))
+            if (read_long(t, h, hdr, size))
                 return -1;
             continue;
         }
@@ -1076,7 +1083,7 @@ static void pax_add(char **buf, size_t *n, const char *key, const char *val)
     while (len != body + (size_t)snprintf(digits, sizeof digits, "%zu", len))
         len = body + strlen(digits);
     *buf = xrealloc(*buf, *n + len + 1);
-    *n += (size_t)sprintf(*buf + *n, "%zu %s=%s\n", len, key, val);
+    *n += (size_t)snprintf(*buf + *n, len + 1, "%zu %s=%s\n", len, key, val);
 }
 
 /* The pax records path needs ("path=", "size="), or NULL if none. */
@@ -1127,7 +1134,7 @@ int tar_write_open(TarWriter *w, const char *path)
     memset(w, 0, sizeof *w);
     w->path = xstrdup(path);
     w->tmp = xrealloc(NULL, strlen(path) + 5);
-    sprintf(w->tmp, "%s.tmp", path);
+    snprintf(w->tmp, strlen(path) + 5, "%s.tmp", path);
     w->f = fopen(w->tmp, "wb");
     if (!w->f)
         return write_fail(w, "%s: cannot create (%s)", w->tmp, strerror(errno));

@@ -450,6 +450,9 @@ static void check_pax_damage(void)
     expect_bad(pax, n, 512, "004", 3, 0, PAXERR "512: its length is too short for 'KEY=VALUE\\n'");
     expect_bad(pax, n, 512 + 165, "X", 1, 0, PAXERR "512: it does not end in a newline");
     expect_bad(pax, n, 512 + 8, ":", 1, 0, PAXERR "512: it is not KEY=VALUE");
+    expect_bad(pax, 600, 0, NULL, 0, 0, "ERR: " TMP "/bad.tar: truncated member '././@PaxHeader' "
+               "(header at offset 0): 166 bytes of data from offset 512, padded to 512, but the "
+               "shard ends at offset 600");
     free(pax);
     /* size= overrides the header's size field; the second record's offset */
     n = 0;
