@@ -48,8 +48,11 @@ typedef struct TarMember {
     uint64_t data_off; /* offset of its data */
 } TarMember;
 
-/* A streaming reader: POSIX ustar, pax extended headers, GNU long names.
- * Every header's checksum is checked; two zero blocks end the archive. */
+/* A streaming reader: POSIX ustar, pax extended headers (path=, size=),
+ * GNU long names. Every header's checksum is checked. Writers end an
+ * archive with two zero blocks; a zero block followed by the end of the
+ * stream is accepted too, one followed by a header is an error, and a
+ * stream that stops at a header without them is truncated. */
 typedef struct TarReader {
     FILE *f;
     const char *name;  /* for errors: the shard's path, or pipe:CMD */
