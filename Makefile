@@ -6,11 +6,11 @@ CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter
 OMP     := -fopenmp
 LDLIBS  := -lm
-SRC     := gpt.c safetensors.c graph.c xla_sim.c comm.c tensor.c
-HDR     := gpt.h safetensors.h graph.h xla_sim.h comm.h tensor.h
+SRC     := gpt.c safetensors.c data.c graph.c xla_sim.c comm.c tensor.c
+HDR     := gpt.h safetensors.h data.h graph.h xla_sim.h comm.h tensor.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
-           tests/test_mpi.c tests/test_tour.c
+           tests/test_mpi.c tests/test_tour.c tests/test_data.c
 
 all: gpt
 
@@ -90,17 +90,22 @@ check-mem: gpt debug
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt
 	./tests/run-debug
 
-# libFuzzer on the checkpoint loader, bounded by FUZZ_SECONDS.
+# libFuzzer on the checkpoint loader, then on the tar reader, each for
+# FUZZ_SECONDS. New inputs go to tests/tmp/fuzz*; the seeds are committed.
 FUZZ_SECONDS ?= 60
-fuzz: $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c
-	mkdir -p tests/tmp/fuzz tests/fuzz-corpus
+FUZZ_CC := clang -O1 -g -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I.
+fuzz: $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
+	mkdir -p tests/tmp/fuzz tests/fuzz-corpus tests/tmp/fuzz-tar
 	$(CC) -O1 -g $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o tests/tmp/fuzz-seed $(SRC) tests/fuzz_seed.c $(LDLIBS)
 	./tests/tmp/fuzz-seed
-	clang -O1 -g -std=c11 -D_GNU_SOURCE -fopenmp=libgomp -fsanitize=fuzzer,address,undefined \
-	    -DGPT_NO_MAIN -I. -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(LDLIBS)
+	$(FUZZ_CC) -fopenmp=libgomp -DGPT_NO_MAIN -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(LDLIBS)
 	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=60 \
 	    -artifact_prefix=tests/tmp/ \
 	    tests/tmp/fuzz tests/fuzz-corpus
+	$(FUZZ_CC) -o tests/tmp/fuzz_tar data.c tests/fuzz_tar.c
+	./tests/tmp/fuzz_tar -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 \
+	    -artifact_prefix=tests/tmp/tar- \
+	    tests/tmp/fuzz-tar tests/fuzz-tar-corpus
 
 # docs/examples: what the compiler makes of one training step of a 1-layer
 # model, for readers of docs/TOUR.md (needs graphviz's dot for the SVG).

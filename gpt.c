@@ -16,6 +16,7 @@
  *   the program        data, flags, train, sample, eval, main (tests link
  *                      everything above it) */
 #include "gpt.h"
+#include "data.h"
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -992,9 +993,10 @@ static void print_default(const struct opt *o)
         printf("none");
 }
 
-static void usage(const char *cmd, const char *what, const struct opt *o, int n)
+static void usage(const char *cmd, const char *what, const struct opt *o, int n,
+                  const char *operands)
 {
-    printf("usage: gpt %s [flags]\n%s\n\nflags (default in brackets):\n", cmd, what);
+    printf("usage: gpt %s [flags]%s\n%s\n\nflags (default in brackets):\n", cmd, operands, what);
     for (int i = 0; i < n; i++) {
         printf("  --%-13s %s [", o[i].name, o[i].help);
         print_default(&o[i]);
@@ -1041,13 +1043,30 @@ static int value_omitted(const struct opt *o, int i, int argc, char **argv)
     return !strcmp(o->name, "resume") && (i + 1 == argc || !strncmp(argv[i + 1], "--", 2));
 }
 
+/* The arguments that are not flags, for a command that takes some (gpt
+ * shard's FILES); v has room for argc of them. After "--" every argument
+ * is one. */
+struct operands {
+    const char **v;
+    int n;
+};
+
 static void parse_opts(const char *cmd, const char *what, int argc, char **argv,
-                       const struct opt *o, int n)
+                       const struct opt *o, int n, struct operands *rest)
 {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
-            usage(cmd, what, o, n);
+            usage(cmd, what, o, n, rest ? " FILES..." : "");
+        if (rest && !strcmp(a, "--")) {
+            while (++i < argc)
+                rest->v[rest->n++] = argv[i];
+            break;
+        }
+        if (rest && strncmp(a, "--", 2)) {
+            rest->v[rest->n++] = a;
+            continue;
+        }
         if (strncmp(a, "--", 2))
             die(2, "unexpected argument '%s' (see gpt %s --help)", a, cmd);
         const char *eq = strchr(a, '=');
@@ -1147,7 +1166,7 @@ static int precision_of(const char *name)
 }
 
 /* "16G", "512M", "64K" or bytes; binary units, as HBM sizes are quoted. */
-static size_t parse_size(const char *v)
+static size_t parse_size(const char *flag, const char *v)
 {
     char *end;
     double x = strtod(v, &end);
@@ -1156,7 +1175,7 @@ static size_t parse_size(const char *v)
                   : !strcmp(end, "M") || !strcmp(end, "MiB") ? 1024.0 * 1024
                   : !strcmp(end, "G") || !strcmp(end, "GiB") ? 1024.0 * 1024 * 1024 : 0;
     need(end != v && unit > 0 && x * unit >= 1 && x * unit < 1e15,
-         "--hbm must be a size such as 16G, 512M or 65536, got '%s'", v);
+         "--%s must be a size such as 16G, 512M or 65536, got '%s'", flag, v);
     return (size_t)(x * unit);
 }
 
@@ -1185,7 +1204,7 @@ static void setup_board(const struct settings *s, int hosts)
     need(s->batch % (cores * hosts) == 0, "--batch %d does not split evenly over %d cores%s",
          s->batch, cores * hosts, hosts > 1 ? " (of all hosts)" : "");
     if (s->hbm)
-        hbm = parse_size(s->hbm);
+        hbm = parse_size("hbm", s->hbm);
     xs_set_device(name, cores, hbm);
 }
 
@@ -1675,7 +1694,7 @@ static int cmd_train(int argc, char **argv)
         {"precision", O_STR, &s->precision, "fp32, bf16 (matrix-unit inputs) or bf16-pure (XLA_USE_BF16)"},
     };
     parse_opts("train", "Trains the model and writes a checkpoint.", argc, argv, o,
-               (int)(sizeof o / sizeof *o));
+               (int)(sizeof o / sizeof *o), NULL);
     catch_signals(); /* early: a signal during set-up still ends in a checkpoint */
     StFile rf = {0};
     char rpath[4096];
@@ -1775,7 +1794,7 @@ static int cmd_sample(int argc, char **argv)
         {"hbm", O_STR, &s.hbm, "HBM of the simulated core, e.g. 16G"},
     };
     parse_opts("sample", "Streams a continuation of the prompt.", argc, argv, o,
-               (int)(sizeof o / sizeof *o));
+               (int)(sizeof o / sizeof *o), NULL);
     if (!is_master())
         return 0; /* in a pod the master alone samples */
     check_prompt(s.prompt);
@@ -1851,7 +1870,7 @@ static int cmd_eval(int argc, char **argv)
         {"hbm", O_STR, &s.hbm, "HBM of the simulated core, e.g. 16G"},
     };
     parse_opts("eval", "Mean next-byte loss over the whole test split.", argc, argv, o,
-               (int)(sizeof o / sizeof *o));
+               (int)(sizeof o / sizeof *o), NULL);
     if (!is_master())
         return 0; /* in a pod the master alone evaluates */
     need(s.batch >= 1 && s.batch <= 65536, "--batch must be 1..65536, got %d", s.batch);
@@ -1873,6 +1892,137 @@ static int cmd_eval(int argc, char **argv)
     return 0;
 }
 
+/* ---- shard ---- */
+
+/* A run of gpt shard: one sample per input file, shard after shard. */
+struct sharder {
+    const char *dir, *prefix;
+    uint64_t max_bytes;
+    int width;          /* digits of a sample's key */
+    TarWriter w;        /* the shard being written */
+    char path[4096];    /* its name */
+    int shards, in_shard;
+    long docs;
+    uint64_t bytes, text_bytes;
+};
+
+/* The inputs in the order given, a directory standing for its files. */
+static void shard_inputs(const struct operands *args, DataList *in)
+{
+    char err[1024];
+    for (int i = 0; i < args->n; i++) {
+        struct stat st;
+        if (stat(args->v[i], &st))
+            die(1, "%s: cannot open input file (%s)", args->v[i], strerror(errno));
+        if (S_ISDIR(st.st_mode) && data_list_dir(args->v[i], in, err, sizeof err))
+            die(1, "%s", err);
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+            die(1, "%s: not a regular file", args->v[i]);
+        if (S_ISREG(st.st_mode))
+            data_list_add(in, args->v[i]);
+    }
+}
+
+/* Shards of an older run would mix with these (a glob of DIR takes both). */
+static void refuse_old_shards(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    size_t n = strlen(prefix);
+    while (d && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (!strncmp(e->d_name, prefix, n) && e->d_name[n] == '-' && len > n + 4 &&
+            !strcmp(e->d_name + len - 4, ".tar"))
+            die(2, "%s already holds %s; choose another --out or --prefix", dir, e->d_name);
+    }
+    if (d)
+        closedir(d);
+}
+
+static void shard_fail(struct sharder *r)
+{
+    char err[sizeof r->w.err];
+    memcpy(err, r->w.err, sizeof err);
+    tar_write_abort(&r->w);
+    die(1, "%s", err);
+}
+
+static void shard_close(struct sharder *r)
+{
+    if (tar_write_close(&r->w))
+        die(1, "%s", r->w.err);
+    uint64_t bytes = r->w.pos;
+    printf("%s: %d documents, %llu bytes\n", r->path, r->in_shard, (unsigned long long)bytes);
+    fflush(stdout);
+    r->bytes += bytes;
+    r->shards++;
+    r->in_shard = 0;
+}
+
+/* Sample i: KEY.name (the input's path, for provenance) and KEY.txt (its
+ * bytes), in a new shard when this one would pass --max-bytes. */
+static void shard_add(struct sharder *r, int i, const char *file)
+{
+    char name[48], text[48];
+    struct stat st;
+    FILE *src = fopen(file, "rb");
+    if (!src || fstat(fileno(src), &st))
+        die(1, "%s: cannot open input file (%s)", file, strerror(errno));
+    uint64_t size = (uint64_t)st.st_size;
+    snprintf(name, sizeof name, "%0*d.name", r->width, i);
+    snprintf(text, sizeof text, "%0*d.txt", r->width, i);
+    uint64_t need = tar_member_bytes(name, strlen(file)) + tar_member_bytes(text, size);
+    if (r->in_shard && r->w.pos + need + 1024 > r->max_bytes)
+        shard_close(r);
+    if (!r->in_shard) {
+        snprintf(r->path, sizeof r->path, "%s/%s-%06d.tar", r->dir, r->prefix, r->shards);
+        if (tar_write_open(&r->w, r->path))
+            shard_fail(r);
+    }
+    if (tar_write_member(&r->w, name, file, strlen(file)) ||
+        tar_write_file(&r->w, text, src, file, size))
+        shard_fail(r);
+    fclose(src);
+    r->in_shard++;
+    r->docs++;
+    r->text_bytes += size;
+}
+
+static int cmd_shard(int argc, char **argv)
+{
+    const char *out = NULL, *max_bytes = "256M", *prefix = "train";
+    const struct opt o[] = {
+        {"out", O_STR, &out, "directory for the shards (required)"},
+        {"max-bytes", O_STR, &max_bytes, "largest shard, e.g. 64M (a larger file gets one alone)"},
+        {"prefix", O_STR, &prefix, "shard names: PREFIX-000000.tar, ..."},
+    };
+    struct operands files = {xcalloc((size_t)argc + 1, sizeof(char *)), 0};
+    parse_opts("shard", "Writes FILES (a directory: its files) as WebDataset tar shards, one "
+               "sample a file:\nKEY.txt its bytes, KEY.name its path.", argc, argv, o,
+               (int)(sizeof o / sizeof *o), &files);
+    if (!is_master())
+        return 0; /* in a pod the master alone writes */
+    need(out != NULL && *out, "gpt shard needs --out DIR");
+    need(files.n > 0, "gpt shard needs input files (see gpt shard --help)");
+    need(*prefix && !strchr(prefix, '/'), "--prefix must be a file name, got '%s'", prefix);
+    struct sharder r = {.dir = out, .prefix = prefix, .max_bytes = parse_size("max-bytes", max_bytes)};
+    DataList in = {0};
+    shard_inputs(&files, &in);
+    r.width = 6;
+    for (long n = in.n - 1; n >= 1000000; n /= 10)
+        r.width++;
+    make_out_dir(out);
+    refuse_old_shards(out, prefix);
+    for (int i = 0; i < in.n; i++)
+        shard_add(&r, i, in.path[i]);
+    shard_close(&r);
+    printf("%d shards, %ld documents, %llu bytes of text (%llu in all) in %s\n", r.shards,
+           r.docs, (unsigned long long)r.text_bytes, (unsigned long long)r.bytes, out);
+    data_list_free(&in);
+    free(files.v);
+    return 0;
+}
+
 /* ---- main ---- */
 
 static void usage_main(FILE *f)
@@ -1881,6 +2031,7 @@ static void usage_main(FILE *f)
           "  train    train the byte-level GPT (no flags = the reference's run)\n"
           "  sample   stream a continuation from a checkpoint\n"
           "  eval     test-split loss of a checkpoint\n"
+          "  shard    write text files as WebDataset tar shards\n"
           "gpt <command> --help lists each command's flags.\n"
           "GPT_ISA=scalar|avx2|avx512 lowers the kernel path.\n", f);
 }
@@ -1920,6 +2071,8 @@ static int run_command(int argc, char **argv)
         return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(argv[1], "eval"))
         return cmd_eval(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "shard"))
+        return cmd_shard(argc - 2, argv + 2);
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage_main(stdout);
         return 0;

@@ -68,6 +68,7 @@ static const struct {
     {"kernels", test_kernels}, {"grads", test_grads}, {"model", test_model},
     {"ckpt", test_ckpt},       {"xla", test_xla},     {"tpu", test_tpu},
     {"cli", test_cli},         {"mpi", test_mpi},     {"tour", test_tour},
+    {"data", test_data},
 };
 
 int main(int argc, char **argv)

@@ -39,5 +39,6 @@ void test_xla(void);
 void test_tpu(void);
 void test_mpi(void);
 void test_tour(void);
+void test_data(void);
 
 #endif
