@@ -17,6 +17,7 @@
  *                      everything above it) */
 #include "gpt.h"
 #include "data.h"
+#include "loader.h"
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -344,7 +345,7 @@ static int sample_byte(const float *logits, int V, const SampleOpts *o, Rng *r)
         return best;
     float kth = -INFINITY; /* logits below the k-th largest are dropped */
     if (o->top_k > 0 && o->top_k < V) {
-        float sorted[VOCAB];
+        float sorted[MAX_VOCAB];
         memcpy(sorted, logits, sizeof(float) * V);
         for (int i = 0; i < o->top_k; i++)
             for (int j = i + 1; j < V; j++)
@@ -355,7 +356,7 @@ static int sample_byte(const float *logits, int V, const SampleOpts *o, Rng *r)
                 }
         kth = sorted[o->top_k - 1];
     }
-    double p[VOCAB], sum = 0;
+    double p[MAX_VOCAB], sum = 0;
     for (int i = 0; i < V; i++) {
         p[i] = logits[i] < kth ? 0 : exp((logits[i] - logits[best]) / o->temperature);
         sum += p[i];
@@ -527,14 +528,19 @@ static void put_params(StWriter *w, const Model *m, const float *base, const cha
     }
 }
 
+void ckpt_put(StWriter *w, const Model *m)
+{
+    put_params(w, m, m->w, "");
+    put_buffers(w, &m->cfg);
+    put_params(w, m, m->m, "_gpt.adam_m.");
+    put_params(w, m, m->v, "_gpt.adam_v.");
+}
+
 int ckpt_save(const Model *m, const char *path, const char *const *mkey,
               const char *const *mval, int nmeta, char *err, size_t elen)
 {
     StWriter w = {{0}, {0}};
-    put_params(&w, m, m->w, "");
-    put_buffers(&w, &m->cfg);
-    put_params(&w, m, m->m, "_gpt.adam_m.");
-    put_params(&w, m, m->v, "_gpt.adam_v.");
+    ckpt_put(&w, m);
     return st_write(&w, path, mkey, mval, nmeta, err, elen);
 }
 /* Copies one parameter from the file after checking dtype and shape. */
@@ -565,7 +571,8 @@ static int load_param(const StFile *f, const Param *p, const char *name,
  * training state. Anything else means the file is not one of ours. */
 static int known_name(const Model *m, const char *name)
 {
-    if (!strcmp(name, "onehot") || !strncmp(name, "_gpt.adam_", 10))
+    if (!strcmp(name, "onehot") || !strncmp(name, "_gpt.adam_", 10) ||
+        !strcmp(name, "_gpt.loader"))
         return 1;
     if (strstr(name, ".attention.causal_mask"))
         return 1;
@@ -620,10 +627,10 @@ int ckpt_config(const StFile *f, Config *c, int heads)
     if (!tok || !pos || !fc || tok->ndim != 2 || pos->ndim != 2 || fc->ndim != 2)
         return -1;
     int64_t C = tok->shape[0], T = pos->shape[1], M = fc->shape[0];
-    if (tok->shape[1] != VOCAB || C < 1 || C > 4096 || pos->shape[0] != C || T < 2 ||
+    if ((tok->shape[1] != 128 && tok->shape[1] != 256) || C < 1 || C > 4096 || pos->shape[0] != C || T < 2 ||
         T > 1024 || fc->shape[1] != C || M < 1 || M > 16384)
         return -1;
-    *c = (Config){VOCAB, (int)T, (int)C, (int)M, meta_int(f, "heads", heads), 0};
+    *c = (Config){(int)tok->shape[1], (int)T, (int)C, (int)M, meta_int(f, "heads", heads), 0};
     do
         snprintf(name, sizeof name, "decode_transformer.blocks.%d.compute.0.weight", c->layers);
     while (st_find(f, name) && ++c->layers < MAX_LAYERS);
@@ -898,7 +905,27 @@ static uint64_t rng_below(Rng *r, uint64_t n)
     return (uint64_t)(((unsigned __int128)rng_next(r) * n) >> 64);
 }
 
-static void load_data(Data *d, const char *path, int need_len)
+/* Under vocab 128 every byte must be ASCII; offset: of p[0] in name. */
+static void check_vocab(const unsigned char *p, size_t n, int vocab, const char *name,
+                        uint64_t offset)
+{
+    for (size_t i = 0; vocab < 256 && i < n; i++)
+        if (p[i] >= vocab)
+            die(1, "%s: byte 0x%02x at offset %llu is not ASCII; convert it (e.g. iconv -f "
+                "utf-8 -t ascii//TRANSLIT) or train with --vocab 256", name, p[i],
+                (unsigned long long)(offset + i));
+}
+
+static void grow(Data *d, size_t *cap, size_t more, const char *name)
+{
+    while (d->n + more > *cap)
+        if (!(d->bytes = realloc(d->bytes, *cap *= 2)))
+            die(1, "%s: out of memory", name);
+}
+
+/* One text file, whole; split: the reference's 80/20 split, else it is all
+ * training text. */
+static void load_data(Data *d, const char *path, int need_len, int vocab, int split)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -909,8 +936,8 @@ static void load_data(Data *d, const char *path, int need_len)
     d->n = 0;
     while ((got = fread(d->bytes + d->n, 1, cap - d->n, f)) > 0) {
         d->n += got;
-        if (d->n == cap && !(d->bytes = realloc(d->bytes, cap *= 2)))
-            die(1, "%s: out of memory", path);
+        if (d->n == cap)
+            grow(d, &cap, 1, path);
     }
     int bad = ferror(f);
     fclose(f);
@@ -918,14 +945,63 @@ static void load_data(Data *d, const char *path, int need_len)
         die(1, "%s: cannot read data file", path);
     if (!d->n)
         die(1, "%s: data file is empty", path);
-    for (size_t i = 0; i < d->n; i++)
-        if (d->bytes[i] >= 128)
-            die(1, "%s: byte 0x%02x at offset %zu is not ASCII; convert the file to ASCII "
-                "(e.g. iconv -f utf-8 -t ascii//TRANSLIT)", path, d->bytes[i], i);
-    d->n_train = d->n * 8 / 10;
-    if (d->n_train < (size_t)need_len + 1 || d->n - d->n_train < (size_t)need_len + 1)
+    check_vocab(d->bytes, d->n, vocab, path, 0);
+    d->n_train = split ? d->n * 8 / 10 : d->n;
+    if (!split && d->n < (size_t)need_len + 1)
+        die(1, "%s: %zu bytes; training needs at least %d", path, d->n, need_len + 1);
+    if (split && (d->n_train < (size_t)need_len + 1 || d->n - d->n_train < (size_t)need_len + 1))
         die(1, "%s: %zu bytes give splits of %zu and %zu; each needs at least %d",
             path, d->n, d->n_train, d->n - d->n_train, need_len + 1);
+}
+
+/* Is --data a corpus of parts (read as a stream) rather than one file? */
+static int is_corpus(const char *spec)
+{
+    struct stat st;
+    return !strncmp(spec, "pipe:", 5) || strpbrk(spec, "{*?[") || data_part_is_shard(spec) ||
+           (!stat(spec, &st) && S_ISDIR(st.st_mode));
+}
+
+/* A whole corpus in memory, every document of every part one after
+ * another (a test set: --test-data); all of it is test text. */
+static void load_corpus(Data *d, const char *spec, int need_len, int vocab)
+{
+    char err[1024], buf[65536];
+    DataSource src;
+    if (data_source_open(&src, spec, err, sizeof err))
+        die(1, "%s", err);
+    size_t cap = 1 << 20;
+    *d = (Data){xcalloc(cap, 1), 0, 0};
+    for (int i = 0; i < src.parts.n; i++) {
+        DataPart part;
+        WdsDoc doc;
+        int r;
+        if (data_part_open(&part, src.parts.path[i], 0))
+            die(1, "%s", part.err);
+        while ((r = data_part_next(&part, &doc)) == 1) {
+            long got;
+            for (uint64_t done = 0; (got = data_part_read(&part, buf, sizeof buf)) > 0;
+                 done += (uint64_t)got) {
+                char name[4200];
+                snprintf(name, sizeof name, "%s%s%s", part.name, part.is_shard ? ": " : "",
+                         part.is_shard ? doc.key : "");
+                check_vocab((unsigned char *)buf, (size_t)got, vocab, name, doc.data_off + done);
+                grow(d, &cap, (size_t)got, spec);
+                memcpy(d->bytes + d->n, buf, (size_t)got);
+                d->n += (size_t)got;
+            }
+            if (got < 0)
+                r = -1;
+            if (r < 0)
+                break;
+        }
+        if (r < 0 || data_part_close(&part))
+            die(1, "%s", part.err);
+    }
+    if (d->n < (size_t)need_len + 1)
+        die(1, "%s: %zu bytes of text in %d parts; a test set needs at least %d", spec, d->n,
+            src.parts.n, need_len + 1);
+    data_source_free(&src);
 }
 
 /* B random windows of T bytes from [lo, lo+len), starts uniform in
@@ -965,8 +1041,9 @@ struct settings {
     int embed, mlp, heads, layers, context;
     int steps, batch, seq, eval_every, eval_batch, eval_bytes, final_bytes;
     int threads, bytes, top_k, metrics, naive, ckpt_every, keep, cores;
+    int vocab, streams, shuffle_buffer;
     double lr, temperature, seed;
-    const char *data, *out, *init, *prompt, *device, *ckpt, *resume;
+    const char *data, *test_data, *out, *init, *prompt, *device, *ckpt, *resume;
     const char *tpu, *hbm, *precision;
 };
 
@@ -974,7 +1051,7 @@ static const struct settings defaults = {
     .embed = 32, .mlp = 64, .heads = 4, .layers = 4, .context = 128,
     .steps = 50000, .batch = 32, .seq = 128, .eval_every = 100, .eval_batch = 256,
     .eval_bytes = 32, .final_bytes = 256, .threads = 0, .bytes = 256, .top_k = 0,
-    .ckpt_every = 1000, .keep = 3,
+    .ckpt_every = 1000, .keep = 3, .vocab = VOCAB, .streams = 0, .shuffle_buffer = 1024,
     .lr = 1e-3, .temperature = 1.0, .seed = 1337,
     .data = "data/sherlock-ascii.txt", .out = "out", .init = NULL,
     .prompt = "\"Elementary, my dear", .device = "xla", .ckpt = "out",
@@ -1103,11 +1180,11 @@ static void need(int ok, const char *fmt, ...)
     vdie(2, fmt, ap);
 }
 
-static void check_prompt(const char *p)
+static void check_prompt(const char *p, int vocab)
 {
     need(p[0] != 0, "--prompt must not be empty");
     for (const char *c = p; *c; c++)
-        need((unsigned char)*c < 128, "--prompt must be ASCII (byte 0x%02x at offset %d)",
+        need((unsigned char)*c < vocab, "--prompt must be ASCII (byte 0x%02x at offset %d)",
              (unsigned char)*c, (int)(c - p));
 }
 
@@ -1152,7 +1229,14 @@ static void check_train_flags(const struct settings *s)
     need(!(s->init && s->resume), "--init and --resume exclude each other");
     need(s->seed >= 0 && s->seed < 9007199254740992.0 && s->seed == floor(s->seed),
          "--seed must be a whole number >= 0, got %g", s->seed);
-    check_prompt(s->prompt);
+    need(s->vocab == 128 || s->vocab == 256, "--vocab must be 128 (ASCII) or 256 (any byte), "
+         "got %d", s->vocab);
+    check_prompt(s->prompt, s->vocab);
+    need(s->streams == 0 || (s->streams <= LOADER_MAX_STREAMS && !(s->streams & (s->streams - 1))
+         && s->batch % s->streams == 0), "--streams must be 0 or a power of two up to %d that "
+         "divides --batch %d, got %d", LOADER_MAX_STREAMS, s->batch, s->streams);
+    need(s->shuffle_buffer >= 1 && s->shuffle_buffer <= 1 << 24, "--shuffle-buffer must be "
+         "1..16777216 windows, got %d", s->shuffle_buffer);
 }
 
 static int precision_of(const char *name)
@@ -1250,8 +1334,14 @@ struct trainer {
     struct settings s;
     Model model;
     Graph *g;
-    Data data;
-    Batch train, test;
+    Data data;             /* one text file: train [0, n_train), test the rest */
+    Data test_set;         /* --test-data, whole */
+    const Data *test;      /* test windows come from its [n_train, n) */
+    DataSource corpus;     /* a corpus: its parts */
+    LoaderSpec spec;       /* a corpus: how it is read */
+    Loader *loader;        /* a corpus: its windows, made ahead */
+    double t_data;         /* seconds the steps waited for data */
+    Batch train, test_batch;
     Rng rng_data, rng_eval;
     int tty, start;          /* start: the first step to run (resume) */
     uint64_t data_hash;
@@ -1278,9 +1368,9 @@ static void clear_progress(const struct trainer *tr)
 static void eval_line(struct trainer *tr, int step, float train_loss)
 {
     const struct settings *s = &tr->s;
-    sample_windows(&tr->test, &tr->data, tr->data.n_train,
-                   tr->data.n - tr->data.n_train, &tr->rng_eval);
-    Batch share = host_share(&tr->test);
+    sample_windows(&tr->test_batch, tr->test, tr->test->n_train,
+                   tr->test->n - tr->test->n_train, &tr->rng_eval);
+    Batch share = host_share(&tr->test_batch);
     float test_loss = pod_mean(batch_loss(&tr->model, tr->g, &share));
     int n = (int)strlen(s->prompt), total = n > s->eval_bytes ? n : s->eval_bytes;
     char *text = xcalloc((size_t)total + 1, 1);
@@ -1359,6 +1449,10 @@ static void run_meta(const struct trainer *tr, struct meta *m)
     meta_add(m, "prompt", "%s", s->prompt);
     meta_add(m, "precision", "%s", s->precision);
     meta_add(m, "data_fnv1a64", "%016llx", (unsigned long long)tr->data_hash);
+    if (tr->corpus.parts.n) {
+        meta_add(m, "streams", "%d", s->streams);
+        meta_add(m, "shuffle-buffer", "%d", s->shuffle_buffer);
+    }
 }
 
 static int cmp_int_desc(const void *a, const void *b)
@@ -1398,23 +1492,47 @@ static void prune_ckpts(const char *dir, int keep, int newest)
     }
 }
 
+/* Every stream's state, gathered from the hosts that read them:
+ * [streams][loader_state_size] bytes. */
+static unsigned char *gather_streams(const struct trainer *tr, size_t *bytes)
+{
+    size_t mine = (size_t)(tr->s.streams / comm_size()) * loader_state_size(&tr->spec);
+    unsigned char *local = xcalloc(mine, 1), *all = xcalloc(mine, (size_t)comm_size());
+    loader_state(tr->loader, local);
+    comm_allgather(local, all, mine);
+    free(local);
+    *bytes = mine * (size_t)comm_size();
+    return all;
+}
+
 static void save_checkpoint(struct trainer *tr, int steps_done)
 {
     struct meta m = {.n = 0};
     char path[4096], err[512];
-    if (!is_master())
+    size_t stream_bytes = 0;
+    unsigned char *streams = tr->loader ? gather_streams(tr, &stream_bytes) : NULL;
+    if (!is_master()) {
+        free(streams);
         return;
+    }
     run_meta(tr, &m);
     meta_add(&m, "step", "%d", steps_done);
     rng_hex(m.val[m.n], &tr->rng_data);
     m.key[m.n++] = "rng_data";
     rng_hex(m.val[m.n], &tr->rng_eval);
     m.key[m.n++] = "rng_eval";
-    const char *val[24];
+    const char *val[32];
     for (int i = 0; i < m.n; i++)
         val[i] = m.val[i];
     snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", tr->s.out, steps_done);
-    if (ckpt_save(&tr->model, path, m.key, val, m.n, err, sizeof err))
+    StWriter w = {{0}, {0}};
+    ckpt_put(&w, &tr->model);
+    if (streams) /* where every data stream is: a resume continues mid-part */
+        st_add(&w, "_gpt.loader", ST_U8, 2,
+               (int64_t[]){tr->s.streams, (int64_t)loader_state_size(&tr->spec)}, streams,
+               stream_bytes);
+    free(streams);
+    if (st_write(&w, path, m.key, val, m.n, err, sizeof err))
         die(1, "%s", err);
     prune_ckpts(tr->s.out, tr->s.keep, steps_done);
     clear_progress(tr);
@@ -1466,10 +1584,12 @@ static void check_resume_flags(const struct trainer *tr, const StFile *f, const 
 static void set_from_meta(struct settings *s, const StFile *f)
 {
     int *ints[] = {&s->context, &s->embed, &s->mlp, &s->heads, &s->layers, &s->batch,
-                   &s->seq, &s->eval_every, &s->eval_batch, &s->eval_bytes};
+                   &s->seq, &s->eval_every, &s->eval_batch, &s->eval_bytes, &s->vocab,
+                   &s->streams, &s->shuffle_buffer};
     const char *keys[] = {"context", "embed", "mlp", "heads", "layers", "batch",
-                          "seq", "eval-every", "eval-batch", "eval-bytes"};
-    for (int i = 0; i < 10; i++)
+                          "seq", "eval-every", "eval-batch", "eval-bytes", "vocab",
+                          "streams", "shuffle-buffer"};
+    for (int i = 0; i < 13; i++)
         if (st_meta(f, keys[i]) && !was_given(keys[i]))
             *ints[i] = atoi(st_meta(f, keys[i]));
     if (st_meta(f, "lr") && !was_given("lr"))
@@ -1515,7 +1635,7 @@ static void resume_state(struct trainer *tr, const StFile *f, const char *path)
 static void init_weights(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
-    Config c = {VOCAB, s->context, s->embed, s->mlp, s->heads, s->layers};
+    Config c = {s->vocab, s->context, s->embed, s->mlp, s->heads, s->layers};
     model_init(&tr->model, &c, (uint64_t)s->seed);
     rng_seed(&tr->rng_data, (uint64_t)s->seed, 1);
     rng_seed(&tr->rng_eval, (uint64_t)s->seed, 2);
@@ -1554,12 +1674,32 @@ static int agreed_stop(void)
     return stops == 0 ? 0 : stop_signal ? stop_signal : SIGTERM;
 }
 
+/* This host's share of the step's windows: drawn from the text in memory,
+ * or taken from the loader's thread, which made them ahead. */
+static void next_batch(struct trainer *tr, Batch *share)
+{
+    double t0 = now_seconds(), waited;
+    if (!tr->loader) {
+        sample_windows(&tr->train, &tr->data, 0, tr->data.n_train, &tr->rng_data);
+        waited = now_seconds() - t0;
+    } else {
+        char err[1024];
+        const unsigned char *rows = loader_next(tr->loader, &waited, err, sizeof err);
+        if (!rows)
+            die(1, "%s", err);
+        for (size_t i = 0; i < (size_t)share->B * (size_t)share->T; i++)
+            share->tok[i] = rows[i];
+        batch_finish(share);
+    }
+    tr->t_data += waited;
+}
+
 static void train_loop(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
     Batch share = host_share(&tr->train);
     for (int step = tr->start; step < s->steps; step++) {
-        sample_windows(&tr->train, &tr->data, 0, tr->data.n_train, &tr->rng_data);
+        next_batch(tr, &share);
         double t0 = now_seconds();
         float loss = model_train_step(&tr->model, tr->g, &share, (float)s->lr);
         tr->t_steps += now_seconds() - t0;
@@ -1624,16 +1764,129 @@ static void report_hosts(double step_seconds, int steps)
                all[2 * r] * 1e3, all[2 * r + 1] * 1e3);
 }
 
+/* ---- train: data ---- */
+
+/* One text file is read whole (the reference's way); a corpus is streamed.
+ * The fingerprint the checkpoint keeps covers the file's bytes, or a
+ * corpus's part names, and the test set's bytes. */
+static void open_data(struct trainer *tr)
+{
+    struct settings *s = &tr->s;
+    char err[1024];
+    if (!is_corpus(s->data)) {
+        load_data(&tr->data, s->data, s->seq, s->vocab, !s->test_data);
+        tr->data_hash = fnv1a64(tr->data.bytes, tr->data.n);
+    } else {
+        need(s->test_data != NULL, "--data '%s' is a corpus, streamed in parts; give its "
+             "test set with --test-data", s->data);
+        if (data_source_open(&tr->corpus, s->data, err, sizeof err))
+            die(1, "%s", err);
+        tr->data_hash = FNV1A64_START;
+        for (int i = 0; i < tr->corpus.parts.n; i++) {
+            const char *name = tr->corpus.parts.path[i];
+            tr->data_hash = fnv1a64_more(tr->data_hash, (const unsigned char *)name,
+                                         strlen(name) + 1);
+        }
+    }
+    tr->test = &tr->data;
+    if (s->test_data) {
+        load_corpus(&tr->test_set, s->test_data, s->seq, s->vocab);
+        tr->data_hash = fnv1a64_more(tr->data_hash, tr->test_set.bytes, tr->test_set.n);
+        tr->test = &tr->test_set;
+    }
+}
+
+/* The corpus's streams, split over the hosts: each host reads its own. */
+static void plan_streams(struct trainer *tr)
+{
+    struct settings *s = &tr->s;
+    int parts = tr->corpus.parts.n, hosts = comm_size();
+    if (!s->streams)
+        s->streams = loader_default_streams(parts, s->batch);
+    need(s->streams <= parts, "--streams %d needs as many parts; '%s' has %d", s->streams,
+         s->data, parts);
+    need(s->streams % hosts == 0, "'%s' gives %d data streams (%d parts), which do not split "
+         "over %d hosts: each host reads parts of its own; add parts or set --streams",
+         s->data, s->streams, parts, hosts);
+    int S = s->streams;
+    tr->spec = (LoaderSpec){s->seq, s->batch, S, comm_rank() * (S / hosts), S / hosts,
+                            s->shuffle_buffer, s->vocab, (uint64_t)s->seed};
+}
+
+static void start_loader(struct trainer *tr, const StFile *rf, const char *path)
+{
+    char err[1024];
+    const unsigned char *state = NULL;
+    size_t size = loader_state_size(&tr->spec);
+    if (rf) {
+        const StEntry *e = st_find(rf, "_gpt.loader");
+        if (!e || e->dtype != ST_U8 || e->ndim != 2 || e->shape[0] != tr->s.streams ||
+            e->shape[1] != (int64_t)size)
+            die_all(1, "%s: no data loader state for %d streams of %zu bytes (was the run "
+                    "trained with other --seq, --streams or --shuffle-buffer?)", path,
+                    tr->s.streams, size);
+        state = (const unsigned char *)st_data(rf, e) + (size_t)tr->spec.first * size;
+    }
+    tr->loader = loader_start(&tr->spec, &tr->corpus.parts, state, err, sizeof err);
+    if (!tr->loader)
+        die(1, "%s", err);
+}
+
+static void describe_streams(const struct trainer *tr)
+{
+    const LoaderSpec *sp = &tr->spec;
+    int parts = tr->corpus.parts.n;
+    printf("gpt: data: %d parts in %d streams (%d%s parts each an epoch), %d windows a step "
+           "from each, a shuffle buffer of %d windows (%.1f MiB) each\n", parts, sp->streams,
+           parts / sp->streams, parts % sp->streams ? " or 1 more" : "", sp->B / sp->streams,
+           sp->buffer, (double)sp->buffer * sp->T / 1048576.0);
+    if (comm_size() > 1)
+        printf("gpt: data: host h reads streams %d*h .. %d*h+%d (part i of an epoch's "
+               "order: stream i mod %d)\n", sp->count, sp->count, sp->count - 1, sp->streams);
+}
+
+/* What each stream read: documents and bytes in all and in its last
+ * whole epoch, so that a short corpus is never a silent surprise. */
+static void report_streams(const struct trainer *tr)
+{
+    if (!tr->loader)
+        return;
+    int mine = tr->spec.count;
+    StreamStats *local = xcalloc((size_t)mine, sizeof *local);
+    StreamStats *all = xcalloc((size_t)tr->spec.streams, sizeof *all);
+    for (int i = 0; i < mine; i++)
+        local[i] = loader_stats(tr->loader, i);
+    comm_allgather(local, all, sizeof *local * (size_t)mine);
+    for (int i = 0; i < tr->spec.streams; i++) {
+        const StreamStats *st = &all[i];
+        printf("gpt: data stream %d: %llu documents, %llu bytes read; %llu epochs of %d parts "
+               "done", i, (unsigned long long)st->docs, (unsigned long long)st->bytes,
+               (unsigned long long)st->epochs, st->parts);
+        if (st->epochs)
+            printf(", the last %llu documents, %llu bytes",
+                   (unsigned long long)st->epoch_docs, (unsigned long long)st->epoch_bytes);
+        putchar('\n');
+    }
+    free(local);
+    free(all);
+}
+
 static void run_training(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
     batch_alloc(&tr->train, s->batch, s->seq);
-    batch_alloc(&tr->test, s->eval_batch, s->seq);
+    batch_alloc(&tr->test_batch, s->eval_batch, s->seq);
     tr->g = new_graph(s);
     tr->tty = isatty(STDOUT_FILENO);
-    printf("gpt: %zu parameters, %s device, %s, %s kernels, %d threads, %zu train / %zu "
-           "test bytes\n", tr->model.nw, s->device, s->precision, isa_name(isa_get()),
-           omp_get_max_threads(), tr->data.n_train, tr->data.n - tr->data.n_train);
+    printf("gpt: %zu parameters, %s device, %s, %s kernels, %d threads, ", tr->model.nw,
+           s->device, s->precision, isa_name(isa_get()), omp_get_max_threads());
+    if (tr->loader)
+        printf("%d parts streamed / %zu test bytes\n", tr->corpus.parts.n,
+               tr->test->n - tr->test->n_train);
+    else
+        printf("%zu train / %zu test bytes\n", tr->data.n_train, tr->test->n - tr->test->n_train);
+    if (tr->loader)
+        describe_streams(tr);
     int hosts = comm_size(), world = hosts * xs_cores();
     if (xs_cores() > 1 || s->tpu)
         printf("gpt: %s: %d cores (xla:0..xla:%d), %d windows each, %.1f GiB HBM per core\n",
@@ -1646,17 +1899,22 @@ static void run_training(struct trainer *tr)
     train_loop(tr);
     if (tr->start < s->steps)
         save_checkpoint(tr, s->steps);
+    report_streams(tr);
     report_hosts(tr->t_steps, s->steps - tr->start); /* the last collective */
     final_passage(tr);
-    if (s->steps > tr->start)
-        printf("%.2f ms/step over %d steps\n", tr->t_steps * 1e3 / (s->steps - tr->start),
-               s->steps - tr->start);
+    int steps = s->steps - tr->start;
+    if (steps > 0)
+        printf("%.2f ms/step over %d steps; the steps waited %.4f ms/step for data\n",
+               tr->t_steps * 1e3 / steps, steps, tr->t_data * 1e3 / steps);
     report_metrics(s);
+    loader_stop(tr->loader);
+    data_source_free(&tr->corpus);
     g_free(tr->g);
     batch_free(&tr->train);
-    batch_free(&tr->test);
+    batch_free(&tr->test_batch);
     model_free(&tr->model);
     free(tr->data.bytes);
+    free(tr->test_set.bytes);
 }
 
 static int cmd_train(int argc, char **argv)
@@ -1679,7 +1937,13 @@ static int cmd_train(int argc, char **argv)
         {"final-bytes", O_INT, &s->final_bytes, "length of the final passage, prompt included"},
         {"prompt", O_STR, &s->prompt, "prompt for continuations"},
         {"seed", O_REAL, &s->seed, "random seed (weights, batches, sampling)"},
-        {"data", O_STR, &s->data, "ASCII text; first 80% train, rest test"},
+        {"data", O_STR, &s->data, "a text file (first 80% train, rest test), or a corpus streamed "
+         "in parts: DIR, 'a/*.txt', 'train-{0000..0063}.tar' (WebDataset), pipe:CMD"},
+        {"test-data", O_STR, &s->test_data, "the test set (same forms), read whole; needed "
+         "with a corpus"},
+        {"vocab", O_INT, &s->vocab, "128 (ASCII, the reference) or 256 (any bytes: UTF-8)"},
+        {"streams", O_INT, &s->streams, "a corpus's data streams (0: by part count, up to 8)"},
+        {"shuffle-buffer", O_INT, &s->shuffle_buffer, "a stream's shuffle buffer, in windows"},
         {"out", O_STR, &s->out, "directory for checkpoints"},
         {"init", O_STR, &s->init, "start from this safetensors file's weights"},
         {"resume", O_STR, &s->resume, "continue a run from a checkpoint (FILE, DIR, or --out)"},
@@ -1705,8 +1969,9 @@ static int cmd_train(int argc, char **argv)
     setup_board(s, comm_size());
     need(s->eval_batch % comm_size() == 0, "--eval-batch %d does not split evenly over %d "
          "hosts", s->eval_batch, comm_size());
-    load_data(&tr.data, s->data, s->seq);
-    tr.data_hash = fnv1a64(tr.data.bytes, tr.data.n);
+    open_data(&tr);
+    if (tr.corpus.parts.n)
+        plan_streams(&tr);
     check_same_data(tr.data_hash, s->data);
     if (is_master()) {
         make_out_dir(s->out);
@@ -1717,6 +1982,8 @@ static int cmd_train(int argc, char **argv)
         resume_state(&tr, &rf, rpath);
     round_to_precision(&tr.model, s);
     model_set_cores(&tr.model, xs_cores());
+    if (tr.corpus.parts.n)
+        start_loader(&tr, s->resume ? &rf : NULL, rpath);
     run_training(&tr);
     st_free(&rf);
     return 0;
@@ -1797,15 +2064,17 @@ static int cmd_sample(int argc, char **argv)
                (int)(sizeof o / sizeof *o), NULL);
     if (!is_master())
         return 0; /* in a pod the master alone samples */
-    check_prompt(s.prompt);
+    check_prompt(s.prompt, MAX_VOCAB);
     need(s.bytes >= 0 && s.bytes <= 1 << 24, "--bytes must be 0..16777216, got %d", s.bytes);
     need(s.temperature >= 0, "--temperature must be >= 0, got %g", s.temperature);
-    need(s.top_k >= 0 && s.top_k <= VOCAB, "--top-k must be 0..%d, got %d", VOCAB, s.top_k);
+    need(s.top_k >= 0 && s.top_k <= MAX_VOCAB, "--top-k must be 0..%d, got %d", MAX_VOCAB,
+         s.top_k);
     need(s.seed >= 0 && s.seed == floor(s.seed), "--seed must be a whole number >= 0");
     apply_common_flags(&s);
     setup_board(&s, 1);
     Model m;
     load_model(&m, s.ckpt, &s);
+    check_prompt(s.prompt, m.cfg.vocab); /* a vocab-128 model knows only ASCII */
     int n = (int)strlen(s.prompt), total = n > s.bytes ? n : s.bytes;
     char *text = xcalloc((size_t)total + 1, 1);
     memcpy(text, s.prompt, (size_t)n);
@@ -1860,7 +2129,9 @@ static int cmd_eval(int argc, char **argv)
     s.batch = 256;
     const struct opt o[] = {
         {"ckpt", O_STR, &s.ckpt, "checkpoint file, or a directory (newest ckpt-*)"},
-        {"data", O_STR, &s.data, "ASCII text; the last 20% is the test split"},
+        {"data", O_STR, &s.data, "a text file; the last 20% is the test split"},
+        {"test-data", O_STR, &s.test_data, "a test set, whole: a file, DIR, glob, shards or "
+         "pipe:CMD (instead of --data's split)"},
         {"batch", O_INT, &s.batch, "windows per forward pass"},
         {"heads", O_INT, &s.heads, "heads, for files without our metadata"},
         {"device", O_STR, &s.device, "xla (trace, compile, cache) or cpu (eager)"},
@@ -1880,7 +2151,10 @@ static int cmd_eval(int argc, char **argv)
     Data d;
     long windows;
     load_model(&m, s.ckpt, &s);
-    load_data(&d, s.data, m.cfg.context);
+    if (s.test_data)
+        load_corpus(&d, s.test_data, m.cfg.context, m.cfg.vocab);
+    else
+        load_data(&d, s.data, m.cfg.context, m.cfg.vocab, 1);
     Graph *g = new_graph(&s);
     double loss = eval_test_split(&m, g, &d, s.batch, &windows);
     printf("loss %.6f bpb %.4f (%ld windows of %d bytes)\n", loss, loss / log(2.0),

@@ -7,7 +7,8 @@
 #include "graph.h"
 #include "safetensors.h"
 
-#define VOCAB 128
+#define VOCAB 128     /* ASCII: the reference */
+#define MAX_VOCAB 256 /* --vocab 256: any byte */
 #define MAX_LAYERS 64
 #define MAX_PARAMS (4 + 9 * MAX_LAYERS + 4) /* 2 embeddings, 9 per block, 4 in the head; 2 spare */
 
@@ -96,6 +97,9 @@ int ckpt_save(const Model *m, const char *path, const char *const *mkey,
  * comes from the argument). Returns 0, or -1 if it describes none. */
 int ckpt_config(const StFile *f, Config *c, int heads);
 /* Loads weights (and, when with_state, Adam state) for m's config. */
+/* The model's tensors (weights, buffers, Adam state) into a writer, for a
+ * caller that adds tensors of its own (gpt.c's data loader state). */
+void ckpt_put(StWriter *w, const Model *m);
 int ckpt_load_weights(Model *m, const StFile *f, int with_state, char *err, size_t elen);
 
 #endif

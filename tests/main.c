@@ -69,6 +69,7 @@ static const struct {
     {"ckpt", test_ckpt},       {"xla", test_xla},     {"tpu", test_tpu},
     {"cli", test_cli},         {"mpi", test_mpi},     {"tour", test_tour},
     {"data", test_data},
+    {"loader", test_loader},
 };
 
 int main(int argc, char **argv)

@@ -44,12 +44,12 @@ class Block(nn.Module):
 
 
 class DecodeTransformer(nn.Module):
-    def __init__(self, context, embed, mlp, heads, layers):
+    def __init__(self, context, embed, mlp, heads, layers, vocab=VOCAB):
         super().__init__()
-        self.token_embedding = nn.Linear(VOCAB, embed, bias=False)
+        self.token_embedding = nn.Linear(vocab, embed, bias=False)
         self.postn_embedding = nn.Linear(context, embed, bias=False)
         self.blocks = nn.Sequential(*[Block(embed, mlp, heads, context) for _ in range(layers)])
-        self.unembedding = nn.Sequential(nn.LayerNorm(embed), nn.Linear(embed, VOCAB))
+        self.unembedding = nn.Sequential(nn.LayerNorm(embed), nn.Linear(embed, vocab))
 
     def forward(self, onehot_tokens, onehot_positions):
         x = self.token_embedding(onehot_tokens) + self.postn_embedding(onehot_positions)
@@ -59,11 +59,12 @@ class DecodeTransformer(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, context=128, embed=32, mlp=64, heads=4, layers=4):
+    def __init__(self, context=128, embed=32, mlp=64, heads=4, layers=4, vocab=VOCAB):
         super().__init__()
         self.context = context
-        self.register_buffer("onehot", torch.eye(VOCAB))
-        self.decode_transformer = DecodeTransformer(context, embed, mlp, heads, layers)
+        self.vocab = vocab  # 128: ASCII, the reference; 256: any bytes (gpt --vocab 256)
+        self.register_buffer("onehot", torch.eye(vocab))
+        self.decode_transformer = DecodeTransformer(context, embed, mlp, heads, layers, vocab)
 
     def forward(self, tokens):
         T = tokens.shape[1]
@@ -73,7 +74,7 @@ class GPT(nn.Module):
     def loss(self, tokens):
         logits = self(tokens)
         return nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+            logits[:, :-1].reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
 
 
 DTYPES = {"F32": (torch.float32, 4), "I32": (torch.int32, 4), "F64": (torch.float64, 8)}

@@ -40,5 +40,6 @@ void test_tpu(void);
 void test_mpi(void);
 void test_tour(void);
 void test_data(void);
+void test_loader(void);
 
 #endif

@@ -150,6 +150,42 @@ static void check_errors_said_once(void)
           rc, out);
 }
 
+/* A corpus of 4 shards over 2 ranks: each rank reads its own 2 shards
+ * (a logging pipe tells who read what), and the checkpoint is one
+ * process's, bit for bit. */
+static void check_shards(void)
+{
+    char out[65536], path[64];
+    t_run("rm -rf tests/tmp/m-sh && mkdir -p tests/tmp/m-sh/in", out, sizeof out);
+    for (int i = 0; i < 8; i++) {
+        snprintf(path, sizeof path, "tests/tmp/m-sh/in/d%d.txt", i);
+        t_write_words(path, 3000);
+    }
+    FILE *f = fopen("tests/tmp/m-sh/cat.sh", "w");
+    if (f) {
+        fputs("echo \"$OMPI_COMM_WORLD_RANK $1\" >> tests/tmp/m-sh/reads.log; cat \"$1\"\n", f);
+        fclose(f);
+    }
+#define SH_FLAGS "--data 'pipe:sh tests/tmp/m-sh/cat.sh tests/tmp/m-sh/s/train-00000{0..3}.tar' " \
+                 "--test-data tests/tmp/m-sh/in/d0.txt --shuffle-buffer 4 --steps 10"
+    int rc = t_run("./gpt shard --out tests/tmp/m-sh/s --max-bytes 12K tests/tmp/m-sh/in && "
+                   "./gpt train " TINY " " SH_FLAGS " --out tests/tmp/m-sh/one", out, sizeof out);
+    CHECK(rc == 0, "one process on shards: rc %d: %s", rc, out);
+    t_run("rm -f tests/tmp/m-sh/reads.log", out, sizeof out);
+    rc = t_run(MPIRUN "-np 2 ./gpt-mpi train " TINY " " SH_FLAGS " --out tests/tmp/m-sh/two",
+               out, sizeof out);
+    CHECK(rc == 0 && t_same_file("tests/tmp/m-sh/one/ckpt-00000010.safetensors",
+                                 "tests/tmp/m-sh/two/ckpt-00000010.safetensors"),
+          "2 ranks on shards differ from one process (rc %d): %s", rc, out);
+    t_run("sort tests/tmp/m-sh/reads.log | sed 's|tests/tmp/m-sh/s/||'", out, sizeof out);
+    int r0 = 0, r1 = 0, shards = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"), shards++)
+        *(line[0] == '0' ? &r0 : &r1) |= 1 << atoi(strchr(line, '-') + 1);
+    CHECK(shards == 4 && r0 + r1 == 15 && !(r0 & r1) && r0 && r1,
+          "ranks read shards %x and %x (%d reads), want disjoint halves of 4", r0, r1, shards);
+#undef SH_FLAGS
+}
+
 /* A rank that fails ends the run with its rank named: here rank 1 runs in
  * a directory whose data differs from the master's, then in one without
  * the data file. */
@@ -279,6 +315,7 @@ void test_mpi(void)
     check_eager();
     check_flag_mismatch();
     check_errors_said_once();
+    check_shards();
     check_rank_failures();
     check_resume_layouts();
     check_kill();

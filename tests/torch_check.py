@@ -10,12 +10,12 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_model import GPT, VOCAB, load_safetensors  # noqa: E402
+from reference_model import GPT, load_safetensors  # noqa: E402
 
 
 def main(ckpt, data_path):
     tensors, meta = load_safetensors(ckpt)
-    cfg = {k: int(meta[k]) for k in ("context", "embed", "mlp", "heads", "layers")}
+    cfg = {k: int(meta[k]) for k in ("context", "embed", "mlp", "heads", "layers", "vocab")}
     model = GPT(**cfg)
     state = {k: v for k, v in tensors.items() if not k.startswith("_gpt.")}
     model.load_state_dict(state, strict=True)
@@ -30,7 +30,7 @@ def main(ckpt, data_path):
     with torch.no_grad():
         for i in range(0, len(windows), 64):
             w = windows[i:i + 64]
-            logits = model(w)[:, :-1].reshape(-1, VOCAB)
+            logits = model(w)[:, :-1].reshape(-1, model.vocab)
             total += torch.nn.functional.cross_entropy(
                 logits, w[:, 1:].reshape(-1), reduction="sum").item()
             count += w.shape[0] * (T - 1)
