@@ -89,6 +89,14 @@ check-mem: gpt debug
 	    --out tests/tmp/mem-pure
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --bytes 48
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt
+	rm -rf tests/tmp/mem-in tests/tmp/mem-sh tests/tmp/mem-st && mkdir -p tests/tmp/mem-in
+	split -b 4000 tests/tmp/mem.txt tests/tmp/mem-in/part-
+	./gpt shard --out tests/tmp/mem-sh --max-bytes 9K tests/tmp/mem-in > /dev/null
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --data 'pipe:cat tests/tmp/mem-sh/train-00000{0..3}.tar' \
+	    --test-data tests/tmp/mem.txt --shuffle-buffer 16 --ckpt-every 5 --out tests/tmp/mem-st
+	rm tests/tmp/mem-st/ckpt-00000010.safetensors
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --data 'pipe:cat tests/tmp/mem-sh/train-00000{0..3}.tar' \
+	    --test-data tests/tmp/mem.txt --resume --out tests/tmp/mem-st
 	./tests/run-debug
 
 # libFuzzer on the checkpoint loader, then on the tar reader, each for

@@ -1836,10 +1836,10 @@ static void describe_streams(const struct trainer *tr)
 {
     const LoaderSpec *sp = &tr->spec;
     int parts = tr->corpus.parts.n;
-    printf("gpt: data: %d parts in %d streams (%d%s parts each an epoch), %d windows a step "
-           "from each, a shuffle buffer of %d windows (%.1f MiB) each\n", parts, sp->streams,
-           parts / sp->streams, parts % sp->streams ? " or 1 more" : "", sp->B / sp->streams,
-           sp->buffer, (double)sp->buffer * sp->T / 1048576.0);
+    printf("gpt: data: %d parts in %d streams (an epoch: %d%s parts a stream), %d windows a "
+           "step from each, a shuffle buffer of %d windows (%.2f MiB) each\n", parts,
+           sp->streams, parts / sp->streams, parts % sp->streams ? " or 1 more" : "",
+           sp->B / sp->streams, sp->buffer, (double)sp->buffer * sp->T / 1048576.0);
     if (comm_size() > 1)
         printf("gpt: data: host h reads streams %d*h .. %d*h+%d (part i of an epoch's "
                "order: stream i mod %d)\n", sp->count, sp->count, sp->count - 1, sp->streams);
@@ -1859,8 +1859,8 @@ static void report_streams(const struct trainer *tr)
     comm_allgather(local, all, sizeof *local * (size_t)mine);
     for (int i = 0; i < tr->spec.streams; i++) {
         const StreamStats *st = &all[i];
-        printf("gpt: data stream %d: %llu documents, %llu bytes read; %llu epochs of %d parts "
-               "done", i, (unsigned long long)st->docs, (unsigned long long)st->bytes,
+        printf("gpt: data stream %d: %llu documents, %llu bytes read; epochs done: %llu (of %d "
+               "parts)", i, (unsigned long long)st->docs, (unsigned long long)st->bytes,
                (unsigned long long)st->epochs, st->parts);
         if (st->epochs)
             printf(", the last %llu documents, %llu bytes",

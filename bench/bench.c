@@ -16,7 +16,10 @@
  *
  *   bench/bench [--quick] [--data FILE] [--only SECTION[,SECTION...]]
  *
- * SECTION: kernels, steps, eval, torch, scaling (the projected full run
+ *   - the data loader: steps a second it makes from tar shards, from files
+ *     and through pipe:cat, next to the steps a second training takes.
+ *
+ * SECTION: kernels, steps, eval, torch, scaling, loader (the projected full run
  * needs steps and eval); the peak is always measured (the other sections
  * quote percentages of it).
  */
@@ -29,7 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "data.h"
 #include "gpt.h"
+#include "loader.h"
 #include "tensor.h"
 #include "xla_sim.h"
 #ifdef HAVE_OPENBLAS
@@ -81,7 +86,7 @@ static double median(double *v, int n)
 
 static const char *mark(int met) { return met ? "met" : "MISSED"; }
 
-static const char sections[] = "kernels,steps,eval,torch,scaling"; /* --only's names */
+static const char sections[] = "kernels,steps,eval,torch,scaling,loader"; /* --only's names */
 
 /* Whether the comma-separated list has the item name[0..len). */
 static int list_has(const char *list, const char *name, size_t len)
@@ -971,6 +976,81 @@ static void find_files(const char *data)
         snprintf(opt.data, sizeof opt.data, "%s/../data/sherlock-ascii.txt", exe);
 }
 
+/* ---- the data loader ---- */
+
+/* The corpus as n WebDataset shards of one document each, in dir. */
+static int write_shards(const char *dir, int n)
+{
+    char path[256];
+    for (int i = 0; i < n; i++) {
+        TarWriter w;
+        size_t lo = corpus.n * (size_t)i / (size_t)n, hi = corpus.n * (size_t)(i + 1) / (size_t)n;
+        snprintf(path, sizeof path, "%s/train-%06d.tar", dir, i);
+        if (tar_write_open(&w, path) ||
+            tar_write_member(&w, "000000.txt", corpus.bytes + lo, hi - lo) ||
+            tar_write_close(&w)) {
+            fprintf(stderr, "bench: %s\n", w.err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Steps a second the loader makes for the default run (batch 32 x 128,
+ * default streams and buffer) from the parts `spec` names. */
+static double loader_steps_per_s(const char *spec, int steps)
+{
+    char err[1024];
+    DataSource src;
+    if (data_source_open(&src, spec, err, sizeof err))
+        return fprintf(stderr, "bench: %s\n", err), -1;
+    int S = loader_default_streams(src.parts.n, DB);
+    LoaderSpec sp = {DT, DB, S, 0, S, 1024, 128, 1337};
+    double t0 = now();
+    Loader *l = loader_start(&sp, &src.parts, NULL, err, sizeof err);
+    for (int i = 0; l && i < steps; i++)
+        if (!loader_next(l, NULL, err, sizeof err))
+            break;
+    double dt = now() - t0;
+    loader_stop(l);
+    data_source_free(&src);
+    return l ? steps / dt : -1;
+}
+
+static void loader_table(double step_ms)
+{
+    char dir[] = "/tmp/gpt-bench-shards-XXXXXX", spec[3][512];
+    int rounds = opt.quick ? 3 : 7, steps = opt.quick ? 2000 : 20000;
+    if (!mkdtemp(dir) || write_shards(dir, 8))
+        return;
+    snprintf(spec[0], sizeof spec[0], "%s/train-{000000..000007}.tar", dir);
+    snprintf(spec[1], sizeof spec[1], "pipe:cat %s/train-{000000..000007}.tar", dir);
+    snprintf(spec[2], sizeof spec[2], "%s/train-000000.tar", dir);
+    const char *names[3] = {"8 shards, 8 streams", "8 shards through pipe:cat",
+                            "1 shard, 1 stream"};
+    double r[3][16];
+    for (int k = 0; k < rounds; k++) /* alternately, as everywhere here */
+        for (int i = 0; i < 3; i++)
+            r[i][k] = loader_steps_per_s(spec[i], steps);
+    printf("data loader: steps of 32 x 128 bytes it makes a second (its thread, the trainer's "
+           "side only taking them), median of %d rounds of %d steps, the loader's start "
+           "included\n", rounds, steps);
+    for (int i = 0; i < 3; i++) {
+        double m = median(r[i], rounds);
+        printf("  %-28s %10.0f steps/s %8.1f MB/s of windows", names[i], m, m * DN / 1e6);
+        if (step_ms > 0)
+            printf("   %6.0fx what training takes (%.2f ms/step)", m * step_ms / 1e3, step_ms);
+        putchar('\n');
+    }
+    putchar('\n');
+    for (int i = 0; i < 8; i++) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/train-%06d.tar", dir, i);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     const char *data = NULL;
@@ -983,7 +1063,7 @@ int main(int argc, char **argv)
             opt.only = argv[++i];
         else {
             fprintf(stderr, "usage: bench/bench [--quick] [--data FILE] [--only SECTION,...] "
-                            "(sections: kernels, steps, eval, torch, scaling)\n");
+                            "(sections: kernels, steps, eval, torch, scaling, loader)\n");
             return 2;
         }
     }
@@ -1008,6 +1088,8 @@ int main(int argc, char **argv)
         torch_table();
     if (wanted("scaling"))
         scaling_table();
+    if (wanted("loader"))
+        loader_table(best[0].ms);
     if (opt.tmp[0])
         unlink(opt.tmp);
     free(corpus.bytes);

@@ -98,6 +98,18 @@ static void check_vocab(void)
                "/u256 && ./gpt sample --ckpt " LD "/u256 --prompt 'Élé' --bytes 40 && ./gpt "
                "eval --ckpt " LD "/u256 --data " LD "/utf8.txt", out, sizeof out);
     CHECK(rc == 0 && strstr(out, "loss "), "--vocab 256: rc %d: %s", rc, out);
+    /* PyTorch's reference, built with 256, loads it and agrees (when installed) */
+    char ours[256];
+    if (t_run("/usr/bin/python3 -c 'import torch' 2>/dev/null", out, sizeof out) == 0) {
+        t_run("./gpt eval --ckpt " LD "/u256 --data " LD "/utf8.txt", ours, sizeof ours);
+        rc = t_run("/usr/bin/python3 tests/torch_check.py " LD "/u256/ckpt-00000030.safetensors "
+                   LD "/utf8.txt", out, sizeof out);
+        CHECK(rc == 0 && !strcmp(out, ours), "PyTorch on the vocab-256 checkpoint: rc %d: %s "
+              "(gpt eval: %s)", rc, out, ours);
+    } else {
+        fprintf(stderr, "loader: PyTorch not installed; the vocab-256 checkpoint is not loaded "
+                "into the reference\n");
+    }
     rc = t_run("./gpt sample --ckpt " LD "/r1 --prompt 'Élé' --bytes 4", out, sizeof out);
     CHECK(rc == 2 && strstr(out, "--prompt must be ASCII"), "a UTF-8 prompt to a vocab-128 "
           "model: rc %d: %s", rc, out);
@@ -127,6 +139,14 @@ static void check_errors(void)
                  "pipe:exit 3 exited with status 3");
     expect_error("--data '" LD "/sh/train-{000000..000009}.tar' --test-data " LD "/test.txt", 1,
                  "train-000004.tar: cannot open data file");
+    char out[256];
+    t_run("head -c 3000 " LD "/sh/train-000000.tar > " LD "/cut.tar && cp " LD "/sh/train-000001."
+          "tar " LD "/sum.tar && printf 'X' | dd of=" LD "/sum.tar bs=1 seek=0 conv=notrunc "
+          "2>/dev/null", out, sizeof out);
+    expect_error("--data " LD "/cut.tar --test-data " LD "/test.txt", 1,
+                 LD "/cut.tar: truncated member '000000.txt'");
+    expect_error("--data " LD "/sum.tar --test-data " LD "/test.txt", 1,
+                 LD "/sum.tar: bad header checksum at offset 0");
     expect_error("--data '" SHARDS "' --test-data " LD "/test.txt --streams 3", 2,
                  "--streams must be 0 or a power of two");
     expect_error("--data '" SHARDS "' --test-data " LD "/test.txt --streams 8", 2,

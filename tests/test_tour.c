@@ -8,10 +8,10 @@
 #include <string.h>
 #include "test.h"
 
-static const char *const sources[] = {"gpt.c",    "safetensors.c", "data.c",    "graph.c",
-                                      "xla_sim.c", "comm.c",       "tensor.c",  "gpt.h",
-                                      "safetensors.h", "data.h",   "graph.h",   "xla_sim.h",
-                                      "comm.h",   "tensor.h"};
+static const char *const sources[] = {
+    "gpt.c",   "safetensors.c", "data.c",   "loader.c", "graph.c",  "xla_sim.c", "comm.c",
+    "tensor.c", "gpt.h",        "safetensors.h", "data.h", "loader.h", "graph.h", "xla_sim.h",
+    "comm.h",  "tensor.h"};
 #define NSOURCES (int)(sizeof sources / sizeof *sources)
 
 static char *slurp(const char *path)
