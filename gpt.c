@@ -1510,13 +1510,15 @@ static void save_checkpoint(struct trainer *tr, int steps_done)
     struct meta m = {.n = 0};
     char path[4096], err[512];
     size_t stream_bytes = 0;
-    unsigned char *streams = tr->loader ? gather_streams(tr, &stream_bytes) : NULL;
+    unsigned char *streams = !tr->spec.text ? gather_streams(tr, &stream_bytes) : NULL;
     if (!is_master()) {
         free(streams);
         return;
     }
     run_meta(tr, &m);
     meta_add(&m, "step", "%d", steps_done);
+    if (tr->spec.text) /* where the draws were after the last step taken */
+        tr->rng_data = loader_text_rng(tr->loader);
     rng_hex(m.val[m.n], &tr->rng_data);
     m.key[m.n++] = "rng_data";
     rng_hex(m.val[m.n], &tr->rng_eval);
@@ -1674,23 +1676,20 @@ static int agreed_stop(void)
     return stops == 0 ? 0 : stop_signal ? stop_signal : SIGTERM;
 }
 
-/* This host's share of the step's windows: drawn from the text in memory,
- * or taken from the loader's thread, which made them ahead. */
+/* The step's windows, from the loader's thread, which made them ahead:
+ * the whole batch drawn from the text in memory (every host draws the
+ * same), or this host's share of a corpus's streams. */
 static void next_batch(struct trainer *tr, Batch *share)
 {
-    double t0 = now_seconds(), waited;
-    if (!tr->loader) {
-        sample_windows(&tr->train, &tr->data, 0, tr->data.n_train, &tr->rng_data);
-        waited = now_seconds() - t0;
-    } else {
-        char err[1024];
-        const unsigned char *rows = loader_next(tr->loader, &waited, err, sizeof err);
-        if (!rows)
-            die(1, "%s", err);
-        for (size_t i = 0; i < (size_t)share->B * (size_t)share->T; i++)
-            share->tok[i] = rows[i];
-        batch_finish(share);
-    }
+    char err[1024];
+    double waited;
+    const unsigned char *rows = loader_next(tr->loader, &waited, err, sizeof err);
+    if (!rows)
+        die(1, "%s", err);
+    Batch *b = tr->spec.text ? &tr->train : share;
+    for (size_t i = 0; i < (size_t)b->B * (size_t)b->T; i++)
+        b->tok[i] = rows[i];
+    batch_finish(b);
     tr->t_data += waited;
 }
 
@@ -1809,16 +1808,24 @@ static void plan_streams(struct trainer *tr)
          "over %d hosts: each host reads parts of its own; add parts or set --streams",
          s->data, s->streams, parts, hosts);
     int S = s->streams;
-    tr->spec = (LoaderSpec){s->seq, s->batch, S, comm_rank() * (S / hosts), S / hosts,
-                            s->shuffle_buffer, s->vocab, (uint64_t)s->seed};
+    tr->spec = (LoaderSpec){.T = s->seq, .B = s->batch, .streams = S,
+                            .first = comm_rank() * (S / hosts), .count = S / hosts,
+                            .buffer = s->shuffle_buffer, .vocab = s->vocab,
+                            .seed = (uint64_t)s->seed};
 }
 
 static void start_loader(struct trainer *tr, const StFile *rf, const char *path)
 {
     char err[1024];
+    const struct settings *s = &tr->s;
     const unsigned char *state = NULL;
+    if (!tr->corpus.parts.n) /* one text file: random windows of its train split */
+        tr->spec = (LoaderSpec){.T = s->seq, .B = s->batch, .streams = 1, .count = 1,
+                                .vocab = s->vocab, .seed = (uint64_t)s->seed,
+                                .text = tr->data.bytes, .text_len = tr->data.n_train,
+                                .rng = tr->rng_data};
     size_t size = loader_state_size(&tr->spec);
-    if (rf) {
+    if (rf && !tr->spec.text) {
         const StEntry *e = st_find(rf, "_gpt.loader");
         if (!e || e->dtype != ST_U8 || e->ndim != 2 || e->shape[0] != tr->s.streams ||
             e->shape[1] != (int64_t)size)
@@ -1849,7 +1856,7 @@ static void describe_streams(const struct trainer *tr)
  * whole epoch, so that a short corpus is never a silent surprise. */
 static void report_streams(const struct trainer *tr)
 {
-    if (!tr->loader)
+    if (tr->spec.text)
         return;
     int mine = tr->spec.count;
     StreamStats *local = xcalloc((size_t)mine, sizeof *local);
@@ -1880,12 +1887,12 @@ static void run_training(struct trainer *tr)
     tr->tty = isatty(STDOUT_FILENO);
     printf("gpt: %zu parameters, %s device, %s, %s kernels, %d threads, ", tr->model.nw,
            s->device, s->precision, isa_name(isa_get()), omp_get_max_threads());
-    if (tr->loader)
+    if (!tr->spec.text)
         printf("%d parts streamed / %zu test bytes\n", tr->corpus.parts.n,
                tr->test->n - tr->test->n_train);
     else
         printf("%zu train / %zu test bytes\n", tr->data.n_train, tr->test->n - tr->test->n_train);
-    if (tr->loader)
+    if (!tr->spec.text)
         describe_streams(tr);
     int hosts = comm_size(), world = hosts * xs_cores();
     if (xs_cores() > 1 || s->tpu)
@@ -1982,8 +1989,7 @@ static int cmd_train(int argc, char **argv)
         resume_state(&tr, &rf, rpath);
     round_to_precision(&tr.model, s);
     model_set_cores(&tr.model, xs_cores());
-    if (tr.corpus.parts.n)
-        start_loader(&tr, s->resume ? &rf : NULL, rpath);
+    start_loader(&tr, s->resume ? &rf : NULL, rpath);
     run_training(&tr);
     st_free(&rf);
     return 0;

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "gpt.h" /* Rng */
 
 typedef unsigned long long ull;
 
@@ -54,7 +53,8 @@ struct stream {
 };
 
 struct slot {               /* one step's windows, ready or being made */
-    unsigned char *rows;    /* [count][B/S][T]: the windows drawn */
+    unsigned char *rows;    /* [count][B/S][T]: the windows drawn ([B][T] from text) */
+    Rng rng_before;         /* text in memory: the generator before them */
     struct stream_pos *before; /* [count] each stream's position before them */
     unsigned char *partial; /* [count][T] and its partial window */
     uint32_t *drawn;        /* [count][B/S] the buffer slot each row came from */
@@ -299,11 +299,27 @@ static int start_stream(Loader *l, struct stream *s, const unsigned char *saved)
 
 /* ---- the thread: steps made ahead ---- */
 
+/* Text in memory: B windows at offsets uniform in [0, len - T), drawn by
+ * multiply-shift as gpt.c's sample_windows draws them. */
+static void draw_from_text(Loader *l, struct slot *sl)
+{
+    size_t T = (size_t)l->spec.T, range = l->spec.text_len - T;
+    sl->rng_before = l->spec.rng;
+    for (int i = 0; i < l->spec.B; i++) {
+        size_t at = (size_t)(((unsigned __int128)rng_next(&l->spec.rng) * range) >> 64);
+        memcpy(sl->rows + (size_t)i * T, l->spec.text + at, T);
+    }
+}
+
 static void make_step(Loader *l, struct slot *sl)
 {
     const LoaderSpec *sp = &l->spec;
     int per = sp->B / sp->streams;
     size_t T = (size_t)sp->T;
+    if (sp->text) {
+        draw_from_text(l, sl);
+        return;
+    }
     for (int i = 0; i < sp->count; i++) {
         struct stream *s = &l->streams[i];
         sl->before[i] = s->pos;
@@ -356,14 +372,16 @@ const unsigned char *loader_next(Loader *l, double *waited, char *err, size_t el
     pthread_mutex_lock(&l->mu);
     if (l->taken > 0) /* the previous step's slot is free again */
         l->slot[(l->taken - 1) % SLOTS].ready = 0;
-    pthread_cond_broadcast(&l->cv);
     struct slot *sl = &l->slot[l->taken % SLOTS];
-    while (!sl->ready)
+    while (!sl->ready) /* the thread is making it, so it needs no wake-up */
         pthread_cond_wait(&l->cv, &l->mu);
     l->taken++;
     pthread_mutex_unlock(&l->mu);
     if (waited)
         *waited = now_s() - t0;
+    /* now the thread may make the next step; woken only after the clock
+     * stopped, since on a busy machine the wake-up may run it in our place */
+    pthread_cond_broadcast(&l->cv);
     if (sl->failed) {
         snprintf(err, elen, "%s", sl->err);
         return NULL;
@@ -425,6 +443,18 @@ static void stats_as_taken(Loader *l, void *arg)
     a->st = stream_stats(l, &s);
 }
 
+static void rng_as_taken(Loader *l, void *arg)
+{
+    *(Rng *)arg = l->made > l->taken ? l->slot[l->taken % SLOTS].rng_before : l->spec.rng;
+}
+
+Rng loader_text_rng(Loader *l)
+{
+    Rng r;
+    paused(l, rng_as_taken, &r);
+    return r;
+}
+
 StreamStats loader_stats(Loader *l, int i)
 {
     struct stats_arg a = {i, {0}};
@@ -446,7 +476,7 @@ static void *xcalloc(size_t n, size_t size)
 
 static void free_all(Loader *l)
 {
-    for (int i = 0; i < l->spec.count; i++) {
+    for (int i = 0; !l->spec.text && i < l->spec.count; i++) {
         struct stream *s = &l->streams[i];
         if (s->open)
             data_part_close(&s->part);
@@ -471,8 +501,8 @@ Loader *loader_start(const LoaderSpec *spec, const DataList *parts, const unsign
     l->spec = *spec;
     l->parts = parts;
     l->state_size = loader_state_size(spec);
-    size_t T = (size_t)spec->T, K = (size_t)spec->buffer, rows = (size_t)spec->count *
-               (size_t)(spec->B / spec->streams);
+    size_t T = (size_t)spec->T, K = (size_t)spec->buffer, rows = spec->text ? (size_t)spec->B
+               : (size_t)spec->count * (size_t)(spec->B / spec->streams);
     l->streams = xcalloc((size_t)spec->count, sizeof *l->streams);
     for (int i = 0; i < SLOTS; i++) {
         l->slot[i].rows = xcalloc(rows, T);
@@ -480,7 +510,7 @@ Loader *loader_start(const LoaderSpec *spec, const DataList *parts, const unsign
         l->slot[i].partial = xcalloc((size_t)spec->count, T);
         l->slot[i].drawn = xcalloc(rows, sizeof(uint32_t));
     }
-    for (int i = 0; i < spec->count; i++) {
+    for (int i = 0; !spec->text && i < spec->count; i++) {
         struct stream *s = &l->streams[i];
         s->id = spec->first + i;
         s->partial = xcalloc(T, 1);

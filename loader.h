@@ -17,12 +17,17 @@
  * A stream's whole state (epoch, part, document, offset, partial window,
  * buffer and generator) fits in loader_state_size() bytes, which a
  * checkpoint stores so that a resumed run continues bit for bit, mid-part:
- * the part is re-opened (a pipe re-run and read up to the offset). */
+ * the part is re-opened (a pipe re-run and read up to the offset).
+ *
+ * One text file in memory (the reference's way) goes through the same
+ * thread: each step is B windows at random offsets, and its state is the
+ * generator alone. */
 #ifndef LOADER_H
 #define LOADER_H
 #include <stddef.h>
 #include <stdint.h>
 #include "data.h"
+#include "gpt.h" /* Rng */
 
 #define LOADER_MAX_STREAMS 64
 
@@ -34,6 +39,12 @@ typedef struct LoaderSpec {
     int buffer;        /* K: the shuffle buffer, windows per stream */
     int vocab;         /* 128: a byte >= 128 is an error; 256: any byte */
     uint64_t seed;     /* the shard order of each epoch, the buffers' draws */
+    /* Text in memory instead of parts (the reference's way): each step is
+     * B windows, all hosts' (each host keeps its share), starting at
+     * offsets in [0, text_len - T) drawn from rng. */
+    const unsigned char *text;
+    size_t text_len;
+    Rng rng;
 } LoaderSpec;
 
 /* What a stream has read, for the report. */
@@ -55,7 +66,8 @@ size_t loader_state_size(const LoaderSpec *spec);
  * spec or state (errors while reading come from loader_next). */
 Loader *loader_start(const LoaderSpec *spec, const DataList *parts, const unsigned char *state,
                      char *err, size_t elen);
-/* This host's windows of the next step: [count*B/S][T] bytes, valid until
+/* This host's windows of the next step: [count*B/S][T] bytes (text in
+ * memory: all B windows), valid until
  * the next call. Blocks until they are ready; *waited (if not NULL) gets
  * the seconds it blocked. NULL with a one-line err (naming the part and
  * offset) if a stream failed. */
@@ -63,6 +75,8 @@ const unsigned char *loader_next(Loader *l, double *waited, char *err, size_t el
 /* The state of this host's streams after the last loader_next (or at the
  * start): count * loader_state_size bytes into out. */
 void loader_state(Loader *l, unsigned char *out);
+/* Text in memory: the generator as it was after the last loader_next. */
+Rng loader_text_rng(Loader *l);
 /* Stream first+i's figures after the last loader_next. */
 StreamStats loader_stats(Loader *l, int i);
 /* Stops the thread and frees everything. */

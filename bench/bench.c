@@ -1005,7 +1005,8 @@ static double loader_steps_per_s(const char *spec, int steps)
     if (data_source_open(&src, spec, err, sizeof err))
         return fprintf(stderr, "bench: %s\n", err), -1;
     int S = loader_default_streams(src.parts.n, DB);
-    LoaderSpec sp = {DT, DB, S, 0, S, 1024, 128, 1337};
+    LoaderSpec sp = {.T = DT, .B = DB, .streams = S, .count = S, .buffer = 1024, .vocab = 128,
+                     .seed = 1337};
     double t0 = now();
     Loader *l = loader_start(&sp, &src.parts, NULL, err, sizeof err);
     for (int i = 0; l && i < steps; i++)
