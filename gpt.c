@@ -18,6 +18,7 @@
 #include "gpt.h"
 #include "data.h"
 #include "loader.h"
+#include "watch.h"
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -378,6 +379,7 @@ void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
         batch_alloc(&w, 1, n < m->cfg.context ? n : m->cfg.context);
         text[n] = (char)sample_byte(window_step(m, g, &w, text, n), m->cfg.vocab, o, r);
         batch_free(&w);
+        g_mark_step(g, NULL, 0); /* a step a byte, as a PyTorch/XLA generation loop marks it */
         if (o->emit)
             o->emit((unsigned char)text[n], o->ctx);
     }
@@ -1041,9 +1043,9 @@ struct settings {
     int embed, mlp, heads, layers, context;
     int steps, batch, seq, eval_every, eval_batch, eval_bytes, final_bytes;
     int threads, bytes, top_k, metrics, naive, ckpt_every, keep, cores;
-    int vocab, streams, shuffle_buffer;
+    int vocab, streams, shuffle_buffer, verbose, profile_steps;
     double lr, temperature, seed;
-    const char *data, *test_data, *out, *init, *prompt, *device, *ckpt, *resume;
+    const char *data, *test_data, *out, *init, *prompt, *device, *ckpt, *resume, *profile;
     const char *tpu, *hbm, *precision;
 };
 
@@ -1052,6 +1054,7 @@ static const struct settings defaults = {
     .steps = 50000, .batch = 32, .seq = 128, .eval_every = 100, .eval_batch = 256,
     .eval_bytes = 32, .final_bytes = 256, .threads = 0, .bytes = 256, .top_k = 0,
     .ckpt_every = 1000, .keep = 3, .vocab = VOCAB, .streams = 0, .shuffle_buffer = 1024,
+    .profile_steps = 10,
     .lr = 1e-3, .temperature = 1.0, .seed = 1337,
     .data = "data/sherlock-ascii.txt", .out = "out", .init = NULL,
     .prompt = "\"Elementary, my dear", .device = "xla", .ckpt = "out",
@@ -1237,6 +1240,7 @@ static void check_train_flags(const struct settings *s)
          "divides --batch %d, got %d", LOADER_MAX_STREAMS, s->batch, s->streams);
     need(s->shuffle_buffer >= 1 && s->shuffle_buffer <= 1 << 24, "--shuffle-buffer must be "
          "1..16777216 windows, got %d", s->shuffle_buffer);
+    need(s->profile_steps >= 1, "--profile-steps must be >= 1, got %d", s->profile_steps);
 }
 
 static int precision_of(const char *name)
@@ -1341,6 +1345,9 @@ struct trainer {
     LoaderSpec spec;       /* a corpus: how it is read */
     Loader *loader;        /* a corpus: its windows, made ahead */
     double t_data;         /* seconds the steps waited for data */
+    RunLog *log;           /* the master's metrics.jsonl, loss.svg, event file */
+    double t_rate;         /* t_steps at the last rate line */
+    int rate_step;         /* and its step */
     Batch train, test_batch;
     Rng rng_data, rng_eval;
     int tty, start;          /* start: the first step to run (resume) */
@@ -1365,6 +1372,32 @@ static void clear_progress(const struct trainer *tr)
         fputs("\r\033[K", stdout);
 }
 
+/* Throughput per core, in the words of PyTorch/XLA's pod examples: Rate
+ * is a replica's windows a second since the last eval line, GlobalRate
+ * since the start. Every core of a board runs in the same step, so they
+ * share one figure; in a pod each host's are its own. */
+static void report_rates(struct trainer *tr, int step, float loss)
+{
+    const struct settings *s = &tr->s;
+    int world = comm_size() * xs_cores(), steps = step + 1 - tr->start;
+    int since = step + 1 - tr->rate_step;
+    double per_replica = (double)s->batch / world;
+    double rate = since > 0 && tr->t_steps > tr->t_rate
+                      ? per_replica * since / (tr->t_steps - tr->t_rate) : 0;
+    double global = steps > 0 && tr->t_steps > 0 ? per_replica * steps / tr->t_steps : 0;
+    char line[256];
+    snprintf(line, sizeof line, "\"rate\":%.2f,\"global_rate\":%.2f,\"replicas\":%d", rate,
+             global, world);
+    if (tr->log)
+        runlog_note(tr->log, step, "rate", line);
+    for (int c = 0; s->verbose && c < xs_cores(); c++)
+        printf("| Training Device=xla:%d Step=%d Loss=%.5f Rate=%.2f GlobalRate=%.2f "
+               "Time=%.1fs\n", comm_rank() * xs_cores() + c, step, loss, rate, global,
+               now_seconds() - tr->t_start);
+    tr->t_rate = tr->t_steps;
+    tr->rate_step = step + 1;
+}
+
 static void eval_line(struct trainer *tr, int step, float train_loss)
 {
     const struct settings *s = &tr->s;
@@ -1380,6 +1413,9 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
      * the same bytes (the master prints them): no rank waits for another */
     model_generate(&tr->model, tr->g, text, n, total, &so, &tr->rng_eval);
     clear_progress(tr);
+    if (tr->log)
+        runlog_eval(tr->log, step, train_loss, test_loss, text, (size_t)total);
+    report_rates(tr, step, train_loss);
     printf("step %6d | train %.4f | test %.4f | ", step, train_loss, test_loss);
     for (int i = 0; i < total; i++)
         emit_escaped((unsigned char)text[i], NULL);
@@ -1693,15 +1729,39 @@ static void next_batch(struct trainer *tr, Batch *share)
     tr->t_data += waited;
 }
 
+/* --profile's file; in a pod, host h > 0 writes FILE.rank<h> beside it. */
+static void write_timeline(const struct settings *s)
+{
+    char path[4200];
+    if (is_master())
+        snprintf(path, sizeof path, "%s", s->profile);
+    else
+        snprintf(path, sizeof path, "%s.rank%d", s->profile, comm_rank());
+    if (xs_timeline_write(path))
+        die(1, "%s: cannot write the --profile timeline (%s)", path, strerror(errno));
+    if (is_master())
+        printf("gpt: wrote the timeline of %d steps to %s (Perfetto or chrome://tracing)\n",
+               s->profile_steps, path);
+}
+
 static void train_loop(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
     Batch share = host_share(&tr->train);
     for (int step = tr->start; step < s->steps; step++) {
+        if (s->profile && step == tr->start)
+            xs_timeline_start();
+        if (s->profile && step == tr->start + s->profile_steps)
+            write_timeline(s);
         next_batch(tr, &share);
         double t0 = now_seconds();
         float loss = model_train_step(&tr->model, tr->g, &share, (float)s->lr);
-        tr->t_steps += now_seconds() - t0;
+        double dt = now_seconds() - t0;
+        tr->t_steps += dt;
+        if (tr->log)
+            runlog_step(tr->log, &(StepFigures){step, loss, s->lr, dt * 1e3,
+                                                s->batch * s->seq / dt, xs_counter(C_UNCACHED),
+                                                xs_counter(C_CACHED), xs_counter(C_HOST_READ)});
         if (!isfinite(loss))
             die_all(1, "training diverged at step %d (loss %g); try a smaller --lr", step, loss);
         if (step % s->eval_every == 0)
@@ -1878,6 +1938,32 @@ static void report_streams(const struct trainer *tr)
     free(all);
 }
 
+/* The master's run log in --out: the settings once (as the checkpoint
+ * records them), then the steps. A resumed run keeps the steps before its
+ * own. */
+static void open_run_log(struct trainer *tr)
+{
+    struct meta m = {.n = 0};
+    char cfg[8192] = "", err[1024];
+    if (!is_master())
+        return;
+    run_meta(tr, &m);
+    size_t n = 0;
+    n += (size_t)snprintf(cfg + n, sizeof cfg - n, "\"parameters\":%zu,\"world_size\":%d",
+                          tr->model.nw, comm_size() * xs_cores());
+    for (int i = 0; i < m.n && n < sizeof cfg; i++) {
+        n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"%s\":\"", m.key[i]);
+        for (const char *c = m.val[i]; *c && n + 8 < sizeof cfg; c++)
+            n += (size_t)snprintf(cfg + n, sizeof cfg - n, *c == '"' || *c == '\\' ? "\\%c"
+                                  : (unsigned char)*c < 32 || (unsigned char)*c > 126 ? "\\u%04x"
+                                  : "%c", (unsigned char)*c);
+        n += (size_t)snprintf(cfg + n, sizeof cfg - n, "\"");
+    }
+    tr->log = runlog_open(tr->s.out, cfg, tr->start, err, sizeof err);
+    if (!tr->log)
+        die(1, "%s", err);
+}
+
 static void run_training(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
@@ -1903,9 +1989,13 @@ static void run_training(struct trainer *tr)
         printf("gpt: pod of %d hosts x %d cores over %s: world size %d (ordinals 0..%d), "
                "master ordinal 0\n", hosts, xs_cores(), comm_name(), world, world - 1);
     tr->t_start = now_seconds();
+    tr->rate_step = tr->start;
+    open_run_log(tr);
     train_loop(tr);
     if (tr->start < s->steps)
         save_checkpoint(tr, s->steps);
+    if (s->profile && s->steps - tr->start <= s->profile_steps)
+        write_timeline(s);
     report_streams(tr);
     report_hosts(tr->t_steps, s->steps - tr->start); /* the last collective */
     final_passage(tr);
@@ -1914,6 +2004,9 @@ static void run_training(struct trainer *tr)
         printf("%.2f ms/step over %d steps; the steps waited %.4f ms/step for data\n",
                tr->t_steps * 1e3 / steps, steps, tr->t_data * 1e3 / steps);
     report_metrics(s);
+    char err[1024];
+    if (runlog_close(tr->log, err, sizeof err))
+        die(1, "%s", err);
     loader_stop(tr->loader);
     data_source_free(&tr->corpus);
     g_free(tr->g);
@@ -1958,6 +2051,9 @@ static int cmd_train(int argc, char **argv)
         {"keep", O_INT, &s->keep, "checkpoints kept in --out, newest first"},
         {"device", O_STR, &s->device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s->metrics, "print the XLA metrics and kernel profile at the end"},
+        {"verbose", O_FLAG, &s->verbose, "per-core throughput lines at each eval (PyTorch/XLA's)"},
+        {"profile", O_STR, &s->profile, "write a timeline of the first steps (Chrome trace JSON)"},
+        {"profile-steps", O_INT, &s->profile_steps, "steps --profile records"},
         {"threads", O_INT, &s->threads, "OpenMP threads, 0 = all cores"},
         {"tpu", O_STR, &s->tpu, "simulate this TPU board (v2-8, v3-8, v4-8, v5e-8, v5p-8, v6e-8)"},
         {"cores", O_INT, &s->cores, "simulated cores, data parallel (power of two; 0 = --tpu's or 1)"},
@@ -2303,6 +2399,39 @@ static int cmd_shard(int argc, char **argv)
     return 0;
 }
 
+/* ---- plot ---- */
+
+static int cmd_plot(int argc, char **argv)
+{
+    const char *out = "plot.svg", **dirs = xcalloc((size_t)argc + 1, sizeof *dirs);
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: gpt plot RUN_DIR... [-o FILE]\nDraws the train and test loss of "
+                   "each run (its --out directory's metrics.jsonl) on one chart.\n\n"
+                   "  -o FILE   the SVG to write ['plot.svg']\n");
+            exit_planned(0);
+        }
+        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--out")) {
+            need(i + 1 < argc, "%s needs a file name", argv[i]);
+            out = argv[++i];
+        } else {
+            need(strncmp(argv[i], "-", 1) != 0, "unknown flag '%s' (see gpt plot --help)",
+                 argv[i]);
+            dirs[n++] = argv[i];
+        }
+    }
+    need(n > 0, "gpt plot needs at least one run directory (see gpt plot --help)");
+    if (!is_master())
+        return 0;
+    char err[1024];
+    if (plot_runs(dirs, n, out, err, sizeof err))
+        die(1, "%s", err);
+    printf("wrote %s (%d runs)\n", out, n);
+    free(dirs);
+    return 0;
+}
+
 /* ---- main ---- */
 
 static void usage_main(FILE *f)
@@ -2312,6 +2441,8 @@ static void usage_main(FILE *f)
           "  sample   stream a continuation from a checkpoint\n"
           "  eval     test-split loss of a checkpoint\n"
           "  shard    write text files as WebDataset tar shards\n"
+          "  plot     draw runs' losses on one chart (their --out directories)\n"
+          "gpt --version prints the version.\n"
           "gpt <command> --help lists each command's flags.\n"
           "GPT_ISA=scalar|avx2|avx512 lowers the kernel path.\n", f);
 }
@@ -2353,6 +2484,12 @@ static int run_command(int argc, char **argv)
         return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(argv[1], "shard"))
         return cmd_shard(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "plot"))
+        return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("gpt %s (%s build, %s)\n", GPT_VERSION, comm_name(), GPT_FLAVOUR);
+        return 0;
+    }
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage_main(stdout);
         return 0;

@@ -7,6 +7,10 @@
 #include "graph.h"
 #include "safetensors.h"
 
+#define GPT_VERSION "1.0.0"
+#ifndef GPT_FLAVOUR /* the build: make (static gcc, libgomp) or make LLVM=1 */
+#define GPT_FLAVOUR "gcc, libgomp"
+#endif
 #define VOCAB 128     /* ASCII: the reference */
 #define MAX_VOCAB 256 /* --vocab 256: any byte */
 #define MAX_LAYERS 64

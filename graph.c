@@ -126,6 +126,9 @@ struct compiler {
     struct plan_buf *plan;     /* [nplan] the last new program's buffers */
     int nplan;
     int kernels[KOP_COUNT];    /* the last new program's kernels of each op */
+    /* GPT_XLA_DEBUG's warnings: the counters after the warm-up steps */
+    long warm_compiles, warm_reads;
+    int warned_compiles, warned_reads;
 };
 
 struct Graph {
@@ -548,11 +551,18 @@ void g_adam(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v,
     run_node(g, n);
 }
 
+static int debug_on(void);
+static void check_rates(struct compiler *cc);
+
 const void *g_read(Graph *g, Tensor *t)
 {
     if (!t->data) {
+        char why[160]; /* which value, made by which op, where in the record */
+        snprintf(why, sizeof why, "a host read of t%d [%d x %d] made by %s (node %d of %d)",
+                 t->id, t->rows, t->cols, t->node >= 0 ? kop_name(g->nodes[t->node].op) : "-",
+                 t->node, g->n_nodes);
         xs_counter_add(C_HOST_READ, 1);
-        run_pending(g, &t, 1, "host read");
+        run_pending(g, &t, 1, why);
     }
     return t->data;
 }
@@ -563,6 +573,8 @@ void g_mark_step(Graph *g, Tensor *const *keep, int n)
         return;
     xs_counter_add(C_MARK_STEP, 1);
     run_pending(g, keep, n, "mark_step");
+    if (debug_on())
+        check_rates(&g->compiler);
 }
 
 void g_set_lazy(Graph *g, int lazy) { g->lazy = lazy; }
@@ -1586,6 +1598,51 @@ static int debug_on(void)
     return on;
 }
 
+/* GPT_XLA_DEBUG's block for one compilation, as PyTorch/XLA's
+ * PT_XLA_DEBUG gives it: the cause, the graph's hash, what goes in and
+ * out, and what the compiler made of it. */
+static void explain_compile(const struct compiler *cc, const Program *p, uint64_t hash,
+                            const char *why)
+{
+    size_t in = 0, out = 0;
+    for (int i = 0; i < p->nin; i++)
+        in += (size_t)p->tin[i].bytes;
+    for (int i = 0; i < p->nout; i++)
+        out += (size_t)p->tout[i].bytes;
+    fprintf(stderr, "xla: compile #%d, cause: %s\n"
+            "xla:   graph hash %016llx; %d nodes -> %d kernels; %d inputs (%zu bytes), %d "
+            "outputs (%zu bytes); arena %zu bytes vs %zu in all buffers; %.2f ms\n",
+            cc->ncache, why, (unsigned long long)hash, cc->last.nodes, cc->last.kernels,
+            p->nin, in, p->nout, out, cc->last.arena, cc->last.buffers, cc->last.ms);
+}
+
+/* PyTorch/XLA's automatic warnings: after 10 warm-up steps (mark_steps),
+ * more than 0.5 compiles, or host reads that cut the graph, a step. Judged
+ * once 10 steps have passed the warm-up, and said once each. */
+static void check_rates(struct compiler *cc)
+{
+    long steps = xs_counter(C_MARK_STEP) - 10;
+    long compiles = xs_counter(C_UNCACHED), reads = xs_counter(C_HOST_READ);
+    if (steps == 0) {
+        cc->warm_compiles = compiles;
+        cc->warm_reads = reads;
+    }
+    if (steps < 10)
+        return;
+    if (!cc->warned_compiles && compiles - cc->warm_compiles > 0.5 * steps) {
+        cc->warned_compiles = 1;
+        fprintf(stderr, "xla: warning: CompileTime too frequent: %ld compiles in the %ld steps "
+                "after 10 warm-up steps (more than 0.5 a step); the graph's shapes change from "
+                "step to step (see each compile's cause)\n", compiles - cc->warm_compiles, steps);
+    }
+    if (!cc->warned_reads && reads - cc->warm_reads > 0.5 * steps) {
+        cc->warned_reads = 1;
+        fprintf(stderr, "xla: warning: TransferFromDeviceTime too frequent: %ld host reads cut "
+                "the graph in the %ld steps after 10 warm-up steps (more than 0.5 a step); read "
+                "values after mark_step, or less often\n", reads - cc->warm_reads, steps);
+    }
+}
+
 /* The cached program for this trace's structure, compiled on a miss. */
 static Program *get_program(struct compiler *cc, struct trace *tr, const char *why)
 {
@@ -1604,9 +1661,7 @@ static Program *get_program(struct compiler *cc, struct trace *tr, const char *w
     xs_counter_add(C_UNCACHED, 1);
     insert(cc, &k, h, p);
     if (debug_on())
-        fprintf(stderr, "xla: compile #%d: %d nodes -> %d kernels, arena %zu bytes vs %zu "
-                "in all buffers, %.2f ms\n", cc->ncache, cc->last.nodes, cc->last.kernels,
-                cc->last.arena, cc->last.buffers, cc->last.ms);
+        explain_compile(cc, p, h, why);
     return p;
 }
 

@@ -301,15 +301,112 @@ static double now_seconds(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* ---- the timeline (--profile): Chrome trace events ----
+ * One track per simulated core and one for the host (compiles, transfers,
+ * all-reduces, step marks, host reads), kept in memory while recording
+ * and written as trace-event JSON at the end (Perfetto, chrome://tracing).
+ * A core's track is written only by the thread running that core. */
+
+struct tl_event {
+    int op;           /* enum kop, or -1: a host event named by name */
+    const char *name;
+    double t0, t1;    /* seconds, monotonic */
+    union kattr attr;
+    double flops;
+};
+struct tl_track {
+    struct tl_event *e;
+    long n, cap;
+};
+static struct tl_track tl_track[XS_MAX_CORES + 1]; /* [cores], then the host */
+static int tl_on;
+static double tl_origin;
+static _Thread_local int tl_core; /* the core this thread runs now */
+#define TL_HOST XS_MAX_CORES
+
+static void tl_add(int track, const struct tl_event *ev)
+{
+    struct tl_track *t = &tl_track[track];
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 4096;
+        t->e = realloc(t->e, sizeof *t->e * (size_t)t->cap);
+        if (!t->e) {
+            fputs("gpt: out of memory (--profile)\n", stderr);
+            exit(1);
+        }
+    }
+    t->e[t->n++] = *ev;
+}
+
+void xs_timeline_start(void)
+{
+    for (int i = 0; i <= TL_HOST; i++)
+        tl_track[i].n = 0;
+    tl_origin = now_seconds();
+    tl_on = 1;
+}
+
+/* A host event of `seconds` that just ended (seconds 0: an instant). */
+static void tl_host(const char *name, double seconds)
+{
+    double t1 = now_seconds();
+    if (tl_on)
+        tl_add(TL_HOST, &(struct tl_event){.op = -1, .name = name, .t0 = t1 - seconds, .t1 = t1});
+}
+
+static void tl_write_event(FILE *f, const struct tl_event *e, int pid, int tid, int *first)
+{
+    char attrs[512] = "";
+    if (e->op >= 0)
+        kop_format_attrs(attrs, sizeof attrs, e->op, &e->attr);
+    fprintf(f, "%s\n{\"name\":\"%s\",\"ph\":\"%s\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,"
+            "\"tid\":%d,\"args\":{\"attrs\":\"%s\",\"flops\":%.0f}}", *first ? "" : ",",
+            e->op >= 0 ? kop_name(e->op) : e->name, e->t1 > e->t0 ? "X" : "i",
+            (e->t0 - tl_origin) * 1e6, (e->t1 - e->t0) * 1e6, pid, tid, attrs, e->flops);
+    *first = 0;
+}
+
+int xs_timeline_write(const char *path)
+{
+    tl_on = 0;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int pid = xs_host(), first = 1;
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"
+            "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
+            "\"host %d (%s)\"}},\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,"
+            "\"tid\":0,\"args\":{\"name\":\"host\"}}", pid, pid, xs_device_name(), pid);
+    for (int c = 0; c < xs_cores(); c++)
+        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                "\"args\":{\"name\":\"xla:%d\"}}", pid, c + 1, pid * xs_cores() + c);
+    first = 0;
+    for (long i = 0; i < tl_track[TL_HOST].n; i++)
+        tl_write_event(f, &tl_track[TL_HOST].e[i], pid, 0, &first);
+    for (int c = 0; c < xs_cores(); c++)
+        for (long i = 0; i < tl_track[c].n; i++)
+            tl_write_event(f, &tl_track[c].e[i], pid, c + 1, &first);
+    fputs("\n]}\n", f);
+    for (int i = 0; i <= TL_HOST; i++) {
+        free(tl_track[i].e);
+        tl_track[i] = (struct tl_track){0};
+    }
+    return fclose(f) ? -1 : 0;
+}
+
 void xs_exec(const struct kinstr *k)
 {
-    if (!prof_on) {
+    if (!prof_on && !tl_on) {
         dispatch(k);
         return;
     }
     double t0 = now_seconds();
     dispatch(k);
-    double dt = now_seconds() - t0, fl = kop_flops(k);
+    double t1 = now_seconds(), dt = t1 - t0, fl = kop_flops(k);
+    if (tl_on)
+        tl_add(tl_core, &(struct tl_event){k->op, NULL, t0, t1, k->attr, fl});
+    if (!prof_on)
+        return;
     struct kstat *s = &prof[k->op];
 #pragma omp critical(xs_profile)
     {
@@ -444,8 +541,10 @@ static struct kinstr bind(const struct pinstr *pi, unsigned char *arena, void *c
 }
 
 /* Instructions [i0, i1) on one core. */
-static void run_instrs(const Program *p, int i0, int i1, unsigned char *arena, void *const *slots)
+static void run_instrs(const Program *p, int i0, int i1, int core, unsigned char *arena,
+                       void *const *slots)
 {
+    tl_core = core;
     for (int i = i0; i < i1; i++) {
         struct kinstr k = bind(&p->ins[i], arena, slots);
         xs_exec(&k);
@@ -558,7 +657,7 @@ static void run_stretch(const Program *p, int i0, int i1, int n, unsigned char *
 {
     if (n == 1) {
         double t0 = now_seconds();
-        run_instrs(p, i0, i1, arena[0], slots[0]);
+        run_instrs(p, i0, i1, 0, arena[0], slots[0]);
         core_busy[0] += now_seconds() - t0;
         return;
     }
@@ -566,7 +665,7 @@ static void run_stretch(const Program *p, int i0, int i1, int n, unsigned char *
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int c = 0; c < n; c++) {
         double t0 = now_seconds();
-        run_instrs(p, i0, i1, arena[c], slots[c]);
+        run_instrs(p, i0, i1, c, arena[c], slots[c]);
         core_busy[c] += now_seconds() - t0;
     }
 }
@@ -625,9 +724,15 @@ void xs_metric_add(int m, double seconds)
         s->first = s->last;
     s->v[s->n++] = seconds;
     s->sum += seconds;
+    tl_host(metric_names[m], seconds);
 }
 
-void xs_counter_add(int c, long n) { counters[c] += n; }
+void xs_counter_add(int c, long n)
+{
+    counters[c] += n;
+    if (c == C_MARK_STEP || c == C_HOST_READ)
+        tl_host(counter_names[c], 0);
+}
 long xs_counter(int c) { return counters[c]; }
 long xs_metric_samples(int m) { return metrics[m].n; }
 double xs_metric_sum(int m) { return metrics[m].sum; }

@@ -221,4 +221,10 @@ double xs_metric_sum(int metric); /* seconds in all */
 void xs_metrics_report(FILE *f);
 void xs_metrics_reset(void);
 
+/* The timeline (--profile): from start, every kernel on its core's track
+ * (name, attributes, FLOPs) and every metric above on the host's, written
+ * by xs_timeline_write as Chrome trace-event JSON; 0, or -1 if it fails. */
+void xs_timeline_start(void);
+int xs_timeline_write(const char *path);
+
 #endif

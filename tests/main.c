@@ -70,6 +70,7 @@ static const struct {
     {"cli", test_cli},         {"mpi", test_mpi},     {"tour", test_tour},
     {"data", test_data},
     {"loader", test_loader},
+    {"watch", test_watch},
 };
 
 int main(int argc, char **argv)

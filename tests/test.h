@@ -41,5 +41,6 @@ void test_mpi(void);
 void test_tour(void);
 void test_data(void);
 void test_loader(void);
+void test_watch(void);
 
 #endif
