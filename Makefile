@@ -135,8 +135,17 @@ docs: gpt
 	dot -Tsvg docs/examples/train-step-program.dot > docs/examples/train-step-program.svg
 	rm -rf docs/examples/tmp
 
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the binary (and gpt-mpi
+# when built) and the man page.
+PREFIX ?= /usr/local
+install: gpt gpt.1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 gpt $(DESTDIR)$(PREFIX)/bin/gpt
+	if [ -x gpt-mpi ]; then install -m 755 gpt-mpi $(DESTDIR)$(PREFIX)/bin/gpt-mpi; fi
+	install -m 644 gpt.1 $(DESTDIR)$(PREFIX)/share/man/man1/gpt.1
+
 clean:
 	rm -f gpt gpt-mpi gpt-debug gpt-dyn tests/run tests/run-debug bench/bench bench/comm_bench
 	rm -rf tests/tmp
 
-.PHONY: all mpi docs test bench bench-mpi debug check-mem fuzz clean
+.PHONY: all mpi docs test bench bench-mpi debug check-mem fuzz install clean

@@ -8,8 +8,10 @@
 #include "safetensors.h"
 
 #define GPT_VERSION "1.0.0"
-#ifndef GPT_FLAVOUR /* the build: make (static gcc, libgomp) or make LLVM=1 */
-#define GPT_FLAVOUR "gcc, libgomp"
+#ifdef __clang__ /* the compiler, for gpt --version */
+#define GPT_COMPILER "clang " __clang_version__
+#else
+#define GPT_COMPILER "gcc " __VERSION__
 #endif
 #define VOCAB 128     /* ASCII: the reference */
 #define MAX_VOCAB 256 /* --vocab 256: any byte */

@@ -459,7 +459,8 @@ int runlog_close(RunLog *l, char *err, size_t elen)
     if (!l)
         return 0;
     int bad = l->failed || (l->train.n && redraw(l, err, elen));
-    bad |= (l->jsonl && fclose(l->jsonl)) | (l->events && fclose(l->events));
+    bad |= l->jsonl && fclose(l->jsonl);
+    bad |= l->events && fclose(l->events);
     if (bad && err && !strchr(err, ':'))
         fail(err, elen, "%s: cannot write the run log (%s)", l->log, strerror(errno));
     series_free(&l->train);

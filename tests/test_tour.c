@@ -9,8 +9,8 @@
 #include "test.h"
 
 static const char *const sources[] = {
-    "gpt.c",   "safetensors.c", "data.c",   "loader.c", "graph.c",  "xla_sim.c", "comm.c",
-    "tensor.c", "gpt.h",        "safetensors.h", "data.h", "loader.h", "graph.h", "xla_sim.h",
+    "gpt.c",   "safetensors.c", "data.c",   "loader.c", "watch.c", "graph.c", "xla_sim.c", "comm.c",
+    "tensor.c", "gpt.h",        "safetensors.h", "data.h", "loader.h", "watch.h", "graph.h", "xla_sim.h",
     "comm.h",  "tensor.h"};
 #define NSOURCES (int)(sizeof sources / sizeof *sources)
 

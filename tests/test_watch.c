@@ -101,6 +101,13 @@ static void check_plot_and_version(void)
           "gpt plot of a missing run: rc %d: %s", rc, out);
     rc = t_run("./gpt --version", out, sizeof out);
     CHECK(rc == 0 && !strncmp(out, "gpt ", 4), "gpt --version: rc %d: %s", rc, out);
+    rc = t_run("make -s install PREFIX=$PWD/" WD "/inst > /dev/null && " WD "/inst/bin/gpt "
+               "--version && test -f " WD "/inst/share/man/man1/gpt.1", out, sizeof out);
+    CHECK(rc == 0 && !strncmp(out, "gpt ", 4), "make install: rc %d: %s", rc, out);
+    if (have("man --version")) {
+        rc = t_run("man -l --warnings gpt.1 2>&1 >/dev/null", out, sizeof out);
+        CHECK(rc == 0 && !out[0], "the man page has warnings: rc %d: %s", rc, out);
+    }
 }
 
 /* --profile: valid JSON, a track per core with the same kernels on each,
