@@ -13,10 +13,36 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \
            tests/test_loader.c tests/test_watch.c
 
+# make LLVM=1: the second flavour the design card names: clang, LLVM's
+# libomp and mimalloc (Debian: clang, libomp-dev, libmimalloc-dev),
+# dynamically linked. Plain make is the static gcc/libgomp binary.
+LLVM_OMP  := -ffp-contract=off -fopenmp=libomp -DGPT_RUNTIME='"libomp, mimalloc"'
+LLVM_LIBS := -lmimalloc -lm
+ifeq ($(LLVM),1)
+CC      := clang
+OMP     := $(LLVM_OMP)
+LDLIBS  := $(LLVM_LIBS)
+STATIC  :=
+else
+STATIC  := -static
+endif
+
+# -ffp-contract=off: no a*b+c fused into an FMA behind our back (gcc's
+# ISO C default), so both flavours give the same bits.
+# Switching flavours rebuilds: this stamp changes when the flavour does.
+FLAVOUR := .flavour
+$(FLAVOUR): FORCE
+	@echo '$(CC) $(OMP) $(LDLIBS)' | cmp -s - $@ || echo '$(CC) $(OMP) $(LDLIBS)' > $@
+FORCE:
+
 all: gpt
 
-gpt: $(SRC) $(HDR)
-	$(CC) $(CFLAGS) $(WARN) $(OMP) -static -o $@ $(SRC) $(LDLIBS)
+gpt: $(SRC) $(HDR) $(FLAVOUR)
+	$(CC) $(CFLAGS) $(WARN) $(OMP) $(STATIC) -o $@ $(SRC) $(LDLIBS)
+
+# The LLVM flavour under its own name, for make bench-flavours.
+gpt-llvm: $(SRC) $(HDR)
+	clang $(CFLAGS) $(WARN) $(LLVM_OMP) -o $@ $(SRC) $(LLVM_LIBS)
 
 # gpt-mpi: the same program over Open MPI (Debian: openmpi-bin,
 # libopenmpi-dev), for runs of several processes: mpirun -np N ./gpt-mpi.
@@ -28,7 +54,7 @@ mpi: gpt-mpi
 # The tests link the same sources with gpt.c's main() left out. With mpicc
 # on the machine, make test builds gpt-mpi too and the mpi suite runs it.
 MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
-tests/run: $(SRC) $(HDR) $(TESTSRC) tests/test.h
+tests/run: $(SRC) $(HDR) $(TESTSRC) tests/test.h $(FLAVOUR)
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(LDLIBS)
 
 test: gpt $(MPI_BIN) tests/run
@@ -46,8 +72,16 @@ BLAS = $(shell if printf '\043include <cblas.h>\nint main(void){cblas_sgemm(0,0,
 bench/bench: $(SRC) $(HDR) bench/bench.c
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(BLAS) $(LDLIBS)
 
-bench: bench/bench
+bench: bench/bench $(if $(HAVE_LLVM),bench-flavours)
 	./bench/bench $(BENCH_FLAGS)
+
+# Both builds side by side (when clang, libomp and mimalloc are there).
+HAVE_LLVM = $(shell printf '\043include <omp.h>\n\043include <mimalloc.h>\nint main(void){return omp_get_max_threads() < 0;}\n' | \
+          clang -fopenmp=libomp -x c - -o /dev/null -lmimalloc >/dev/null 2>&1 && echo yes)
+bench/gpt-gcc: $(SRC) $(HDR)
+	gcc $(CFLAGS) $(WARN) -fopenmp -static -o $@ $(SRC) -lm
+bench-flavours: bench/gpt-gcc gpt-llvm
+	bench/flavours.sh bench/gpt-gcc ./gpt-llvm $(BENCH_FLAGS)
 
 # The cross-host all-reduce's cost on this machine: 2 and 4 ranks, over
 # TCP on loopback (as between hosts) and over shared memory.
@@ -148,4 +182,4 @@ clean:
 	rm -f gpt gpt-mpi gpt-debug gpt-dyn tests/run tests/run-debug bench/bench bench/comm_bench
 	rm -rf tests/tmp
 
-.PHONY: all mpi docs test bench bench-mpi debug check-mem fuzz install clean
+.PHONY: all mpi docs test bench bench-mpi bench-flavours debug check-mem fuzz install clean FORCE

@@ -2487,7 +2487,7 @@ static int run_command(int argc, char **argv)
     if (!strcmp(argv[1], "plot"))
         return cmd_plot(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-        printf("gpt %s (%s build, %s)\n", GPT_VERSION, comm_name(), GPT_COMPILER);
+        printf("gpt %s (%s build, %s, %s)\n", GPT_VERSION, comm_name(), GPT_COMPILER, GPT_RUNTIME);
         return 0;
     }
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

@@ -8,10 +8,15 @@
 #include "safetensors.h"
 
 #define GPT_VERSION "1.0.0"
-#ifdef __clang__ /* the compiler, for gpt --version */
-#define GPT_COMPILER "clang " __clang_version__
+#define GPT_STR_(x) #x
+#define GPT_STR(x) GPT_STR_(x)
+#ifdef __clang__ /* the compiler and runtime, for gpt --version */
+#define GPT_COMPILER "clang " GPT_STR(__clang_major__) "." GPT_STR(__clang_minor__)
 #else
 #define GPT_COMPILER "gcc " __VERSION__
+#endif
+#ifndef GPT_RUNTIME /* make LLVM=1 says "libomp, mimalloc" */
+#define GPT_RUNTIME "libgomp"
 #endif
 #define VOCAB 128     /* ASCII: the reference */
 #define MAX_VOCAB 256 /* --vocab 256: any byte */

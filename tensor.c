@@ -393,7 +393,7 @@ INLINE_AVX2 void mm_tile_avx2(const struct mm *m, int i, int j, int R, int V, in
 }
 
 /* R rows of c (R == MR_AVX2, or fewer at the bottom edge), all columns. */
-INLINE_AVX2 void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, size_t aks)
+T_AVX2 static void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, size_t aks)
 {
     for (int j = 0; j < m->q; j += 16) {
         int w = min_int(16, m->q - j), V = (w + 7) / 8, last_w = w - 8 * (V - 1);
@@ -411,7 +411,7 @@ INLINE_AVX2 void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, size
     }
 }
 
-T_AVX2 static void matmul_avx2(const struct mm *m, int n)
+static void matmul_avx2(const struct mm *m, int n)
 {
     int tiles = (n + MR_AVX2 - 1) / MR_AVX2;
 #pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
@@ -489,7 +489,7 @@ INLINE_AVX512 void mm_panel_avx512(const struct mm *m, int i, int j, int R, int 
 
 /* R rows of c (R == MR_AVX512, or fewer at the bottom edge), all columns in
  * panels of 64. */
-INLINE_AVX512 void mm_rows_avx512(const struct mm *m, int i, int R, size_t ars, size_t aks)
+T_AVX512 static void mm_rows_avx512(const struct mm *m, int i, int R, size_t ars, size_t aks)
 {
     for (int j = 0; j < m->q; j += 64) {
         int w = min_int(64, m->q - j), V = (w + 15) / 16;
@@ -502,7 +502,7 @@ INLINE_AVX512 void mm_rows_avx512(const struct mm *m, int i, int R, size_t ars, 
     }
 }
 
-T_AVX512 static void matmul_avx512(const struct mm *m, int n)
+static void matmul_avx512(const struct mm *m, int n)
 {
     int tiles = (n + MR_AVX512 - 1) / MR_AVX512;
 #pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
@@ -1976,7 +1976,7 @@ T_AVX2 static void layernorm_row_avx2(float *y /* [c] */, float *mean, float *rs
     *rstd = rs;
 }
 
-T_AVX2 static void layernorm_avx2(float *y /* [n,c] */, float *mean /* [n] */,
+static void layernorm_avx2(float *y /* [n,c] */, float *mean /* [n] */,
                                   float *rstd /* [n] */, const float *x /* [n,c] */,
                                   const float *w /* [c] */, const float *b /* [c] */, int n, int c)
 {
@@ -2064,7 +2064,7 @@ T_AVX512 static void layernorm_row_avx512(float *y /* [c] */, float *mean, float
     *rstd = rs;
 }
 
-T_AVX512 static void layernorm_avx512(float *y /* [n,c] */, float *mean /* [n] */,
+static void layernorm_avx512(float *y /* [n,c] */, float *mean /* [n] */,
                                       float *rstd /* [n] */, const float *x /* [n,c] */,
                                       const float *w /* [c] */, const float *b /* [c] */, int n,
                                       int c)
@@ -2291,7 +2291,7 @@ T_AVX2 static void row_stats_avx2(const float *x /* [v] */, int v, float *mx, fl
     *sum = s;
 }
 
-T_AVX2 static void xent_avx2(float *loss /* [1] */, const float *logits /* [n,v] */,
+static void xent_avx2(float *loss /* [1] */, const float *logits /* [n,v] */,
                              const int32_t *targets /* [n] */, int n, int v)
 {
     double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
@@ -2309,21 +2309,12 @@ T_AVX2 static void xent_avx2(float *loss /* [1] */, const float *logits /* [n,v]
     free(row);
 }
 
-T_AVX2 static void xent_bwd_avx2(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
-                                 const int32_t *targets /* [n] */, const float *dloss /* [1] */,
-                                 int n, int v)
+/* One row of k_xent_bwd (the entry point runs the rows in parallel). */
+T_AVX2 static void xent_bwd_row_avx2(float *dx /* [v] */, const float *x /* [v] */, int t,
+                                     float scale, int v)
 {
-    int count = count_targets(targets, n), vv = v / 8 * 8;
-    float scale = count ? dloss[0] / (float)count : 0.0f;
-#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * v; /* [v] */
-        float *dx = dlogits + (size_t)i * v;     /* [v] */
-        int t = targets[i];
-        if (t < 0) {
-            memset(dx, 0, sizeof(float) * (size_t)v);
-            continue;
-        }
+    int vv = v / 8 * 8;
+    {
         float m, s;
         row_stats_avx2(x, v, &m, &s);
         float inv = 1.0f / s;
@@ -2361,7 +2352,7 @@ T_AVX512 static void row_stats_avx512(const float *x /* [v] */, int v, float *mx
     *sum = _mm512_reduce_add_ps(s16);
 }
 
-T_AVX512 static void xent_avx512(float *loss /* [1] */, const float *logits /* [n,v] */,
+static void xent_avx512(float *loss /* [1] */, const float *logits /* [n,v] */,
                                  const int32_t *targets /* [n] */, int n, int v)
 {
     double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
@@ -2379,21 +2370,10 @@ T_AVX512 static void xent_avx512(float *loss /* [1] */, const float *logits /* [
     free(row);
 }
 
-T_AVX512 static void xent_bwd_avx512(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
-                                     const int32_t *targets /* [n] */, const float *dloss /* [1] */,
-                                     int n, int v)
+T_AVX512 static void xent_bwd_row_avx512(float *dx /* [v] */, const float *x /* [v] */, int t,
+                                         float scale, int v)
 {
-    int count = count_targets(targets, n);
-    float scale = count ? dloss[0] / (float)count : 0.0f;
-#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
-    for (int i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * v; /* [v] */
-        float *dx = dlogits + (size_t)i * v;     /* [v] */
-        int t = targets[i];
-        if (t < 0) {
-            memset(dx, 0, sizeof(float) * (size_t)v);
-            continue;
-        }
+    {
         float m, s;
         row_stats_avx512(x, v, &m, &s);
         __m512 mv = _mm512_set1_ps(m), iv = _mm512_set1_ps(1.0f / s), sc = _mm512_set1_ps(scale);
@@ -2421,7 +2401,23 @@ void k_xent(float *loss /* [1] */, const float *logits /* [n,v] */,
 void k_xent_bwd(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
                 const int32_t *targets /* [n] */, const float *dloss /* [1] */, int n, int v)
 {
-    DISPATCH(xent_bwd, dlogits, logits, targets, dloss, n, v)
+    int isa = isa_get(), count = count_targets(targets, n);
+    float scale = count ? dloss[0] / (float)count : 0.0f;
+    if (isa == ISA_SCALAR) {
+        k_xent_bwd_ref(dlogits, logits, targets, dloss, n, v);
+        return;
+    }
+#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v; /* [v] */
+        float *dx = dlogits + (size_t)i * v;     /* [v] */
+        if (targets[i] < 0)
+            memset(dx, 0, sizeof(float) * (size_t)v);
+        else if (isa == ISA_AVX512)
+            xent_bwd_row_avx512(dx, x, targets[i], scale, v);
+        else
+            xent_bwd_row_avx2(dx, x, targets[i], scale, v);
+    }
 }
 
 /* ---- element-wise ---- */
@@ -2463,7 +2459,6 @@ T_AVX2 static void add_avx2(float *y /* [n] */, const float *a /* [n] */, const 
                             size_t n)
 {
     size_t nv = n / 8 * 8;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 8)
         _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
     for (size_t i = nv; i < n; i++)
@@ -2474,7 +2469,6 @@ T_AVX2 static void add_n_avx2(float *y /* [n] */, const float *const *x /* m x [
                               size_t n)
 {
     size_t nv = n / 8 * 8;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 8) {
         __m256 s = _mm256_loadu_ps(x[0] + i);
         for (int k = 1; k < m; k++)
@@ -2492,7 +2486,6 @@ T_AVX2 static void add_n_avx2(float *y /* [n] */, const float *const *x /* m x [
 T_AVX2 static void relu_avx2(float *y /* [n] */, const float *x /* [n] */, size_t n)
 {
     size_t nv = n / 8 * 8;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 8) /* max(x, 0) returns 0 for NaN, like x > 0 ? x : 0 */
         _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
     for (size_t i = nv; i < n; i++)
@@ -2503,7 +2496,6 @@ T_AVX2 static void relu_bwd_avx2(float *dx /* [n] */, const float *dy /* [n] */,
                                  const float *y /* [n] */, size_t n)
 {
     size_t nv = n / 8 * 8;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 8) {
         __m256 on = _mm256_cmp_ps(_mm256_loadu_ps(y + i), _mm256_setzero_ps(), _CMP_GT_OQ);
         _mm256_storeu_ps(dx + i, _mm256_and_ps(on, _mm256_loadu_ps(dy + i)));
@@ -2518,7 +2510,6 @@ T_AVX512 static void add_avx512(float *y /* [n] */, const float *a /* [n] */,
                                 const float *b /* [n] */, size_t n)
 {
     size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 16)
         _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
     __mmask16 t = lanes16((int)(n - nv));
@@ -2531,7 +2522,6 @@ T_AVX512 static void add_n_avx512(float *y /* [n] */, const float *const *x /* m
                                   size_t n)
 {
     size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 16) {
         __m512 s = _mm512_loadu_ps(x[0] + i);
         for (int k = 1; k < m; k++)
@@ -2548,7 +2538,6 @@ T_AVX512 static void add_n_avx512(float *y /* [n] */, const float *const *x /* m
 T_AVX512 static void relu_avx512(float *y /* [n] */, const float *x /* [n] */, size_t n)
 {
     size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 16) /* max(x, 0) returns 0 for NaN, like x > 0 ? x : 0 */
         _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), _mm512_setzero_ps()));
     __mmask16 t = lanes16((int)(n - nv));
@@ -2560,7 +2549,6 @@ T_AVX512 static void relu_bwd_avx512(float *dx /* [n] */, const float *dy /* [n]
                                      const float *y /* [n] */, size_t n)
 {
     size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
     for (size_t i = 0; i < nv; i += 16) {
         __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + i), _mm512_setzero_ps(), _CMP_GT_OQ);
         _mm512_storeu_ps(dx + i, _mm512_maskz_loadu_ps(on, dy + i));
@@ -2573,21 +2561,48 @@ T_AVX512 static void relu_bwd_avx512(float *dx /* [n] */, const float *dy /* [n]
 
 /* -- element-wise: entry points -- */
 
+/* Element-wise kernels (and Adam) run in chunks of ELT_CHUNK elements, a
+ * thread each; every element is computed alone, so the split changes no
+ * bit, and a chunk is whole vectors but the last. The SIMD functions run
+ * one chunk: an OpenMP loop stays in plain C, since clang cannot outline
+ * one from inside a function compiled for another target. */
+#define ELT_CHUNK ((size_t)1 << 14)
+#define CHUNK_LEN(n, lo) ((n) - (lo) < ELT_CHUNK ? (n) - (lo) : ELT_CHUNK)
+
 void k_add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
 {
-    DISPATCH(add, y, a, b, n)
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+        DISPATCH(add, y + lo, a + lo, b + lo, CHUNK_LEN(n, lo))
 }
 
 void k_add_n(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
 {
-    DISPATCH(add_n, y, x, m, n)
+    if (m > 16) { /* more than a fused add ever has: one chunk */
+        DISPATCH(add_n, y, x, m, n)
+        return;
+    }
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t lo = 0; lo < n; lo += ELT_CHUNK) {
+        const float *xs[16]; /* [m] the chunk of each input */
+        for (int k = 0; k < m; k++)
+            xs[k] = x[k] + lo;
+        DISPATCH(add_n, y + lo, xs, m, CHUNK_LEN(n, lo))
+    }
 }
 
-void k_relu(float *y /* [n] */, const float *x /* [n] */, size_t n) { DISPATCH(relu, y, x, n) }
+void k_relu(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+        DISPATCH(relu, y + lo, x + lo, CHUNK_LEN(n, lo))
+}
 
 void k_relu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */, size_t n)
 {
-    DISPATCH(relu_bwd, dx, dy, y, n)
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+        DISPATCH(relu_bwd, dx + lo, dy + lo, y + lo, CHUNK_LEN(n, lo))
 }
 
 /* ---- sums over rows ---- */
@@ -2638,7 +2653,7 @@ T_AVX2 static void sum_block_avx2(float *part /* [q] */, const float *x /* [n,q]
     }
 }
 
-T_AVX2 static void sum_rows_avx2(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+static void sum_rows_avx2(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
 {
     int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
     float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
@@ -2667,7 +2682,7 @@ T_AVX512 static void sum_block_avx512(float *part /* [q] */, const float *x /* [
     }
 }
 
-T_AVX512 static void sum_rows_avx512(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
+static void sum_rows_avx512(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)
 {
     int nblk = (n + ROW_BLOCK - 1) / ROW_BLOCK;
     float *part = xmalloc(sizeof(float) * (size_t)nblk * q); /* [nblk,q] */
@@ -2949,7 +2964,6 @@ T_AVX2 static void adam_avx2(float *p /* [n] */, float *m /* [n] */, float *v /*
     __m256 omb1 = _mm256_set1_ps(k->omb1), b2 = _mm256_set1_ps(k->b2);
     __m256 omb2 = _mm256_set1_ps(k->omb2), eps = _mm256_set1_ps(k->eps);
     __m256 step = _mm256_set1_ps(k->step), bc2s = _mm256_set1_ps(k->bc2s);
-#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
     for (size_t i = 0; i < nv; i += 8) { /* adam_one's operations, in its order */
         __m256 gi = _mm256_loadu_ps(g + i), mi = _mm256_loadu_ps(m + i);
         __m256 vi = _mm256_loadu_ps(v + i), pi = _mm256_loadu_ps(p + i);
@@ -2986,7 +3000,6 @@ T_AVX512 static void adam_avx512(float *p /* [n] */, float *m /* [n] */, float *
                                  const float *g /* [n] */, size_t n, const struct adam_k *k)
 {
     size_t nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
     for (size_t i = 0; i < nv; i += 16)
         adam_vec_avx512(p + i, m + i, v + i, g + i, (__mmask16)0xFFFF, k);
     adam_vec_avx512(p + nv, m + nv, v + nv, g + nv, lanes16((int)(n - nv)), k);
@@ -2996,10 +3009,14 @@ void k_adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */, const fl
             size_t n, float lr, float b1, float b2, float eps, int t)
 {
     struct adam_k k = adam_consts(lr, b1, b2, eps, t);
-    switch (isa_get()) {
-    case ISA_AVX512: adam_avx512(p, m, v, g, n, &k); break;
-    case ISA_AVX2: adam_avx2(p, m, v, g, n, &k); break;
-    default: k_adam_ref(p, m, v, g, n, lr, b1, b2, eps, t); break;
+#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
+    for (size_t lo = 0; lo < n; lo += ELT_CHUNK) { /* chunks as the element-wise kernels' */
+        size_t len = CHUNK_LEN(n, lo);
+        switch (isa_get()) {
+        case ISA_AVX512: adam_avx512(p + lo, m + lo, v + lo, g + lo, len, &k); break;
+        case ISA_AVX2: adam_avx2(p + lo, m + lo, v + lo, g + lo, len, &k); break;
+        default: k_adam_ref(p + lo, m + lo, v + lo, g + lo, len, lr, b1, b2, eps, t); break;
+        }
     }
 }
 
@@ -3399,7 +3416,7 @@ INLINE_AVX2 void bf_rows_avx2(const struct bfmm *m, int i, int bi, int R)
 }
 
 /* Rows [i0, i0+rows) of c, A's rows from ab's row 0. */
-INLINE_AVX2 void bf_block_avx2(const struct bfmm *m, int i0, int rows)
+T_AVX2 static void bf_block_avx2(const struct bfmm *m, int i0, int rows)
 {
     int r = 0;
     for (; r + BF_MR_AVX2 <= rows; r += BF_MR_AVX2)
@@ -3408,7 +3425,7 @@ INLINE_AVX2 void bf_block_avx2(const struct bfmm *m, int i0, int rows)
         bf_rows_avx2(m, i0 + r, r, 1);
 }
 
-T_AVX2 static void matmul_bf16_avx2(struct bfmm *m, const float *a, const float *b, int n)
+static void matmul_bf16_avx2(struct bfmm *m, const float *a, const float *b, int n)
 {
     int p = m->p, pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
     size_t lda = (size_t)pe;
@@ -3540,7 +3557,13 @@ INLINE_AVX512 void bf_tile_emu_avx512(const struct bfmm *m, int i, int bi, int j
         }                                                                                  \
     } while (0)
 
-T_AVX512 static void matmul_bf16_emu_avx512(struct bfmm *m, const float *a, const float *b, int n)
+/* Rows [i0, i0+rows) of c, A's rows from ab's row 0. */
+T_AVX512 static void bf_block_emu_avx512(const struct bfmm *m, int i0, int rows)
+{
+    BF_ROWS(bf_tile_emu_avx512, m, i0, rows, 4, 12, 8, 6, 4);
+}
+
+static void matmul_bf16_emu_avx512(struct bfmm *m, const float *a, const float *b, int n)
 {
     int p = m->p, pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
     size_t lda = (size_t)pe;
@@ -3558,7 +3581,7 @@ T_AVX512 static void matmul_bf16_emu_avx512(struct bfmm *m, const float *a, cons
         for (int t = 0; t < blocks; t++) {
             int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
             bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
-            BF_ROWS(bf_tile_emu_avx512, &mine, i0, rows, 4, 12, 8, 6, 4);
+            bf_block_emu_avx512(&mine, i0, rows);
         }
         free(ab);
     }
@@ -3662,7 +3685,15 @@ INLINE_BF16 void bf_tile_native(const struct bfmm *m, int i, int bi, int j, int 
     }
 }
 
-T_BF16 static void matmul_bf16_native(struct bfmm *m, const float *a, const float *b, int n)
+/* Rows [i0, i0+rows) of c: 16 to 24 accumulators (12 when q <= 16):
+ * vdpbf16ps needs 16 in flight to reach its peak here, 8 give two thirds;
+ * taller tiles run out of registers for their row pointers. */
+T_BF16 static void bf_block_native(const struct bfmm *m, int i0, int rows)
+{
+    BF_ROWS(bf_tile_native, m, i0, rows, 4, 12, 8, 8, 6);
+}
+
+static void matmul_bf16_native(struct bfmm *m, const float *a, const float *b, int n)
 {
     int p = m->p, p2 = (p + 1) / 2, blocks = (n + BF_RB - 1) / BF_RB;
     size_t lda = (size_t)(p2 + 15) / 16 * 16;
@@ -3680,10 +3711,7 @@ T_BF16 static void matmul_bf16_native(struct bfmm *m, const float *a, const floa
         for (int t = 0; t < blocks; t++) {
             int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
             bf_pack_a(ap, a, i0, rows, p, lda);
-            /* 16 to 24 accumulators (12 when q <= 16): vdpbf16ps needs
-             * 16 in flight to reach its peak here, 8 give two thirds;
-             * taller tiles run out of registers for their row pointers */
-            BF_ROWS(bf_tile_native, &mine, i0, rows, 4, 12, 8, 8, 6);
+            bf_block_native(&mine, i0, rows);
         }
         free(ap);
     }
