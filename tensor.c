@@ -393,7 +393,7 @@ INLINE_AVX2 void mm_tile_avx2(const struct mm *m, int i, int j, int R, int V, in
 }
 
 /* R rows of c (R == MR_AVX2, or fewer at the bottom edge), all columns. */
-T_AVX2 static void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, size_t aks)
+INLINE_AVX2 void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, size_t aks)
 {
     for (int j = 0; j < m->q; j += 16) {
         int w = min_int(16, m->q - j), V = (w + 7) / 8, last_w = w - 8 * (V - 1);
@@ -411,12 +411,21 @@ T_AVX2 static void mm_rows_avx2(const struct mm *m, int i, int R, size_t ars, si
     }
 }
 
+/* Rows [i, i+R) of c = a @ b, a's rows contiguous. Out of line: the
+ * parallel loop below calls it from plain C (OpenMP cannot be outlined
+ * from a function compiled for another target, in clang), and its strides
+ * stay constants for the tile code inlined here. */
+T_AVX2 static void mm_band_avx2(const struct mm *m, int i, int R)
+{
+    mm_rows_avx2(m, i, R, (size_t)m->p, 1);
+}
+
 static void matmul_avx2(const struct mm *m, int n)
 {
     int tiles = (n + MR_AVX2 - 1) / MR_AVX2;
 #pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
     for (int t = 0; t < tiles; t++)
-        mm_rows_avx2(m, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2), (size_t)m->p, 1);
+        mm_band_avx2(m, t * MR_AVX2, min_int(MR_AVX2, n - t * MR_AVX2));
 }
 
 /* -- matmul: AVX-512 -- */
@@ -489,7 +498,7 @@ INLINE_AVX512 void mm_panel_avx512(const struct mm *m, int i, int j, int R, int 
 
 /* R rows of c (R == MR_AVX512, or fewer at the bottom edge), all columns in
  * panels of 64. */
-T_AVX512 static void mm_rows_avx512(const struct mm *m, int i, int R, size_t ars, size_t aks)
+INLINE_AVX512 void mm_rows_avx512(const struct mm *m, int i, int R, size_t ars, size_t aks)
 {
     for (int j = 0; j < m->q; j += 64) {
         int w = min_int(64, m->q - j), V = (w + 15) / 16;
@@ -502,12 +511,18 @@ T_AVX512 static void mm_rows_avx512(const struct mm *m, int i, int R, size_t ars
     }
 }
 
+/* As mm_band_avx2. */
+T_AVX512 static void mm_band_avx512(const struct mm *m, int i, int R)
+{
+    mm_rows_avx512(m, i, R, (size_t)m->p, 1);
+}
+
 static void matmul_avx512(const struct mm *m, int n)
 {
     int tiles = (n + MR_AVX512 - 1) / MR_AVX512;
 #pragma omp parallel for schedule(static) if ((long)n * m->p * m->q >= PAR_WORK)
     for (int t = 0; t < tiles; t++)
-        mm_rows_avx512(m, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512), (size_t)m->p, 1);
+        mm_band_avx512(m, t * MR_AVX512, min_int(MR_AVX512, n - t * MR_AVX512));
 }
 
 /* -- matmul: entry points -- */

@@ -166,6 +166,12 @@ static void check_kill_resume(void)
     CHECK(rc == 0 && kills > 0 &&
               t_same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k1/ckpt-00000400.safetensors"),
           "after %d SIGKILLs (seed %u) the resumed run's checkpoint differs (rc %d)", kills, seed, rc);
+    /* and its run log is the straight run's, once the "time" fields go */
+    rc = t_run("for d in k0 k1; do sed 's/,\"time\":{[^}]*}}$/}/' tests/tmp/$d/metrics.jsonl > "
+               "tests/tmp/$d.log; done; cmp tests/tmp/k0.log tests/tmp/k1.log && wc -l < "
+               "tests/tmp/k0.log", out, sizeof out);
+    CHECK(rc == 0 && atoi(out) > 400, "after %d SIGKILLs (seed %u) the resumed run's log differs "
+          "from the straight run's: %s", kills, seed, out);
 }
 
 static int catches_sigterm(pid_t pid)
