@@ -3440,7 +3440,13 @@ T_AVX2 static void bf_block_avx2(const struct bfmm *m, int i0, int rows)
         bf_rows_avx2(m, i0 + r, r, 1);
 }
 
-static void matmul_bf16_avx2(struct bfmm *m, const float *a, const float *b, int n)
+/* One block of rows of the emulated bf16 matmul: AVX2's or AVX-512's. */
+typedef void bf_block_fn(const struct bfmm *m, int i0, int rows);
+
+/* The emulated paths' driver: B rounded to bf16 once, then blocks of A's
+ * rows rounded and multiplied, a block a thread at a time. */
+static void matmul_bf16_rounded(bf_block_fn *block, struct bfmm *m, const float *a,
+                                const float *b, int n)
 {
     int p = m->p, pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
     size_t lda = (size_t)pe;
@@ -3458,7 +3464,7 @@ static void matmul_bf16_avx2(struct bfmm *m, const float *a, const float *b, int
         for (int t = 0; t < blocks; t++) {
             int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
             bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
-            bf_block_avx2(&mine, i0, rows);
+            block(&mine, i0, rows);
         }
         free(ab);
     }
@@ -3576,31 +3582,6 @@ INLINE_AVX512 void bf_tile_emu_avx512(const struct bfmm *m, int i, int bi, int j
 T_AVX512 static void bf_block_emu_avx512(const struct bfmm *m, int i0, int rows)
 {
     BF_ROWS(bf_tile_emu_avx512, m, i0, rows, 4, 12, 8, 6, 4);
-}
-
-static void matmul_bf16_emu_avx512(struct bfmm *m, const float *a, const float *b, int n)
-{
-    int p = m->p, pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
-    size_t lda = (size_t)pe;
-    m->sar = lda, m->sak = 1;
-    m->ldb = (size_t)(m->q + 15) / 16 * 16;
-    float *bb = xmalloc(sizeof(float) * ((size_t)pe * m->ldb));
-    bf_round_b(bb, b, (size_t)m->q, p, m->q, m->ldb);
-    m->bb = bb;
-#pragma omp parallel if ((long)n * p * m->q >= PAR_WORK)
-    {
-        float *ab = xmalloc(sizeof(float) * BF_RB * lda);
-        struct bfmm mine = *m;
-        mine.ab = ab;
-#pragma omp for schedule(static)
-        for (int t = 0; t < blocks; t++) {
-            int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-            bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
-            bf_block_emu_avx512(&mine, i0, rows);
-        }
-        free(ab);
-    }
-    free(bb);
 }
 
 /* -- bf16 matmul: native, vdpbf16ps -- */
@@ -3743,8 +3724,8 @@ void k_matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */, const f
     if (n <= 0 || q <= 0)
         return;
     switch (isa_get()) {
-    case ISA_AVX512: matmul_bf16_emu_avx512(&m, a, b, n); break;
-    case ISA_AVX2: matmul_bf16_avx2(&m, a, b, n); break;
+    case ISA_AVX512: matmul_bf16_rounded(bf_block_emu_avx512, &m, a, b, n); break;
+    case ISA_AVX2: matmul_bf16_rounded(bf_block_avx2, &m, a, b, n); break;
     default: k_matmul_bf16_ref(c, a, b, bias, r1, r2, relu, n, p, q); break;
     }
 }
