@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -903,6 +904,19 @@ static int part_fail(DataPart *p, const char *fmt, ...)
     return -1;
 }
 
+/* sh -c cmd, its stdout ours. The command starts with no signal blocked,
+ * whatever the calling thread blocks (the data loader's thread blocks them
+ * all), so that SIGPIPE, ^C and SIGTERM reach it as usual. */
+static FILE *start_command(const char *cmd)
+{
+    sigset_t none, old;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, &old);
+    FILE *f = popen(cmd, "r");
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return f;
+}
+
 int data_part_open(DataPart *p, const char *name, uint64_t start)
 {
     struct stat st;
@@ -910,7 +924,7 @@ int data_part_open(DataPart *p, const char *name, uint64_t start)
     p->name = name;
     p->is_shard = data_part_is_shard(name);
     p->is_pipe = !strncmp(name, "pipe:", 5);
-    p->f = p->is_pipe ? popen(name + 5, "r") : fopen(name, "rb");
+    p->f = p->is_pipe ? start_command(name + 5) : fopen(name, "rb");
     if (!p->f)
         return part_fail(p, "%s: cannot %s (%s)", name,
                          p->is_pipe ? "start the command" : "open data file", strerror(errno));

@@ -58,6 +58,7 @@ struct slot {               /* one step's windows, ready or being made */
     struct stream_pos *before; /* [count] each stream's position before them */
     unsigned char *partial; /* [count][T] and its partial window */
     uint32_t *drawn;        /* [count][B/S] the buffer slot each row came from */
+    int *ndrawn;            /* [count] rows drawn (fewer than B/S if the step failed) */
     int ready, failed;
     char err[1024];
 };
@@ -244,13 +245,14 @@ static int next_window(Loader *l, struct stream *s, unsigned char *dst)
 /* n windows into out[n][T], each from a random slot of the buffer, which
  * the stream's next window refills. */
 static int draw_windows(Loader *l, struct stream *s, unsigned char *out, uint32_t *drawn,
-                        int n)
+                        int n, int *ndrawn)
 {
     size_t T = (size_t)l->spec.T, K = (size_t)l->spec.buffer;
     for (int i = 0; i < n; i++) {
         size_t slot = (size_t)(((unsigned __int128)rng_next(&s->pos.rng) * K) >> 64);
         drawn[i] = (uint32_t)slot;
         memcpy(out + (size_t)i * T, s->buffer + slot * T, T);
+        *ndrawn = i + 1; /* a failed refill leaves the slot as it was: still undoable */
         if (next_window(l, s, s->buffer + slot * T))
             return -1;
     }
@@ -320,12 +322,14 @@ static void make_step(Loader *l, struct slot *sl)
         draw_from_text(l, sl);
         return;
     }
+    for (int i = 0; i < sp->count; i++) { /* all of it first: a failing step stays undoable */
+        sl->before[i] = l->streams[i].pos;
+        memcpy(sl->partial + (size_t)i * T, l->streams[i].partial, T);
+        sl->ndrawn[i] = 0;
+    }
     for (int i = 0; i < sp->count; i++) {
-        struct stream *s = &l->streams[i];
-        sl->before[i] = s->pos;
-        memcpy(sl->partial + (size_t)i * T, s->partial, T);
-        if (draw_windows(l, s, sl->rows + (size_t)i * per * T, sl->drawn + (size_t)i * per,
-                         per)) {
+        if (draw_windows(l, &l->streams[i], sl->rows + (size_t)i * per * T,
+                         sl->drawn + (size_t)i * per, per, &sl->ndrawn[i])) {
             sl->failed = 1;
             memcpy(sl->err, l->err, sizeof sl->err);
             return;
@@ -415,7 +419,7 @@ static void state_as_taken(Loader *l, void *arg)
         unsigned char *buffer = st + sizeof(struct stream_pos) + T;
         for (long k = l->made - 1; k >= l->taken; k--) {
             const struct slot *sl = &l->slot[k % SLOTS];
-            for (int j = per - 1; j >= 0; j--) /* the old windows are the step's rows */
+            for (int j = sl->ndrawn[i] - 1; j >= 0; j--) /* the old windows are its rows */
                 memcpy(buffer + (size_t)sl->drawn[(size_t)i * per + j] * T,
                        sl->rows + ((size_t)i * per + (size_t)j) * T, T);
             memcpy(st, &sl->before[i], sizeof sl->before[i]);
@@ -489,6 +493,7 @@ static void free_all(Loader *l)
         free(l->slot[i].before);
         free(l->slot[i].partial);
         free(l->slot[i].drawn);
+        free(l->slot[i].ndrawn);
     }
     free(l->streams);
     free(l);
@@ -509,6 +514,7 @@ Loader *loader_start(const LoaderSpec *spec, const DataList *parts, const unsign
         l->slot[i].before = xcalloc((size_t)spec->count, sizeof(struct stream_pos));
         l->slot[i].partial = xcalloc((size_t)spec->count, T);
         l->slot[i].drawn = xcalloc(rows, sizeof(uint32_t));
+        l->slot[i].ndrawn = xcalloc((size_t)spec->count, sizeof(int));
     }
     for (int i = 0; !spec->text && i < spec->count; i++) {
         struct stream *s = &l->streams[i];

@@ -75,7 +75,11 @@ static double field(const char *line, const char *key)
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\":", key);
     const char *p = strstr(line, pat);
-    return p ? strtod(p + strlen(pat), NULL) : NAN;
+    if (!p)
+        return NAN;
+    char *end;
+    double v = strtod(p + strlen(pat), &end);
+    return end == p + strlen(pat) ? NAN : v; /* "null": a diverged loss */
 }
 
 static int is_kind(const char *line, const char *kind)
@@ -92,12 +96,14 @@ static int whole(const char *line)
     return n >= 2 && line[0] == '{' && line[n - 2] == '}' && line[n - 1] == '\n';
 }
 
-/* A kept line's points go to the series. */
-static void read_points(const char *line, Series *train, Series *test)
+/* A kept line's points go to the series (perf: ms a step, or NULL). */
+static void read_points(const char *line, Series *train, Series *test, Series *perf)
 {
     double step = field(line, "step"), wall = field(line, "wall");
     if (is_kind(line, "step"))
         series_add(train, (int)step, (float)field(line, "loss"), wall);
+    if (is_kind(line, "step") && perf)
+        series_add(perf, (int)step, (float)field(line, "ms"), wall);
     else if (is_kind(line, "eval"))
         series_add(test, (int)step, (float)field(line, "test_loss"), wall);
 }
@@ -105,7 +111,8 @@ static void read_points(const char *line, Series *train, Series *test)
 /* Reads path's lines: the first config line, then every whole line of a
  * step before `before` (before < 0: all), into the series and, if keep is
  * not NULL, into keep. 0, or -1 if the file cannot be read. */
-static int read_log(const char *path, int before, Series *train, Series *test, FILE *keep)
+static int read_log(const char *path, int before, Series *train, Series *test, Series *perf,
+                    FILE *keep)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -124,7 +131,7 @@ static int read_log(const char *path, int before, Series *train, Series *test, F
         double step = field(line, "step");
         if (isnan(step) || (before >= 0 && step >= before))
             continue;
-        read_points(line, train, test);
+        read_points(line, train, test, perf);
         if (keep)
             fputs(line, keep);
     }
@@ -164,11 +171,14 @@ static void draw_curve(FILE *f, const Curve *c, double x0, double x1, double y0,
     for (int i = 0; i < s->n; i += per) {
         double x = 0, y = 0;
         int k = 0;
-        for (; k < per && i + k < s->n; k++) {
-            x += s->step[i + k];
-            y += s->value[i + k];
-        }
-        fprintf(f, "%.1f,%.1f ", px(x / k, x0, x1), py(y / k, y0, y1));
+        for (int d = 0; d < per && i + d < s->n; d++)
+            if (isfinite(s->value[i + d])) { /* a diverged step has no point */
+                x += s->step[i + d];
+                y += s->value[i + d];
+                k++;
+            }
+        if (k)
+            fprintf(f, "%.1f,%.1f ", px(x / k, x0, x1), py(y / k, y0, y1));
     }
     fputs("\"/>\n", f);
 }
@@ -190,6 +200,13 @@ static void draw_axes(FILE *f, double x0, double x1, double y0, double y1)
             "<text x=\"16\" y=\"%d\" font-size=\"14\" text-anchor=\"middle\" transform=\"rotate(-90 "
             "16 %d)\">loss (nats per byte)</text>\n", (LEFT + W - RIGHT) / 2, H - 10,
             (TOP + H - BOTTOM) / 2, (TOP + H - BOTTOM) / 2);
+}
+
+/* Text for SVG: &, < and > escaped. */
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        fputs(*s == '&' ? "&amp;" : *s == '<' ? "&lt;" : *s == '>' ? "&gt;" : (char[]){*s, 0}, f);
 }
 
 /* The curves on one chart, written atomically to path. */
@@ -222,10 +239,12 @@ static int write_chart(const char *path, const Curve *c, int n, char *err, size_
     for (int i = 0; i < n; i++) {
         draw_curve(f, &c[i], x0, x1, y0, y1);
         fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>"
-                "<text x=\"%d\" y=\"%d\" font-size=\"12\">%s</text>\n", LEFT + 10 + 200 * (i % 3),
+                "<text x=\"%d\" y=\"%d\" font-size=\"12\">", LEFT + 10 + 200 * (i % 3),
                 14 + 14 * (i / 3), LEFT + 40 + 200 * (i % 3), 14 + 14 * (i / 3), c[i].color,
                 c[i].dashed ? " stroke-dasharray=\"6 4\"" : "", LEFT + 46 + 200 * (i % 3),
-                18 + 14 * (i / 3), c[i].label);
+                18 + 14 * (i / 3));
+        xml_text(f, c[i].label);
+        fputs("</text>\n", f);
     }
     fputs("</svg>\n", f);
     if (fclose(f) || rename(tmp, path)) {
@@ -343,7 +362,7 @@ static void remove_old_events(const char *dir)
 struct RunLog {
     char dir[4096], log[4200], chart[4200];
     FILE *jsonl, *events;
-    Series train, test;
+    Series train, test, perf; /* perf: ms a step, for the event file */
     int failed;
 };
 
@@ -386,20 +405,20 @@ RunLog *runlog_open(const char *dir, const char *config_json, int resume_step, c
         free(l);
         return NULL;
     }
-    if (resume_step <= 0 || read_log(l->log, resume_step, &l->train, &l->test, keep) != 0)
+    if (resume_step <= 0 ||
+        read_log(l->log, resume_step, &l->train, &l->test, &l->perf, keep) != 0)
         fprintf(keep, "{\"kind\":\"config\",%s}\n", config_json);
     if (fclose(keep) || rename(tmp, l->log) || !(l->jsonl = fopen(l->log, "a"))) {
         fail(err, elen, "%s: cannot write (%s)", l->log, strerror(errno));
         unlink(tmp);
-        free(l);
+        runlog_close(l, NULL, 0);
         return NULL;
     }
     remove_old_events(dir);
     snprintf(events, sizeof events, "%s/events.out.tfevents.%010ld.gpt", dir, (long)time(NULL));
     if (!(l->events = fopen(events, "wb"))) {
         fail(err, elen, "%s: cannot write (%s)", events, strerror(errno));
-        fclose(l->jsonl);
-        free(l);
+        runlog_close(l, NULL, 0);
         return NULL;
     }
     write_event(l->events, wall_now(), 0, "brain.Event:2", NULL, 0);
@@ -409,6 +428,9 @@ RunLog *runlog_open(const char *dir, const char *config_json, int resume_step, c
     for (int i = 0; i < l->test.n; i++)
         write_event(l->events, l->test.wall[i], l->test.step[i], NULL, "test/loss",
                     l->test.value[i]);
+    for (int i = 0; i < l->perf.n; i++)
+        write_event(l->events, l->perf.wall[i], l->perf.step[i], NULL, "perf/ms_per_step",
+                    l->perf.value[i]);
     fflush(l->events);
     if (l->train.n && redraw(l, err, elen)) {
         runlog_close(l, NULL, 0);
@@ -417,13 +439,24 @@ RunLog *runlog_open(const char *dir, const char *config_json, int resume_step, c
     return l;
 }
 
+/* A float as JSON: a number, or null (JSON has no NaN or infinity). */
+static const char *json_number(char *buf, size_t n, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, n, "%.9g", v);
+    else
+        snprintf(buf, n, "null");
+    return buf;
+}
+
 void runlog_step(RunLog *l, const StepFigures *f)
 {
     double wall = wall_now();
-    fprintf(l->jsonl, "{\"kind\":\"step\",\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"time\":{"
+    char loss[32];
+    fprintf(l->jsonl, "{\"kind\":\"step\",\"step\":%d,\"loss\":%s,\"lr\":%.9g,\"time\":{"
             "\"wall\":%.3f,\"ms\":%.4f,\"tokens_per_s\":%.1f,\"compiles\":%ld,\"cache_hits\":%ld,"
-            "\"host_reads\":%ld}}\n", f->step, f->loss, f->lr, wall, f->ms, f->tokens_per_s,
-            f->compiles, f->cache_hits, f->host_reads);
+            "\"host_reads\":%ld}}\n", f->step, json_number(loss, sizeof loss, f->loss), f->lr, wall,
+            f->ms, f->tokens_per_s, f->compiles, f->cache_hits, f->host_reads);
     fflush(l->jsonl);
     series_add(&l->train, f->step, f->loss, wall);
     write_event(l->events, wall, f->step, NULL, "train/loss", f->loss);
@@ -436,8 +469,10 @@ void runlog_eval(RunLog *l, int step, float train_loss, float test_loss, const c
                  size_t n)
 {
     double wall = wall_now();
-    fprintf(l->jsonl, "{\"kind\":\"eval\",\"step\":%d,\"train_loss\":%.9g,\"test_loss\":%.9g,"
-            "\"continuation\":", step, train_loss, test_loss);
+    char train[32], test[32];
+    fprintf(l->jsonl, "{\"kind\":\"eval\",\"step\":%d,\"train_loss\":%s,\"test_loss\":%s,"
+            "\"continuation\":", step, json_number(train, sizeof train, train_loss),
+            json_number(test, sizeof test, test_loss));
     json_string(l->jsonl, text, n);
     fprintf(l->jsonl, ",\"time\":{\"wall\":%.3f}}\n", wall);
     fflush(l->jsonl);
@@ -456,6 +491,8 @@ void runlog_note(RunLog *l, int step, const char *kind, const char *time_json)
 
 int runlog_close(RunLog *l, char *err, size_t elen)
 {
+    if (err && elen)
+        err[0] = 0;
     if (!l)
         return 0;
     int bad = l->failed || (l->train.n && redraw(l, err, elen));
@@ -465,6 +502,7 @@ int runlog_close(RunLog *l, char *err, size_t elen)
         fail(err, elen, "%s: cannot write the run log (%s)", l->log, strerror(errno));
     series_free(&l->train);
     series_free(&l->test);
+    series_free(&l->perf);
     free(l);
     return bad ? -1 : 0;
 }
@@ -483,7 +521,7 @@ int plot_runs(const char *const *dirs, int n, const char *out, char *err, size_t
     for (int i = 0; i < n && !rc; i++) {
         char path[4200];
         snprintf(path, sizeof path, "%s/metrics.jsonl", dirs[i]);
-        if (read_log(path, -1, &s[2 * i], &s[2 * i + 1], NULL))
+        if (read_log(path, -1, &s[2 * i], &s[2 * i + 1], NULL, NULL))
             rc = fail(err, elen, "%s: cannot read the run log (%s)", path, strerror(errno));
         snprintf(labels[2 * i], sizeof labels[0], "%s train", dirs[i]);
         snprintf(labels[2 * i + 1], sizeof labels[0], "%s test", dirs[i]);

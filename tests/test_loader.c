@@ -52,6 +52,18 @@ static void check_shards_and_pipes(void)
           rc, a, b);
 }
 
+/* A pipe's command starts with no signal blocked (the loader's thread
+ * blocks them all), so SIGPIPE, ^C and SIGTERM reach it as usual. */
+static void check_pipe_signals(void)
+{
+    char out[65536];
+    int rc = t_run("./gpt train " MODEL " --data 'pipe:grep SigBlk /proc/$$/status >&2; cat " LD
+                   "/sh/train-000000.tar' --test-data " LD "/test.txt --steps 2 --out " LD "/sig",
+                   out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "SigBlk:\t0000000000000000"), "a pipe command's blocked "
+          "signals: rc %d: %.400s", rc, out);
+}
+
 /* A resume mid-part continues bit for bit, at another thread count too. */
 static void check_resume(const char *flags, const char *name)
 {
@@ -159,6 +171,7 @@ void test_loader(void)
 {
     make_corpus();
     check_shards_and_pipes();
+    check_pipe_signals();
     check_resume("", "res");
     check_epochs();
     check_vocab();

@@ -151,6 +151,18 @@ static void check_debug_warnings(void)
           "GPT_XLA_DEBUG on training: rc %d: %.3000s", rc, out);
 }
 
+/* A diverged run's log stays JSON (its loss is null) and still plots. */
+static void check_diverged(void)
+{
+    char out[65536];
+    int rc = t_run(RUN " --lr 100 --steps 30 --out " WD "/div", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "training diverged"), "a diverged run: rc %d: %.300s", rc, out);
+    rc = t_run("grep -c '\"loss\":null' " WD "/div/metrics.jsonl && /usr/bin/python3 -c \"import "
+               "json; [json.loads(l) for l in open('" WD "/div/metrics.jsonl')]\" && ./gpt plot "
+               WD "/div -o " WD "/div.svg", out, sizeof out);
+    CHECK(rc == 0 && atoi(out) >= 1, "the diverged run's log: rc %d: %s", rc, out);
+}
+
 void test_watch(void)
 {
     char out[256];
@@ -162,4 +174,5 @@ void test_watch(void)
     check_plot_and_version();
     check_profile();
     check_debug_warnings();
+    check_diverged();
 }
