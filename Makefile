@@ -18,8 +18,10 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
 # dynamically linked. Plain make is the static gcc/libgomp binary.
 LLVM_OMP  := -ffp-contract=off -fopenmp=libomp -DGPT_RUNTIME='"libomp, mimalloc"'
 LLVM_LIBS := -lmimalloc -lm
+MPICC   := mpicc
 ifeq ($(LLVM),1)
 CC      := clang
+MPICC   := OMPI_CC=clang mpicc
 OMP     := $(LLVM_OMP)
 LDLIBS  := $(LLVM_LIBS)
 STATIC  :=
@@ -46,8 +48,8 @@ gpt-llvm: $(SRC) $(HDR)
 
 # gpt-mpi: the same program over Open MPI (Debian: openmpi-bin,
 # libopenmpi-dev), for runs of several processes: mpirun -np N ./gpt-mpi.
-gpt-mpi: $(SRC) $(HDR)
-	mpicc $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -o $@ $(SRC) $(LDLIBS)
+gpt-mpi: $(SRC) $(HDR) $(FLAVOUR)
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -o $@ $(SRC) $(LDLIBS)
 
 mpi: gpt-mpi
 
@@ -88,7 +90,7 @@ bench-flavours: bench/gpt-gcc gpt-llvm
 MPIRUN := mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
           --mca btl_vader_single_copy_mechanism none
 bench/comm_bench: comm.c comm.h tensor.c tensor.h bench/comm_bench.c
-	mpicc $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor.c bench/comm_bench.c $(LDLIBS)
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor.c bench/comm_bench.c $(LDLIBS)
 
 bench-mpi: bench/comm_bench
 	$(MPIRUN) --mca btl self,tcp -np 2 ./bench/comm_bench "TCP on loopback"
