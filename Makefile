@@ -74,8 +74,9 @@ BLAS = $(shell if printf '\043include <cblas.h>\nint main(void){cblas_sgemm(0,0,
 bench/bench: $(SRC) $(HDR) bench/bench.c
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(BLAS) $(LDLIBS)
 
-bench: bench/bench $(if $(HAVE_LLVM),bench-flavours)
+bench: bench/bench
 	./bench/bench $(BENCH_FLAGS)
+	if [ -n "$(HAVE_LLVM)" ]; then $(MAKE) --no-print-directory bench-flavours; fi
 
 # Both builds side by side (when clang, libomp and mimalloc are there).
 HAVE_LLVM = $(shell printf '\043include <omp.h>\n\043include <mimalloc.h>\nint main(void){return omp_get_max_threads() < 0;}\n' | \
