@@ -35,6 +35,34 @@ int t_run(const char *cmd, char *out, size_t n)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+unsigned char *t_slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc((size_t)(len > 0 ? len : 0) + 1);
+    size_t got = fread(p, 1, (size_t)(len > 0 ? len : 0), f);
+    p[got] = 0;
+    if (n)
+        *n = got;
+    fclose(f);
+    return p;
+}
+
+void t_expect_one_line(const char *cmd, int code, const char *says)
+{
+    char out[65536];
+    int rc = t_run(cmd, out, sizeof out), lines = 0;
+    for (char *c = out; *c; c++)
+        lines += *c == '\n';
+    CHECK(rc == code && strstr(out, says) && lines == 1,
+          "'%s' gave exit %d (want %d) and '%s' (want one line with '%s')", cmd, rc, code, out,
+          says);
+}
+
 int t_same_file(const char *a, const char *b)
 {
     char cmd[512], out[256];

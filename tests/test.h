@@ -24,6 +24,11 @@ double max_rel_err(const float *a, const float *b, size_t n, double floor);
 
 /* Runs cmd through the shell; returns its exit code, output in out. */
 int t_run(const char *cmd, char *out, size_t n);
+/* A whole file in memory, NUL-terminated (NULL if unreadable); *n its size
+ * (n may be NULL). */
+unsigned char *t_slurp(const char *path, size_t *n);
+/* Runs cmd: it must exit with code and print one line containing says. */
+void t_expect_one_line(const char *cmd, int code, const char *says);
 /* 1 when the two files hold the same bytes. */
 int t_same_file(const char *a, const char *b);
 /* At least `at_least` bytes of pseudo-English from a fixed seed. */

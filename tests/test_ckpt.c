@@ -7,21 +7,6 @@
 #include "gpt.h"
 #include "test.h"
 
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc(*n ? *n : 1);
-    if (fread(p, 1, *n, f) != *n)
-        *n = 0;
-    fclose(f);
-    return p;
-}
-
 static void check_roundtrip(void)
 {
     Config c = {VOCAB, 32, 16, 24, 2, 2};
@@ -45,7 +30,7 @@ static void check_roundtrip(void)
     CHECK(st_meta(&f, "note") && !strcmp(st_meta(&f, "note"), val[1]), "metadata escaped wrongly");
     CHECK(!ckpt_save(&b, "tests/tmp/rt2.safetensors", key, val, 2, err, sizeof err), "%s", err);
     size_t n1, n2;
-    unsigned char *p1 = slurp("tests/tmp/rt.safetensors", &n1), *p2 = slurp("tests/tmp/rt2.safetensors", &n2);
+    unsigned char *p1 = t_slurp("tests/tmp/rt.safetensors", &n1), *p2 = t_slurp("tests/tmp/rt2.safetensors", &n2);
     CHECK(p1 && p2 && n1 == n2 && !memcmp(p1, p2, n1), "re-saved checkpoint differs");
     /* a flipped data byte is caught by the checksum */
     p1[n1 - 3] ^= 0x10;

@@ -107,16 +107,8 @@ static void check_refusals(void)
     write_file("tests/tmp/short.txt", "only forty bytes of text, not enough....", 40);
     write_file("tests/tmp/utf8.txt", "plain text\xe2\x80\x99s", 13);
     write_file("tests/tmp/garbage.safetensors", "\x10\0\0\0\0\0\0\0{not json}", 18);
-    char out[4096];
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        int rc = t_run(bad[i].cmd, out, sizeof out);
-        int lines = 0;
-        for (char *c = out; *c; c++)
-            lines += *c == '\n';
-        CHECK(rc == bad[i].code && strstr(out, bad[i].says) && lines == 1,
-              "'%s' gave exit %d (want %d) and '%s' (want one line with '%s')", bad[i].cmd, rc,
-              bad[i].code, out, bad[i].says);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        t_expect_one_line(bad[i].cmd, bad[i].code, bad[i].says);
 }
 
 /* Starts cmd in the background; returns its pid. */

@@ -26,22 +26,6 @@ static void write_file(const char *path, const void *p, size_t n)
     fclose(f);
 }
 
-/* A whole file in memory (NUL-terminated); *n its size. */
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc((size_t)len + 1);
-    *n = fread(p, 1, (size_t)len, f);
-    p[*n] = 0;
-    fclose(f);
-    return p;
-}
-
 /* ---- brace expansion ---- */
 
 /* The expansion of pattern joined by spaces, or "ERR: the error". */
@@ -279,10 +263,10 @@ static void check_gnu_archives(void)
         while (data_part_next(&p, &d) == 1) {
             size_t n;
             snprintf(doc, sizeof doc, TMP "/gnu/src/%s.txt", d.key);
-            unsigned char *want = slurp(doc, &n), *got = malloc(d.size + 1);
+            unsigned char *want = t_slurp(doc, &n), *got = malloc(d.size + 1);
             if (!want) {
                 snprintf(doc, sizeof doc, TMP "/gnu/src/%s.text", d.key);
-                want = slurp(doc, &n);
+                want = t_slurp(doc, &n);
             }
             long k = data_part_read(&p, got, d.size + 1);
             same &= want && (size_t)k == n && n == d.size && !memcmp(want, got, n);
@@ -339,7 +323,7 @@ static unsigned char *make_base(size_t *n)
     int rc = tar_write_open(&w, TMP "/base.tar");
     rc = rc || tar_write_member(&w, "a.txt", a, sizeof a) || tar_write_member(&w, "b.txt", b, sizeof b);
     CHECK(tar_write_close(&w) == 0 && rc == 0, "writing base.tar: %s", w.err);
-    unsigned char *p = slurp(TMP "/base.tar", n);
+    unsigned char *p = t_slurp(TMP "/base.tar", n);
     CHECK(p && *n == 4096, "base.tar has %zu bytes, want 4096", *n);
     return p;
 }
@@ -438,7 +422,7 @@ static void check_pax_damage(void)
     tar_write_open(&w, TMP "/pax.tar");
     tar_write_member(&w, path, "hello", 5);
     CHECK(tar_write_close(&w) == 0, "writing pax.tar: %s", w.err);
-    unsigned char *pax = slurp(TMP "/pax.tar", &n);
+    unsigned char *pax = t_slurp(TMP "/pax.tar", &n);
     CHECK(pax && n == 3072 && !memcmp(pax + 512, "166 path=p/000", 14), "pax.tar: %zu bytes", n);
     if (!pax || n != 3072)
         return;
@@ -647,7 +631,7 @@ static void check_shard_documents(const char *spec, int want_docs)
         while (data_part_next(&p, &d) == 1) {
             size_t n;
             snprintf(path, sizeof path, SHIN "f%d.txt", atoi(d.key));
-            unsigned char *want = slurp(path, &n), *got = malloc(d.size + 1);
+            unsigned char *want = t_slurp(path, &n), *got = malloc(d.size + 1);
             same &= want && data_part_read(&p, got, d.size + 1) == (long)n && !memcmp(got, want, n);
             free(want);
             free(got);
@@ -717,16 +701,8 @@ static void check_shard_refusals(void)
         {"./gpt shard --out " TMP "/sh-d --prefix a/b " SHIN "f0.txt", 2, "--prefix must be a file name"},
         {"./gpt shard --out /proc/nope " SHIN "f0.txt", 1, "/proc/nope"},
     };
-    char out[4096];
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        int rc = t_run(bad[i].cmd, out, sizeof out);
-        int lines = 0;
-        for (char *c = out; *c; c++)
-            lines += *c == '\n';
-        CHECK(rc == bad[i].code && strstr(out, bad[i].says) && lines == 1,
-              "'%s' gave exit %d (want %d) and '%s' (want one line with '%s')", bad[i].cmd, rc,
-              bad[i].code, out, bad[i].says);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        t_expect_one_line(bad[i].cmd, bad[i].code, bad[i].says);
 }
 
 void test_data(void)

@@ -14,20 +14,6 @@ static const char *const sources[] = {
     "comm.h",  "tensor.h"};
 #define NSOURCES (int)(sizeof sources / sizeof *sources)
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    s[fread(s, 1, (size_t)n, f)] = 0;
-    fclose(f);
-    return s;
-}
-
 static int ident_char(int c) { return isalnum(c) || c == '_'; }
 
 /* A line at column 0 that defines function `name`: "... name(" with no
@@ -63,7 +49,7 @@ static int defines_struct(const char *text, const char *name)
 /* Each `identifier()` and `struct identifier` of the tour is defined. */
 static void check_tour_names(char **src)
 {
-    char *tour = slurp("docs/TOUR.md");
+    char *tour = (char *)t_slurp("docs/TOUR.md", NULL);
     CHECK(tour != NULL, "docs/TOUR.md is missing");
     if (!tour)
         return;
@@ -151,7 +137,7 @@ void test_tour(void)
 {
     char *src[NSOURCES];
     for (int i = 0; i < NSOURCES; i++) {
-        src[i] = slurp(sources[i]);
+        src[i] = (char *)t_slurp(sources[i], NULL);
         CHECK(src[i] != NULL, "cannot read %s", sources[i]);
     }
     check_tour_names(src);
