@@ -29,6 +29,9 @@ else
 STATIC  := -static
 endif
 
+# plain `make` builds gpt (the flavour stamp below would otherwise come first)
+.DEFAULT_GOAL := all
+
 # -ffp-contract=off: no a*b+c fused into an FMA behind our back (gcc's
 # ISO C default), so both flavours give the same bits.
 # Switching flavours rebuilds: this stamp changes when the flavour does.

@@ -295,44 +295,52 @@ float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
 
 /* ==== sampling ==== */
 
-/* The decoder's state: one KV cache per layer and the step's inputs. */
+/* The decoder's state for ns passages decoded side by side: one KV cache
+ * per layer and the step's inputs. All passages sit at the same position
+ * (they share the prompt), so one decode step serves them all. */
 struct decoder {
-    int32_t tok, pos;
-    float *kc, *vc; /* [layers, context, C] each */
+    int ns;        /* passages */
+    int32_t *tok;  /* [ns] each passage's newest byte */
+    int32_t *pos;  /* [ns] its position, the same for all */
+    float *kc, *vc; /* [layers, ns, context, C] each */
 };
 
-/* One new byte at position d->pos through the cached model: logits [1,V]. */
+/* One new byte per passage at position d->pos[0] through the cached model:
+ * logits [ns,V]. */
 static const float *decode_step(Model *m, Graph *g, struct decoder *d)
 {
     const Config *c = &m->cfg;
-    size_t cache = (size_t)c->context * c->embed;
+    size_t cache = (size_t)d->ns * c->context * c->embed; /* one layer's [ns,context,C] */
     struct model_leaves L;
     g_reset(g);
     param_leaves(m, g, &L, NULL, 0);
-    Tensor *tok = g_leaf(g, TK_INPUT, DT_I32, &d->tok, 1, 1); /* [1] */
-    Tensor *pos = g_leaf(g, TK_INPUT, DT_I32, &d->pos, 1, 1); /* [1] */
-    struct attn_mode a = {.heads = c->heads, .pos = pos};
-    Tensor *x = embed(g, &L, tok, pos); /* [1,C] */
+    Tensor *tok = g_leaf(g, TK_INPUT, DT_I32, d->tok, d->ns, 1); /* [ns] */
+    Tensor *pos = g_leaf(g, TK_INPUT, DT_I32, d->pos, d->ns, 1); /* [ns] */
+    Tensor *pos1 = g_leaf(g, TK_INPUT, DT_I32, d->pos, 1, 1);    /* [1]: the cache row */
+    struct attn_mode a = {.heads = c->heads, .pos = pos1};
+    Tensor *x = embed(g, &L, tok, pos); /* [ns,C] */
     for (int l = 0; l < c->layers; l++) {
-        a.k_cache = g_leaf(g, TK_STATE, DT_F32, d->kc + l * cache, c->context, c->embed);
-        a.v_cache = g_leaf(g, TK_STATE, DT_F32, d->vc + l * cache, c->context, c->embed);
+        a.k_cache = g_leaf(g, TK_STATE, DT_F32, d->kc + l * cache, d->ns * c->context, c->embed);
+        a.v_cache = g_leaf(g, TK_STATE, DT_F32, d->vc + l * cache, d->ns * c->context, c->embed);
         x = g_add(g, x, block(g, &L.block[l], x, &a));
     }
     return g_read(g, unembed(g, &L, x));
 }
 
 /* Past the context the reference feeds the last `context` bytes afresh, so
- * positions restart at 0 and the cache cannot be reused. */
-static const float *window_step(Model *m, Graph *g, Batch *w, const char *text, int n)
+ * positions restart at 0 and the cache cannot be reused: one window per
+ * passage, w->B of them, each ending at byte n. Returns logits [B*T,V]; a
+ * passage's next-byte logits are its window's last row. */
+static const float *window_step(Model *m, Graph *g, Batch *w, char *const *text, int n)
 {
     struct model_leaves L;
-    for (int t = 0; t < w->T; t++)
-        w->tok[t] = (unsigned char)text[n - w->T + t];
+    for (int s = 0; s < w->B; s++)
+        for (int t = 0; t < w->T; t++)
+            w->tok[(size_t)s * w->T + t] = (unsigned char)text[s][n - w->T + t];
     batch_finish(w);
     g_reset(g);
     param_leaves(m, g, &L, NULL, 0);
-    const float *logits = g_read(g, forward(m, g, &L, w)); /* [T,V] */
-    return logits + (size_t)(w->T - 1) * m->cfg.vocab;
+    return g_read(g, forward(m, g, &L, w)); /* [B*T,V] */
 }
 
 /* Temperature and top-k sampling; temperature 0 is argmax. */
@@ -377,7 +385,8 @@ void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
     for (; n < total; n++) {
         Batch w;
         batch_alloc(&w, 1, n < m->cfg.context ? n : m->cfg.context);
-        text[n] = (char)sample_byte(window_step(m, g, &w, text, n), m->cfg.vocab, o, r);
+        const float *logits = window_step(m, g, &w, &text, n); /* [T,V] */
+        text[n] = (char)sample_byte(logits + (size_t)(w.T - 1) * m->cfg.vocab, m->cfg.vocab, o, r);
         batch_free(&w);
         g_mark_step(g, NULL, 0); /* a step a byte, as a PyTorch/XLA generation loop marks it */
         if (o->emit)
@@ -385,36 +394,53 @@ void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
     }
 }
 
-void model_generate(Model *m, Graph *g, char *text, int n, int total,
-                    const SampleOpts *o, Rng *r)
+void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, int total,
+                         const SampleOpts *o, Rng *r)
 {
     const Config *c = &m->cfg;
-    size_t cache = (size_t)c->layers * c->context * c->embed;
-    struct decoder d = {.kc = xcalloc(cache, sizeof(float)),
+    int V = c->vocab;
+    size_t cache = (size_t)c->layers * ns * c->context * c->embed;
+    struct decoder d = {.ns = ns,
+                        .tok = xcalloc((size_t)ns, sizeof(int32_t)),
+                        .pos = xcalloc((size_t)ns, sizeof(int32_t)),
+                        .kc = xcalloc(cache, sizeof(float)),
                         .vc = xcalloc(cache, sizeof(float))};
     Batch w;
-    batch_alloc(&w, 1, c->context);
-    const float *logits = NULL; /* [V] for the next byte */
+    batch_alloc(&w, ns, c->context);
+    const float *logits = NULL; /* [ns,V], or [ns*context,V] past the context */
+    size_t row = V, last = 0;   /* passage s's logits at logits + s*row + last */
     for (int i = 0; i < n && n <= c->context; i++) {
-        d.tok = (unsigned char)text[i];
-        d.pos = i;
+        for (int s = 0; s < ns; s++)
+            d.tok[s] = (unsigned char)text[s][i], d.pos[s] = i;
         logits = decode_step(m, g, &d);
     }
     for (; n < total; n++) {
-        if (n > c->context)
+        if (n > c->context) {
             logits = window_step(m, g, &w, text, n);
-        text[n] = (char)sample_byte(logits, c->vocab, o, r);
+            row = (size_t)c->context * V, last = (size_t)(c->context - 1) * V;
+        }
+        for (int s = 0; s < ns; s++)
+            text[s][n] = (char)sample_byte(logits + s * row + last, V, o, &r[s]);
         if (o->emit)
-            o->emit((unsigned char)text[n], o->ctx);
+            o->emit((unsigned char)text[0][n], o->ctx);
         if (n + 1 <= c->context && n + 1 < total) {
-            d.tok = (unsigned char)text[n];
-            d.pos = n;
+            for (int s = 0; s < ns; s++)
+                d.tok[s] = (unsigned char)text[s][n], d.pos[s] = n;
             logits = decode_step(m, g, &d);
+            row = V, last = 0;
         }
     }
     batch_free(&w);
+    free(d.tok);
+    free(d.pos);
     free(d.kc);
     free(d.vc);
+}
+
+void model_generate(Model *m, Graph *g, char *text, int n, int total,
+                    const SampleOpts *o, Rng *r)
+{
+    model_generate_many(m, g, &text, 1, n, total, o, r);
 }
 
 /* ==== data parallelism ====
@@ -1042,7 +1068,7 @@ struct opt {
 struct settings {
     int embed, mlp, heads, layers, context;
     int steps, batch, seq, eval_every, eval_batch, eval_bytes, final_bytes;
-    int threads, bytes, top_k, metrics, naive, ckpt_every, keep, cores;
+    int threads, bytes, top_k, metrics, naive, ckpt_every, keep, cores, num_samples;
     int vocab, streams, shuffle_buffer, verbose, profile_steps;
     double lr, temperature, seed;
     const char *data, *test_data, *out, *init, *prompt, *device, *ckpt, *resume, *profile;
@@ -1053,7 +1079,7 @@ static const struct settings defaults = {
     .embed = 32, .mlp = 64, .heads = 4, .layers = 4, .context = 128,
     .steps = 50000, .batch = 32, .seq = 128, .eval_every = 100, .eval_batch = 256,
     .eval_bytes = 32, .final_bytes = 256, .threads = 0, .bytes = 256, .top_k = 0,
-    .ckpt_every = 1000, .keep = 3, .vocab = VOCAB, .streams = 0, .shuffle_buffer = 1024,
+    .num_samples = 1, .ckpt_every = 1000, .keep = 3, .vocab = VOCAB, .streams = 0, .shuffle_buffer = 1024,
     .profile_steps = 10,
     .lr = 1e-3, .temperature = 1.0, .seed = 1337,
     .data = "data/sherlock-ascii.txt", .out = "out", .init = NULL,
@@ -2153,7 +2179,8 @@ static int cmd_sample(int argc, char **argv)
         {"bytes", O_INT, &s.bytes, "bytes to print, prompt included"},
         {"temperature", O_REAL, &s.temperature, "softmax temperature, 0 = greedy"},
         {"top-k", O_INT, &s.top_k, "sample among the k likeliest bytes, 0 = all"},
-        {"seed", O_REAL, &s.seed, "random seed"},
+        {"seed", O_REAL, &s.seed, "random seed (passage i of --num-samples uses SEED+i)"},
+        {"num-samples", O_INT, &s.num_samples, "passages generated at once, printed when done"},
         {"heads", O_INT, &s.heads, "heads, for files without our metadata"},
         {"device", O_STR, &s.device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s.metrics, "print the XLA metrics and kernel profile at the end"},
@@ -2172,27 +2199,41 @@ static int cmd_sample(int argc, char **argv)
     need(s.top_k >= 0 && s.top_k <= MAX_VOCAB, "--top-k must be 0..%d, got %d", MAX_VOCAB,
          s.top_k);
     need(s.seed >= 0 && s.seed == floor(s.seed), "--seed must be a whole number >= 0");
+    need(s.num_samples >= 1 && s.num_samples <= 4096, "--num-samples must be 1..4096, got %d",
+         s.num_samples);
+    need(!(s.naive && s.num_samples > 1), "--naive generates one passage; drop --num-samples");
     apply_common_flags(&s);
     setup_board(&s, 1);
     Model m;
     load_model(&m, s.ckpt, &s);
     check_prompt(s.prompt, m.cfg.vocab); /* a vocab-128 model knows only ASCII */
-    int n = (int)strlen(s.prompt), total = n > s.bytes ? n : s.bytes;
-    char *text = xcalloc((size_t)total + 1, 1);
-    memcpy(text, s.prompt, (size_t)n);
-    fputs(s.prompt, stdout);
-    Rng r;
-    rng_seed(&r, (uint64_t)s.seed, 3);
-    SampleOpts so = {(float)s.temperature, s.top_k, emit_raw, NULL};
+    int ns = s.num_samples, n = (int)strlen(s.prompt), total = n > s.bytes ? n : s.bytes;
+    char **text = xcalloc((size_t)ns, sizeof *text); /* [ns] passages */
+    Rng *r = xcalloc((size_t)ns, sizeof *r);          /* [ns] their generators */
+    for (int i = 0; i < ns; i++) {
+        text[i] = xcalloc((size_t)total + 1, 1);
+        memcpy(text[i], s.prompt, (size_t)n);
+        rng_seed(&r[i], (uint64_t)s.seed + (uint64_t)i, 3); /* = --seed SEED+i alone */
+    }
+    SampleOpts so = {(float)s.temperature, s.top_k, ns == 1 ? emit_raw : NULL, NULL};
+    if (ns == 1)
+        fputs(s.prompt, stdout); /* one passage streams as it grows */
     Graph *g = new_graph(&s);
     if (s.naive)
-        model_generate_naive(&m, g, text, n, total, &so, &r);
+        model_generate_naive(&m, g, text[0], n, total, &so, &r[0]);
     else
-        model_generate(&m, g, text, n, total, &so, &r);
-    putchar('\n');
+        model_generate_many(&m, g, text, ns, n, total, &so, r);
+    if (ns == 1)
+        putchar('\n');
+    for (int i = 0; i < ns && ns > 1; i++)
+        printf("%s==== passage %d of %d (seed %.0f) ====\n%s\n", i ? "\n" : "", i + 1, ns,
+               s.seed + i, text[i]);
     report_metrics(&s);
     g_free(g);
+    for (int i = 0; i < ns; i++)
+        free(text[i]);
     free(text);
+    free(r);
     model_free(&m);
     return 0;
 }

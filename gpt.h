@@ -96,6 +96,12 @@ typedef struct SampleOpts {
 } SampleOpts;
 void model_generate(Model *m, Graph *g, char *text, int n, int total,
                     const SampleOpts *o, Rng *r);
+/* ns passages of the same prompt at once, text[s] and r[s] passage s's
+ * (text[s][0..n) the prompt); one forward pass per byte serves them all.
+ * o->emit, if set, streams passage 0. Passage s's bytes do not depend on
+ * ns: model_generate(text[0], r[0]) writes passage 0's. */
+void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, int total,
+                         const SampleOpts *o, Rng *r);
 /* The reference's way: every byte re-reads the whole (growing) text, so on
  * the xla device every new length is a new graph shape. */
 void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,

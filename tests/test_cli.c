@@ -59,6 +59,18 @@ static void check_sample_eval(void)
     CHECK(t_run(s, a, sizeof a) == 0 && t_run(s, b, sizeof b) == 0 && !strcmp(a, b) &&
               !strncmp(a, "the cat", 7) && strlen(a) == 81,
           "sampling is not reproducible or has the wrong length: '%s'", a);
+    char two[8192], want[8192], c6[4096];
+    CHECK(t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 --seed 5 "
+                "--num-samples 2", two, sizeof two) == 0 &&
+              t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 --seed 5", a,
+                    sizeof a) == 0 &&
+              t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 --seed 6", c6,
+                    sizeof c6) == 0,
+          "--num-samples 2 failed: %s", two);
+    snprintf(want, sizeof want, "==== passage 1 of 2 (seed 5) ====\n%s\n==== passage 2 of 2 "
+             "(seed 6) ====\n%s", a, c6);
+    CHECK(!strcmp(two, want), "--num-samples 2 --seed 5 is not --seed 5's and --seed 6's "
+          "passages: '%s'", two);
     CHECK(t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the' --temperature 0 --bytes 40", a,
               sizeof a) == 0 && strlen(a) == 41, "greedy sampling failed: %s", a);
     CHECK(t_run("./gpt eval --ckpt tests/tmp/t3/ckpt-00000300.safetensors --data tests/tmp/d.txt",
@@ -102,6 +114,8 @@ static void check_refusals(void)
         {"./gpt train --precision fp16", 2, "--precision must be fp32, bf16 or bf16-pure"},
         {"./gpt train --hbm lots", 2, "--hbm must be a size"},
         {"./gpt sample --ckpt tests/tmp/t1 --precision bf8", 2, "--precision"},
+        {"./gpt sample --ckpt tests/tmp/t1 --num-samples 0", 2, "--num-samples"},
+        {"./gpt sample --ckpt tests/tmp/t1 --num-samples 2 --naive", 2, "--naive"},
     };
     write_file("tests/tmp/empty.txt", "", 0);
     write_file("tests/tmp/short.txt", "only forty bytes of text, not enough....", 40);
