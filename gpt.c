@@ -131,6 +131,8 @@ static void build_params(Model *m)
                    NO_BIAS);
         add_layernorm(m, in_block(n, l, "layer_norms.0"), C, LEAF(block[l].ln1_w),
                       LEAF(block[l].ln1_b));
+        if (c->no_mlp)
+            continue; /* an attention-only block */
         add_layernorm(m, in_block(n, l, "layer_norms.1"), C, LEAF(block[l].ln2_w),
                       LEAF(block[l].ln2_b));
         add_linear(m, in_block(n, l, "compute.0"), M, C, LEAF(block[l].fc_w),
@@ -213,18 +215,30 @@ static Tensor *attention_half(Graph *g, const struct block_leaves *b, Tensor *x,
 }
 
 /* The MLP half of a block: h + mlp(ln2(h)), [n,C] -> [n,C]. */
-static Tensor *mlp_half(Graph *g, const struct block_leaves *b, Tensor *h)
+static Tensor *mlp_half(Graph *g, const struct block_leaves *b, Tensor *h,
+                        const struct attn_mode *a)
 {
     Tensor *ln = g_layernorm(g, h, b->ln2_w, b->ln2_b);       /* [n,C] */
     Tensor *f = g_relu(g, g_linear(g, ln, b->fc_w, b->fc_b)); /* [n,M] */
     return g_add(g, h, g_linear(g, f, b->proj_w, b->proj_b)); /* [n,C] */
 }
 
-/* The reference's Block.forward, [n,C] -> [n,C]. */
-static Tensor *block(Graph *g, const struct block_leaves *b, Tensor *x,
+/* The reference's Block.forward, [n,C] -> [n,C]; with --no-mlp the
+ * attention half alone. */
+static Tensor *block(Graph *g, const Config *c, const struct block_leaves *b, Tensor *x,
                      const struct attn_mode *a)
 {
-    return mlp_half(g, b, attention_half(g, b, x, a));
+    Tensor *h = attention_half(g, b, x, a);
+    return c->no_mlp ? h : mlp_half(g, b, h, a);
+}
+
+/* The stack's step: the reference adds the residual twice, x + block(x)
+ * where block(x) already is x + ...; --residual once keeps block(x). */
+static Tensor *stack_step(Graph *g, const Config *c, const struct block_leaves *b, Tensor *x,
+                          const struct attn_mode *a)
+{
+    Tensor *y = block(g, c, b, x, a); /* [n,C] */
+    return c->residual_once ? y : g_add(g, x, y);
 }
 
 /* x [n,C] -> logits [n,V] = head(lnf(x)) */
@@ -236,8 +250,8 @@ static Tensor *unembed(Graph *g, const struct model_leaves *L, Tensor *x)
 
 /* The reference's forward over a batch of B windows of T bytes: logits
  * [n,V] for this core's n = B/cores*T positions. Like the reference it
- * adds the residual twice: x + block(x), where block(x) is already
- * h + mlp(ln2(h)) with h = x + attn(ln1(x)). */
+ * adds the residual twice (stack_step): x + block(x), where block(x) is
+ * already h + mlp(ln2(h)) with h = x + attn(ln1(x)). */
 static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const Batch *b)
 {
     struct attn_mode a = {.windows = b->B / g_cores(g), .T = b->T, .heads = m->cfg.heads};
@@ -245,7 +259,7 @@ static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const B
     Tensor *pos = shard_leaf(g, b, b->pos); /* i32 [n] */
     Tensor *x = embed(g, L, tok, pos);      /* [n,C] */
     for (int l = 0; l < m->cfg.layers; l++)
-        x = g_add(g, x, block(g, &L->block[l], x, &a)); /* [n,C] */
+        x = stack_step(g, &m->cfg, &L->block[l], x, &a); /* [n,C] */
     return unembed(g, L, x);
 }
 
@@ -265,11 +279,13 @@ Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
 static void adam_update(Model *m, Graph *g, Tensor **leaf, Tensor **grad, float lr)
 {
     m->t++;
+    m->lr = lr;
     Tensor *t = g_leaf(g, TK_STATE, DT_I32, &m->t, 1, 1);
+    Tensor *rate = g_leaf(g, TK_INPUT, DT_F32, &m->lr, 1, 1); /* data, so a schedule never recompiles */
     for (int i = 0; i < m->np; i++) {
         Tensor *mm = moment_leaf(m, g, 1, &m->p[i]); /* rows x cols, as the parameter */
         Tensor *vv = moment_leaf(m, g, 2, &m->p[i]);
-        g_adam(g, leaf[i], grad[i], mm, vv, t, lr, 0.9f, 0.999f, 1e-8f);
+        g_adam(g, leaf[i], grad[i], mm, vv, t, rate, 0.9f, 0.999f, 1e-8f);
     }
 }
 
@@ -322,7 +338,7 @@ static const float *decode_step(Model *m, Graph *g, struct decoder *d)
     for (int l = 0; l < c->layers; l++) {
         a.k_cache = g_leaf(g, TK_STATE, DT_F32, d->kc + l * cache, d->ns * c->context, c->embed);
         a.v_cache = g_leaf(g, TK_STATE, DT_F32, d->vc + l * cache, d->ns * c->context, c->embed);
-        x = g_add(g, x, block(g, &L.block[l], x, &a));
+        x = stack_step(g, c, &L.block[l], x, &a);
     }
     return g_read(g, unembed(g, &L, x));
 }
@@ -651,21 +667,29 @@ int ckpt_config(const StFile *f, Config *c, int heads)
     const StEntry *tok = st_find(f, "decode_transformer.token_embedding.weight");
     const StEntry *pos = st_find(f, "decode_transformer.postn_embedding.weight");
     const StEntry *fc = st_find(f, "decode_transformer.blocks.0.compute.0.weight");
+    const StEntry *qkv = st_find(f, "decode_transformer.blocks.0.attention.attention.weight");
+    const char *residual = st_meta(f, "residual");
     char name[96];
-    if (!tok || !pos || !fc || tok->ndim != 2 || pos->ndim != 2 || fc->ndim != 2)
+    if (!tok || !pos || !qkv || tok->ndim != 2 || pos->ndim != 2 || (fc && fc->ndim != 2))
         return -1;
-    int64_t C = tok->shape[0], T = pos->shape[1], M = fc->shape[0];
+    int64_t C = tok->shape[0], T = pos->shape[1], M = fc ? fc->shape[0] : 0; /* no MLP: 0 */
     if ((tok->shape[1] != 128 && tok->shape[1] != 256) || C < 1 || C > 4096 || pos->shape[0] != C || T < 2 ||
-        T > 1024 || fc->shape[1] != C || M < 1 || M > 16384)
+        T > 1024 || (fc && (fc->shape[1] != C || M < 1 || M > 16384)))
         return -1;
-    *c = (Config){(int)tok->shape[1], (int)T, (int)C, (int)M, meta_int(f, "heads", heads), 0};
-    do
-        snprintf(name, sizeof name, "decode_transformer.blocks.%d.compute.0.weight", c->layers);
+    if (residual && strcmp(residual, "once") && strcmp(residual, "twice"))
+        return -1;
+    *c = (Config){.vocab = (int)tok->shape[1], .context = (int)T, .embed = (int)C, .mlp = (int)M,
+                  .heads = meta_int(f, "heads", heads)};
+    c->no_mlp = !fc;
+    c->residual_once = residual && !strcmp(residual, "once");
+    do /* every block has its attention weight, with or without an MLP */
+        snprintf(name, sizeof name, "decode_transformer.blocks.%d.attention.attention.weight",
+                 c->layers);
     while (st_find(f, name) && ++c->layers < MAX_LAYERS);
     const char *keys[] = {"vocab", "context", "embed", "mlp", "layers"};
     const int vals[] = {c->vocab, c->context, c->embed, c->mlp, c->layers};
     for (int i = 0; i < 5; i++)
-        if (meta_int(f, keys[i], vals[i]) != vals[i])
+        if (!(c->no_mlp && i == 3) && meta_int(f, keys[i], vals[i]) != vals[i])
             return -1;
     return c->heads > 0 && c->embed % c->heads == 0 ? 0 : -1;
 }
@@ -1070,7 +1094,9 @@ struct settings {
     int steps, batch, seq, eval_every, eval_batch, eval_bytes, final_bytes;
     int threads, bytes, top_k, metrics, naive, ckpt_every, keep, cores, num_samples;
     int vocab, streams, shuffle_buffer, verbose, profile_steps;
-    double lr, temperature, seed;
+    int no_mlp, warmup;
+    double lr, temperature, seed, dropout, min_lr;
+    const char *residual, *decay;
     const char *data, *test_data, *out, *init, *prompt, *device, *ckpt, *resume, *profile;
     const char *tpu, *hbm, *precision;
 };
@@ -1084,7 +1110,7 @@ static const struct settings defaults = {
     .lr = 1e-3, .temperature = 1.0, .seed = 1337,
     .data = "data/sherlock-ascii.txt", .out = "out", .init = NULL,
     .prompt = "\"Elementary, my dear", .device = "xla", .ckpt = "out",
-    .precision = "fp32",
+    .precision = "fp32", .residual = "twice", .decay = "none",
 };
 
 static void print_default(const struct opt *o)
@@ -1240,6 +1266,31 @@ static void check_model_flags(const struct settings *s)
     need(s->layers >= 1 && s->layers <= MAX_LAYERS, "--layers must be 1..%d, got %d",
          MAX_LAYERS, s->layers);
     need(s->context >= 2 && s->context <= 1024, "--context must be 2..1024, got %d", s->context);
+    need(!strcmp(s->residual, "once") || !strcmp(s->residual, "twice"),
+         "--residual must be once or twice, got '%s'", s->residual);
+    need(s->dropout >= 0 && s->dropout < 1, "--dropout must be 0 <= P < 1, got %g", s->dropout);
+}
+
+/* The reference's model exactly, so its PyTorch code loads our checkpoints. */
+static const char *reference_cannot(const struct settings *s)
+{
+    return s->no_mlp ? "attention-only blocks (--no-mlp)"
+           : !strcmp(s->residual, "once") ? "the residual added once (--residual once)"
+                                          : NULL;
+}
+
+/* The rate of update number `step` (0-based) of a run of `steps`: linear
+ * warm-up over the first --warmup updates, then --decay from --lr to
+ * --min-lr at the last; none keeps --lr, the reference's constant rate. */
+static double rate_at(const struct settings *s, int step)
+{
+    if (step < s->warmup)
+        return s->lr * (step + 1) / s->warmup;
+    if (!strcmp(s->decay, "none") || s->steps - s->warmup <= 1)
+        return s->lr;
+    double done = (double)(step - s->warmup) / (s->steps - s->warmup - 1); /* 0 .. 1 */
+    double shape = !strcmp(s->decay, "cosine") ? 0.5 * (1 + cos(M_PI * done)) : 1 - done;
+    return s->min_lr + (s->lr - s->min_lr) * shape;
 }
 
 static void check_train_flags(const struct settings *s)
@@ -1250,6 +1301,12 @@ static void check_train_flags(const struct settings *s)
     need(s->seq >= 2 && s->seq <= s->context, "--seq must be 2..--context (%d), got %d",
          s->context, s->seq);
     need(s->lr > 0 && s->lr < 1e3, "--lr must be above 0 and below 1000, got %g", s->lr);
+    need(s->warmup >= 0 && s->warmup <= s->steps, "--warmup must be 0..--steps (%d), got %d",
+         s->steps, s->warmup);
+    need(!strcmp(s->decay, "none") || !strcmp(s->decay, "cosine") || !strcmp(s->decay, "linear"),
+         "--decay must be cosine, linear or none, got '%s'", s->decay);
+    need(s->min_lr >= 0 && s->min_lr <= s->lr, "--min-lr must be 0..--lr (%g), got %g", s->lr,
+         s->min_lr);
     need(s->eval_every >= 1, "--eval-every must be >= 1, got %d", s->eval_every);
     need(s->eval_batch >= 1 && s->eval_batch <= 65536, "--eval-batch must be 1..65536, got %d", s->eval_batch);
     need(s->eval_bytes >= 0 && s->final_bytes >= 0, "--eval-bytes and --final-bytes must be >= 0");
@@ -1475,15 +1532,18 @@ static void rng_hex(char *out, const Rng *r)
 
 /* Every setting that shapes a run's state, as checkpoint metadata. A
  * resumed run must agree on all of them to continue bit for bit. */
+#define MAX_META 40
 struct meta {
-    const char *key[24];
-    char val[24][280];
+    const char *key[MAX_META];
+    char val[MAX_META][280];
     int n;
 };
 
 static void meta_add(struct meta *m, const char *key, const char *fmt, ...)
 {
     va_list ap;
+    if (m->n == MAX_META)
+        die(1, "internal: more than %d checkpoint metadata keys", MAX_META);
     va_start(ap, fmt);
     vsnprintf(m->val[m->n], sizeof m->val[m->n], fmt, ap);
     va_end(ap);
@@ -1504,6 +1564,14 @@ static void run_meta(const struct trainer *tr, struct meta *m)
     meta_add(m, "batch", "%d", s->batch);
     meta_add(m, "seq", "%d", s->seq);
     meta_add(m, "lr", "%.9g", s->lr);
+    meta_add(m, "warmup", "%d", s->warmup);
+    meta_add(m, "decay", "%s", s->decay);
+    meta_add(m, "min-lr", "%.9g", s->min_lr);
+    meta_add(m, "dropout", "%.9g", s->dropout);
+    meta_add(m, "no-mlp", "%d", s->no_mlp);
+    meta_add(m, "residual", "%s", s->residual);
+    const char *why = reference_cannot(s);
+    meta_add(m, "pytorch_reference", "%s%s", why ? "cannot load: " : "loads", why ? why : "");
     meta_add(m, "seed", "%.0f", s->seed);
     meta_add(m, "eval-every", "%d", s->eval_every);
     meta_add(m, "eval-batch", "%d", s->eval_batch);
@@ -1581,11 +1649,11 @@ static void save_checkpoint(struct trainer *tr, int steps_done)
     meta_add(&m, "step", "%d", steps_done);
     if (tr->spec.text) /* where the draws were after the last step taken */
         tr->rng_data = loader_text_rng(tr->loader);
-    rng_hex(m.val[m.n], &tr->rng_data);
-    m.key[m.n++] = "rng_data";
-    rng_hex(m.val[m.n], &tr->rng_eval);
-    m.key[m.n++] = "rng_eval";
-    const char *val[32];
+    meta_add(&m, "rng_data", "");
+    rng_hex(m.val[m.n - 1], &tr->rng_data);
+    meta_add(&m, "rng_eval", "");
+    rng_hex(m.val[m.n - 1], &tr->rng_eval);
+    const char *val[MAX_META];
     for (int i = 0; i < m.n; i++)
         val[i] = m.val[i];
     snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", tr->s.out, steps_done);
@@ -1625,6 +1693,18 @@ static void parse_rng(Rng *r, const char *hex, const char *path)
     }
 }
 
+/* Keys a checkpoint of an older gpt lacks, and the value it then meant. */
+static const char *older_default(const char *key)
+{
+    static const char *const table[][2] = {
+        {"warmup", "0"}, {"decay", "none"}, {"min-lr", "0"}, {"dropout", "0"},
+        {"no-mlp", "0"}, {"residual", "twice"}, {"pytorch_reference", "loads"}};
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+        if (!strcmp(key, table[i][0]))
+            return table[i][1];
+    return NULL;
+}
+
 /* A resumed run takes every state-shaping setting from its checkpoint; a
  * flag the user gave that disagrees is an error naming both values. */
 static void check_resume_flags(const struct trainer *tr, const StFile *f, const char *path)
@@ -1633,6 +1713,8 @@ static void check_resume_flags(const struct trainer *tr, const StFile *f, const 
     run_meta(tr, &now);
     for (int i = 1; i < now.n; i++) {
         const char *key = now.key[i], *was = st_meta(f, key);
+        if (!was)
+            was = older_default(key); /* written before the key existed */
         if (!was)
             die_all(1, "%s: checkpoint lacks '%s' in its metadata", path, key);
         if (!strcmp(was, now.val[i]))
@@ -1658,6 +1740,18 @@ static void set_from_meta(struct settings *s, const StFile *f)
             *ints[i] = atoi(st_meta(f, keys[i]));
     if (st_meta(f, "lr") && !was_given("lr"))
         s->lr = atof(st_meta(f, "lr"));
+    if (st_meta(f, "warmup") && !was_given("warmup"))
+        s->warmup = atoi(st_meta(f, "warmup"));
+    if (st_meta(f, "min-lr") && !was_given("min-lr"))
+        s->min_lr = atof(st_meta(f, "min-lr"));
+    if (st_meta(f, "dropout") && !was_given("dropout"))
+        s->dropout = atof(st_meta(f, "dropout"));
+    if (st_meta(f, "no-mlp") && !was_given("no-mlp"))
+        s->no_mlp = atoi(st_meta(f, "no-mlp"));
+    if (st_meta(f, "decay") && !was_given("decay"))
+        s->decay = st_meta(f, "decay");
+    if (st_meta(f, "residual") && !was_given("residual"))
+        s->residual = st_meta(f, "residual");
     if (st_meta(f, "seed") && !was_given("seed"))
         s->seed = atof(st_meta(f, "seed"));
     if (st_meta(f, "prompt") && !was_given("prompt"))
@@ -1699,7 +1793,9 @@ static void resume_state(struct trainer *tr, const StFile *f, const char *path)
 static void init_weights(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
-    Config c = {s->vocab, s->context, s->embed, s->mlp, s->heads, s->layers};
+    Config c = {.vocab = s->vocab, .context = s->context, .embed = s->embed, .mlp = s->mlp,
+                .heads = s->heads, .layers = s->layers, .no_mlp = s->no_mlp,
+                .residual_once = !strcmp(s->residual, "once"), .dropout = (float)s->dropout};
     model_init(&tr->model, &c, (uint64_t)s->seed);
     rng_seed(&tr->rng_data, (uint64_t)s->seed, 1);
     rng_seed(&tr->rng_eval, (uint64_t)s->seed, 2);
@@ -1781,11 +1877,12 @@ static void train_loop(struct trainer *tr)
             write_timeline(s);
         next_batch(tr, &share);
         double t0 = now_seconds();
-        float loss = model_train_step(&tr->model, tr->g, &share, (float)s->lr);
+        double lr = rate_at(s, step);
+        float loss = model_train_step(&tr->model, tr->g, &share, (float)lr);
         double dt = now_seconds() - t0;
         tr->t_steps += dt;
         if (tr->log)
-            runlog_step(tr->log, &(StepFigures){step, loss, s->lr, dt * 1e3,
+            runlog_step(tr->log, &(StepFigures){step, loss, lr, dt * 1e3,
                                                 s->batch * s->seq / dt, xs_counter(C_UNCACHED),
                                                 xs_counter(C_CACHED), xs_counter(C_HOST_READ)});
         if (!isfinite(loss))
@@ -2051,7 +2148,14 @@ static int cmd_train(int argc, char **argv)
         {"steps", O_INT, &s->steps, "training steps"},
         {"batch", O_INT, &s->batch, "windows per batch"},
         {"seq", O_INT, &s->seq, "bytes per training window (<= context)"},
-        {"lr", O_REAL, &s->lr, "Adam learning rate"},
+        {"lr", O_REAL, &s->lr, "Adam learning rate (the peak, with a schedule)"},
+        {"warmup", O_INT, &s->warmup, "steps of linear warm-up to --lr"},
+        {"decay", O_STR, &s->decay, "after warm-up: cosine, linear (to --min-lr) or none"},
+        {"min-lr", O_REAL, &s->min_lr, "the rate --decay ends at"},
+        {"dropout", O_REAL, &s->dropout, "dropout on attention probabilities, attention and MLP "
+         "outputs (training only)"},
+        {"no-mlp", O_FLAG, &s->no_mlp, "attention-only blocks (no MLP)"},
+        {"residual", O_STR, &s->residual, "once, or twice as the reference adds it"},
         {"embed", O_INT, &s->embed, "embedding width C"},
         {"mlp", O_INT, &s->mlp, "MLP hidden width"},
         {"heads", O_INT, &s->heads, "attention heads (divides embed)"},

@@ -25,6 +25,11 @@
 
 typedef struct Config {
     int vocab, context, embed, mlp, heads, layers;
+    /* the reference's homework; zero is the reference */
+    int no_mlp;        /* attention-only blocks: no layer_norms.1, no MLP */
+    int residual_once; /* x = block(x), not the reference's x + block(x) */
+    float dropout;     /* training only: attention probabilities, attention
+                        * output, MLP output (nanoGPT's places) */
 } Config;
 
 typedef struct Param {
@@ -44,6 +49,7 @@ typedef struct Model {
     size_t nw;          /* total parameter count */
     float *w, *m, *v;   /* [nw] weights and Adam moments, one block each */
     int32_t t;          /* Adam step count */
+    float lr;           /* the recorded step's rate: its graph leaf reads it here */
     int ncores;         /* simulated cores holding a replica (w, m, v: core 0's) */
     float *rep;         /* [ncores-1][3][nw]: the other cores' w, m, v */
 } Model;

@@ -541,13 +541,13 @@ Tensor *g_fill(Graph *g, float value, int rows, int cols)
 }
 
 void g_adam(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v,
-            Tensor *t, float lr, float b1, float b2, float eps)
+            Tensor *t, Tensor *lr, float b1, float b2, float eps)
 {
     if (grad->numel != p->numel || m->numel != p->numel || v->numel != p->numel)
         shape_fail("adam", p, grad);
-    Node *n = new_node(g, KOP_ADAM, IN(p, grad, m, v, t));
+    Node *n = new_node(g, KOP_ADAM, IN(p, grad, m, v, t, lr));
     n->attr.adam = (struct adam_attr){.n = p->numel, .bf16_state = g->prec == PREC_BF16_PURE,
-                                      .lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps};
+                                      .beta1 = b1, .beta2 = b2, .eps = eps};
     run_node(g, n);
 }
 

@@ -95,9 +95,11 @@ void g_backward(Graph *g, Tensor *y, Tensor *dy);
 /* The gradient recorded for t by g_backward, or NULL. */
 Tensor *g_grad(Graph *g, Tensor *t);
 /* Adam step on p with gradient grad; p, m, v are updated in place; t is an
- * i32 [1] state holding the step number (>= 1). */
+ * i32 [1] state holding the step number (>= 1), lr an f32 [1] input: the
+ * rate is data, not an attribute, so a schedule that changes it every
+ * step keeps one compiled program. */
 void g_adam(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v,
-            Tensor *t, float lr, float b1, float b2, float eps);
+            Tensor *t, Tensor *lr, float b1, float b2, float eps);
 
 /* The host reads a tensor's values. On the lazy (xla) device this cuts the
  * graph: what is pending is compiled (or found in the cache) and run. */

@@ -85,9 +85,9 @@ static const struct kop_info kop_table[KOP_COUNT] = {
     [KOP_XENT] = {"xent", 2, 1, XENT_ATTRS, flops_xent},
     [KOP_XENT_BWD] = {"xent_bwd", 3, 1, XENT_ATTRS, flops_xent},
     [KOP_FILL] = {"fill", 0, 1, {L(fill, n), F(fill, value)}, flops_none},
-    [KOP_ADAM] = {"adam", 5, 0,
-                  {L(adam, n), L(adam, bf16_state), F(adam, lr), F(adam, beta1),
-                   F(adam, beta2), F(adam, eps)},
+    [KOP_ADAM] = {"adam", 6, 0,
+                  {L(adam, n), L(adam, bf16_state), F(adam, beta1), F(adam, beta2),
+                   F(adam, eps)},
                   flops_adam},
     [KOP_ROUND_BF16] = {"round_bf16", 1, 1, N_ATTR, flops_none},
     [KOP_ALL_REDUCE] = {"all_reduce", 1, 1, {L(all_reduce, n), L(all_reduce, cores)},
@@ -223,11 +223,11 @@ static void exec_sum_rows(const struct kinstr *k)
 
 /* With bf16_state the parameter and both moments are stored as bf16, as
  * XLA_USE_BF16 stores every float tensor. */
-static void exec_adam(const struct kinstr *k) /* p, g, m, v, t */
+static void exec_adam(const struct kinstr *k) /* p, g, m, v, t, lr */
 {
     const struct adam_attr *ad = &k->attr.adam;
     float *p = k->in[0], *m = k->in[2], *v = k->in[3];
-    k_adam(p, m, v, k->in[1], ad->n, ad->lr, ad->beta1, ad->beta2, ad->eps,
+    k_adam(p, m, v, k->in[1], ad->n, *(const float *)k->in[5], ad->beta1, ad->beta2, ad->eps,
            *(const int32_t *)k->in[4]);
     if (ad->bf16_state) {
         k_round_bf16(p, p, ad->n);

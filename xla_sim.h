@@ -66,7 +66,7 @@ struct fill_attr { long n; float value; };
 struct adam_attr {
     long n;
     long bf16_state; /* p, m, v stored as bf16 (XLA_USE_BF16) */
-    float lr, beta1, beta2, eps;
+    float beta1, beta2, eps; /* the rate is an input: it may change every step */
 };
 struct all_reduce_attr { long n, cores; };
 

@@ -299,14 +299,16 @@ struct operands {
     float loss, dloss;         /* [1] each */
     float *p, *g, *m, *v;      /* [nw] Adam's */
     int32_t t;                 /* Adam step */
+    float lr;                  /* Adam's rate */
     size_t nw;
 };
 
 static void operands_init(struct operands *o)
 {
     Model m;
-    Config c = {VOCAB, DT, DC, DM, DH, 4};
+    Config c = {.vocab = VOCAB, .context = DT, .embed = DC, .mlp = DM, .heads = DH, .layers = 4};
     model_init(&m, &c, 1);
+    o->lr = 1e-3f;
     o->nw = m.nw;
     model_free(&m);
     o->a = floats((size_t)DN * 128, 1), o->b = floats(128 * 128, 2);
@@ -528,8 +530,8 @@ static void other_rows(struct operands *o)
     char shape[32];
     snprintf(shape, sizeof shape, "%zu weights", o->nw);
     single_row("adam", shape, (struct kinstr){.op = KOP_ADAM,
-               .in = {o->p, o->g, o->m, o->v, &o->t},
-               .attr.adam = {.n = (long)o->nw, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
+               .in = {o->p, o->g, o->m, o->v, &o->t, &o->lr},
+               .attr.adam = {.n = (long)o->nw, .beta1 = 0.9f, .beta2 = 0.999f,
                              .eps = 1e-8f}});
 }
 
@@ -643,7 +645,7 @@ static void variant_enter(const struct variant *v)
 /* As gpt train sets up: model, board, graph (lazy for xla), precision. */
 static void variant_setup(struct variant *v)
 {
-    Config c = {VOCAB, DT, v->embed, 2 * v->embed, DH, 4};
+    Config c = {.vocab = VOCAB, .context = DT, .embed = v->embed, .mlp = 2 * v->embed, .heads = DH, .layers = 4};
     variant_enter(v);
     model_init(&v->m, &c, 1337);
     model_set_cores(&v->m, v->cores);

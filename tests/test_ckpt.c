@@ -9,7 +9,7 @@
 
 static void check_roundtrip(void)
 {
-    Config c = {VOCAB, 32, 16, 24, 2, 2};
+    Config c = {.vocab = VOCAB, .context = 32, .embed = 16, .mlp = 24, .heads = 2, .layers = 2};
     Model a, b;
     char err[256];
     model_init(&a, &c, 42);
@@ -61,7 +61,7 @@ static void check_torch_file(void)
     CHECK(!st_load(&f, "tests/torch_init.safetensors", err, sizeof err), "torch file: %s", err);
     if (!f.buf)
         return;
-    Config c = {VOCAB, 32, 16, 64, 2, 1};
+    Config c = {.vocab = VOCAB, .context = 32, .embed = 16, .mlp = 64, .heads = 2, .layers = 1};
     Model m;
     model_init(&m, &c, 0);
     CHECK(!ckpt_load_weights(&m, &f, 0, err, sizeof err), "torch weights: %s", err);

@@ -22,8 +22,7 @@ static int load_reference(const char *path, StFile *f, Model *m, Batch *b)
         CHECK(0, "%s: %s", path, err);
         return -1;
     }
-    Config c = {VOCAB, meta(f, "context"), meta(f, "embed"), meta(f, "mlp"),
-                meta(f, "heads"), meta(f, "layers")};
+    Config c = {.vocab = VOCAB, .context = meta(f, "context"), .embed = meta(f, "embed"), .mlp = meta(f, "mlp"), .heads = meta(f, "heads"), .layers = meta(f, "layers")};
     model_init(m, &c, 0);
     for (int i = 0; i < m->np; i++) {
         const StEntry *e = st_find(f, m->p[i].name);
@@ -137,7 +136,7 @@ static int full_argmax(Model *m, Graph *g, const char *text, int n)
  * scratch picks, before and after the text outgrows the context. */
 static void check_kv_cache(void)
 {
-    Config c = {VOCAB, 16, 24, 40, 3, 2};
+    Config c = {.vocab = VOCAB, .context = 16, .embed = 24, .mlp = 40, .heads = 3, .layers = 2};
     Model m;
     model_init(&m, &c, 7);
     Graph *g = g_new();
@@ -161,7 +160,7 @@ static void check_kv_cache(void)
 static void check_many_passages(int lazy)
 {
     enum { NS = 3, TOTAL = 60 };
-    Config c = {VOCAB, 16, 24, 40, 3, 2};
+    Config c = {.vocab = VOCAB, .context = 16, .embed = 24, .mlp = 40, .heads = 3, .layers = 2};
     Model m;
     model_init(&m, &c, 7);
     Graph *g = g_new();

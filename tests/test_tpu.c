@@ -10,7 +10,7 @@
 #include "gpt.h"
 #include "test.h"
 
-static const Config cfg = {VOCAB, 32, 32, 64, 4, 2};
+static const Config cfg = {.vocab = VOCAB, .context = 32, .embed = 32, .mlp = 64, .heads = 4, .layers = 2};
 
 static void fill(Batch *b, uint64_t seed)
 {

@@ -7,7 +7,7 @@
 #include "gpt.h"
 #include "test.h"
 
-static const Config small = {VOCAB, 64, 32, 64, 4, 2};
+static const Config small = {.vocab = VOCAB, .context = 64, .embed = 32, .mlp = 64, .heads = 4, .layers = 2};
 
 static void fill_batch(Batch *b, uint64_t seed)
 {
@@ -88,7 +88,7 @@ static void check_compile_counts(void)
 /* Compiles the default model's train graph and checks what came out. */
 static void check_train_program(void)
 {
-    Config c = {VOCAB, 128, 32, 64, 4, 4};
+    Config c = {.vocab = VOCAB, .context = 128, .embed = 32, .mlp = 64, .heads = 4, .layers = 4};
     Model m;
     model_init(&m, &c, 5);
     Graph *g = lazy_graph();
