@@ -6,7 +6,7 @@ CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter
 OMP     := -fopenmp
 LDLIBS  := -lm
-SRC     := gpt.c safetensors.c data.c loader.c watch.c graph.c xla_sim.c comm.c tensor.c
+SRC     := gpt.c sweep.c safetensors.c data.c loader.c watch.c graph.c xla_sim.c comm.c tensor.c
 HDR     := gpt.h safetensors.h data.h loader.h watch.h graph.h xla_sim.h comm.h tensor.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \

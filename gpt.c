@@ -148,6 +148,7 @@ int model_init(Model *m, const Config *c, uint64_t seed)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *c;
+    m->seed = seed;
     build_params(m);
     m->w = xcalloc(m->nw, sizeof(float));
     m->m = xcalloc(m->nw, sizeof(float));
@@ -192,7 +193,17 @@ struct attn_mode {
     int windows, T, heads;     /* windows of T positions each */
     Tensor *k_cache, *v_cache; /* [context,C] each, or NULL: windows */
     Tensor *pos;               /* i32 [1]: the new position, with a cache */
+    float dropout;             /* > 0 only in a training step */
+    Tensor *rows, *key;        /* dropout's: i32 [n] global rows, i32 [2] the step's key */
+    int layer;                 /* the block: its dropouts are sites 3l, 3l+1, 3l+2 */
 };
+
+/* Dropout at one of the block's three sites, when training with it. */
+static Tensor *drop(Graph *g, const struct attn_mode *a, Tensor *x, int which)
+{
+    return a->dropout > 0 ? g_dropout(g, x, a->rows, a->key, a->dropout, 3 * a->layer + which)
+                          : x;
+}
 
 /* tok, pos i32 [n] -> x [n,C] = token embedding + position embedding */
 static Tensor *embed(Graph *g, const struct model_leaves *L, Tensor *tok, Tensor *pos)
@@ -208,10 +219,15 @@ static Tensor *attention_half(Graph *g, const struct block_leaves *b, Tensor *x,
 {
     Tensor *ln = g_layernorm(g, x, b->ln1_w, b->ln1_b); /* [n,C] */
     Tensor *qkv = g_linear(g, ln, b->qkv_w, NULL);      /* [n,3C] */
-    Tensor *att = a->k_cache
-                      ? g_attention_step(g, qkv, a->k_cache, a->v_cache, a->pos, a->heads)
-                      : g_attention(g, qkv, a->windows, a->T, a->heads); /* [n,C] */
-    return g_add(g, x, att);
+    Tensor *att; /* [n,C] */
+    if (a->k_cache)
+        att = g_attention_step(g, qkv, a->k_cache, a->v_cache, a->pos, a->heads);
+    else if (a->dropout > 0) /* site 3l: the probabilities */
+        att = g_attention_drop(g, qkv, a->rows, a->key, a->windows, a->T, a->heads, a->dropout,
+                               3 * a->layer);
+    else
+        att = g_attention(g, qkv, a->windows, a->T, a->heads);
+    return g_add(g, x, drop(g, a, att, 1));
 }
 
 /* The MLP half of a block: h + mlp(ln2(h)), [n,C] -> [n,C]. */
@@ -220,7 +236,7 @@ static Tensor *mlp_half(Graph *g, const struct block_leaves *b, Tensor *h,
 {
     Tensor *ln = g_layernorm(g, h, b->ln2_w, b->ln2_b);       /* [n,C] */
     Tensor *f = g_relu(g, g_linear(g, ln, b->fc_w, b->fc_b)); /* [n,M] */
-    return g_add(g, h, g_linear(g, f, b->proj_w, b->proj_b)); /* [n,C] */
+    return g_add(g, h, drop(g, a, g_linear(g, f, b->proj_w, b->proj_b), 2)); /* [n,C] */
 }
 
 /* The reference's Block.forward, [n,C] -> [n,C]; with --no-mlp the
@@ -252,14 +268,22 @@ static Tensor *unembed(Graph *g, const struct model_leaves *L, Tensor *x)
  * [n,V] for this core's n = B/cores*T positions. Like the reference it
  * adds the residual twice (stack_step): x + block(x), where block(x) is
  * already h + mlp(ln2(h)) with h = x + attn(ln1(x)). */
-static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const Batch *b)
+static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const Batch *b,
+                       int training)
 {
     struct attn_mode a = {.windows = b->B / g_cores(g), .T = b->T, .heads = m->cfg.heads};
     Tensor *tok = shard_leaf(g, b, b->tok); /* i32 [n] */
     Tensor *pos = shard_leaf(g, b, b->pos); /* i32 [n] */
     Tensor *x = embed(g, L, tok, pos);      /* [n,C] */
-    for (int l = 0; l < m->cfg.layers; l++)
+    if (training && m->cfg.dropout > 0) {   /* off in eval and sampling */
+        a.dropout = m->cfg.dropout;
+        a.rows = shard_leaf(g, b, b->row);
+        a.key = g_leaf(g, TK_INPUT, DT_I32, m->drop_key, 1, 2);
+    }
+    for (int l = 0; l < m->cfg.layers; l++) {
+        a.layer = l;
         x = stack_step(g, &m->cfg, &L->block[l], x, &a); /* [n,C] */
+    }
     return unembed(g, L, x);
 }
 
@@ -271,7 +295,7 @@ Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
     struct model_leaves L;
     param_leaves(m, g, &L, leaf, with_grad);
     Tensor *tgt = shard_leaf(g, b, b->tgt); /* i32 [n] */
-    *logits = forward(m, g, &L, b);         /* [n,V] */
+    *logits = forward(m, g, &L, b, with_grad); /* [n,V] */
     return g_xent(g, *logits, tgt);
 }
 
@@ -289,9 +313,21 @@ static void adam_update(Model *m, Graph *g, Tensor **leaf, Tensor **grad, float 
     }
 }
 
+/* Dropout's key for update number t: the run's seed and t, mixed. */
+static void drop_key(Model *m, int32_t t)
+{
+    uint64_t z = m->seed * 0x9E3779B97F4A7C15ull + (uint64_t)t;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    m->drop_key[0] = (int32_t)(uint32_t)z;
+    m->drop_key[1] = (int32_t)(uint32_t)(z >> 32);
+}
+
 float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
 {
     Tensor *leaf[MAX_PARAMS], *grad[MAX_PARAMS], *logits;
+    drop_key(m, m->t + 1); /* this step's masks; a resumed run has the same t */
     g_reset(g);
     g_set_cores(g, m->ncores > 1 ? m->ncores : 1);
     g_set_example_rows(g, b->T); /* per-window gradient sums, in a fixed tree */
@@ -356,7 +392,7 @@ static const float *window_step(Model *m, Graph *g, Batch *w, char *const *text,
     batch_finish(w);
     g_reset(g);
     param_leaves(m, g, &L, NULL, 0);
-    return g_read(g, forward(m, g, &L, w)); /* [B*T,V] */
+    return g_read(g, forward(m, g, &L, w, 0)); /* [B*T,V] */
 }
 
 /* Temperature and top-k sampling; temperature 0 is argmax. */
@@ -737,6 +773,9 @@ void batch_alloc(Batch *b, int B, int T)
     b->tok = xcalloc((size_t)B * T, sizeof(int32_t));
     b->pos = xcalloc((size_t)B * T, sizeof(int32_t));
     b->tgt = xcalloc((size_t)B * T, sizeof(int32_t));
+    b->row = xcalloc((size_t)B * T, sizeof(int32_t));
+    for (size_t k = 0; k < (size_t)B * T; k++) /* fixed: a host's share keeps its rows' */
+        b->row[k] = (int32_t)k;
 }
 
 void batch_free(Batch *b)
@@ -744,6 +783,7 @@ void batch_free(Batch *b)
     free(b->tok);
     free(b->pos);
     free(b->tgt);
+    free(b->row);
     memset(b, 0, sizeof *b);
 }
 
@@ -906,7 +946,7 @@ static Batch host_share(const Batch *b)
 {
     int B = b->B / comm_size();
     size_t first = (size_t)comm_rank() * (size_t)B * (size_t)b->T;
-    return (Batch){B, b->T, b->tok + first, b->pos + first, b->tgt + first};
+    return (Batch){B, b->T, b->tok + first, b->pos + first, b->tgt + first, b->row + first};
 }
 
 /* The mean over hosts of a value each computed on an equal share. */
@@ -2587,6 +2627,7 @@ static void usage_main(FILE *f)
           "  eval     test-split loss of a checkpoint\n"
           "  shard    write text files as WebDataset tar shards\n"
           "  plot     draw runs' losses on one chart (their --out directories)\n"
+          "  sweep    a grid of training runs at once (flags with comma lists)\n"
           "gpt --version prints the version.\n"
           "gpt <command> --help lists each command's flags.\n"
           "GPT_ISA=scalar|avx2|avx512 lowers the kernel path.\n", f);
@@ -2631,6 +2672,8 @@ static int run_command(int argc, char **argv)
         return cmd_shard(argc - 2, argv + 2);
     if (!strcmp(argv[1], "plot"))
         return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "sweep"))
+        return cmd_sweep(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("gpt %s (%s build, %s, %s)\n", GPT_VERSION, comm_name(), GPT_COMPILER, GPT_RUNTIME);
         return 0;

@@ -50,6 +50,8 @@ typedef struct Model {
     float *w, *m, *v;   /* [nw] weights and Adam moments, one block each */
     int32_t t;          /* Adam step count */
     float lr;           /* the recorded step's rate: its graph leaf reads it here */
+    uint64_t seed;      /* the run's seed, from model_init: dropout's keys */
+    int32_t drop_key[2]; /* the recorded step's dropout key (its leaf reads it) */
     int ncores;         /* simulated cores holding a replica (w, m, v: core 0's) */
     float *rep;         /* [ncores-1][3][nw]: the other cores' w, m, v */
 } Model;
@@ -75,6 +77,9 @@ float *model_replica(const Model *m, int core, int which);
 typedef struct Batch {
     int B, T;
     int32_t *tok, *pos, *tgt; /* [B*T] each */
+    int32_t *row;             /* [B*T] each position's row in the whole batch:
+                               * dropout's masks follow the example, not the
+                               * core or host that computes it */
 } Batch;
 void batch_alloc(Batch *b, int B, int T);
 void batch_free(Batch *b);
@@ -112,6 +117,9 @@ void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, i
  * the xla device every new length is a new graph shape. */
 void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
                           const SampleOpts *o, Rng *r);
+
+/* gpt sweep (sweep.c): a grid of training runs at once. */
+int cmd_sweep(int argc, char **argv);
 
 /* Checkpoints: the reference's state_dict names plus _gpt.* training state. */
 int ckpt_save(const Model *m, const char *path, const char *const *mkey,

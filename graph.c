@@ -496,6 +496,42 @@ static Tensor *attention_bwd(Graph *g, const Node *att, Tensor *dy)
     return as_stored(g, d);
 }
 
+Tensor *g_dropout(Graph *g, Tensor *x, Tensor *rows, Tensor *key, float p, int site)
+{
+    if (rows->numel != x->rows || key->numel != 2)
+        shape_fail("dropout", x, rows);
+    Node *n = new_node(g, KOP_DROPOUT, IN(x, rows, key));
+    n->attr.dropout = (struct dropout_attr){.n = x->rows, .c = x->cols, .site = site, .p = p};
+    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
+    run_node(g, n);
+    return as_stored(g, y);
+}
+
+Tensor *g_attention_drop(Graph *g, Tensor *qkv, Tensor *rows, Tensor *key, int B, int T, int H,
+                         float p, int site)
+{
+    int C = qkv->cols / 3;
+    if (qkv->rows != B * T || qkv->cols % 3 || C % H || rows->numel != B * T || key->numel != 2)
+        shape_fail("attention_drop", qkv, rows);
+    Node *n = new_node(g, KOP_ATTENTION_DROP, IN(qkv, rows, key));
+    n->attr.attention_drop =
+        (struct attention_drop_attr){.B = B, .T = T, .C = C, .H = H, .site = site, .p = p};
+    Tensor *y = add_out(g, n, DT_F32, B * T, C, 1);
+    add_out(g, n, DT_F32, B * H, T, 0); /* lse */
+    run_node(g, n);
+    return as_stored(g, y);
+}
+
+static Tensor *attention_drop_bwd(Graph *g, const Node *att, Tensor *dy)
+{
+    Node *n = new_node(g, KOP_ATTENTION_DROP_BWD,
+                       IN(dy, att->in[0], att->out[0], att->out[1], att->in[1], att->in[2]));
+    n->attr = att->attr;
+    Tensor *d = add_out(g, n, DT_F32, att->in[0]->rows, att->in[0]->cols, 1);
+    run_node(g, n);
+    return as_stored(g, d);
+}
+
 Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
                          Tensor *pos, int H)
 {
@@ -643,6 +679,11 @@ static void backward_node(Graph *g, Node n, Tensor *dy)
             accumulate(g, n.in[i], d[i]);
         break;
     case KOP_ATTENTION: accumulate(g, n.in[0], attention_bwd(g, &n, dy)); break;
+    case KOP_ATTENTION_DROP: accumulate(g, n.in[0], attention_drop_bwd(g, &n, dy)); break;
+    case KOP_DROPOUT: /* linear in x: the same mask on dy */
+        accumulate(g, n.in[0], g_dropout(g, dy, n.in[1], n.in[2], n.attr.dropout.p,
+                                         (int)n.attr.dropout.site));
+        break;
     case KOP_XENT: accumulate(g, n.in[0], xent_bwd(g, &n, dy)); break;
     default:
         fprintf(stderr, "gpt: internal error: no gradient rule for %s\n",

@@ -66,6 +66,13 @@ Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H);
  * pos i32 [1]. Returns [nb, C]. Inference only. */
 Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
                          Tensor *pos, int H);
+/* Dropout (tensor.h): x [n,c] -> [n,c]; rows i32 [n] the rows' global
+ * indices, key i32 [2] the step's key, site which dropout this is. Its
+ * gradient is the same mask applied to dy. */
+Tensor *g_dropout(Graph *g, Tensor *x, Tensor *rows, Tensor *key, float p, int site);
+/* g_attention with dropout p on the probabilities; rows i32 [B*T]. */
+Tensor *g_attention_drop(Graph *g, Tensor *qkv, Tensor *rows, Tensor *key, int B, int T, int H,
+                         float p, int site);
 /* Mean cross-entropy [1] over rows whose target is >= 0. */
 Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets);
 Tensor *g_fill(Graph *g, float value, int rows, int cols);

@@ -1873,6 +1873,117 @@ void k_attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
     }
 }
 
+/* ---- dropout ---- */
+
+int k_dropout_keep(const int32_t *key, long site, int32_t row, long col, float p)
+{
+    /* the element's id (site < 2^12, row < 2^28, col < 2^24) under the
+     * step's key, then splitmix64's finalizer: 24 uniform bits */
+    uint64_t k = (uint64_t)(uint32_t)key[0] | (uint64_t)(uint32_t)key[1] << 32;
+    uint64_t z = k ^ ((uint64_t)site << 52) ^ ((uint64_t)(uint32_t)row << 24) ^ (uint64_t)col;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (uint32_t)(z >> 40) >= (uint32_t)(p * 16777216.0f);
+}
+
+void k_dropout(float *y, const float *x, const int32_t *rows, const int32_t *key, long n, long c,
+               long site, float p)
+{
+    float keep_scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n * c >= PAR_WORK)
+    for (long r = 0; r < n; r++)
+        for (long j = 0; j < c; j++)
+            y[r * c + j] = k_dropout_keep(key, site, rows[r], j, p) ? x[r * c + j] * keep_scale
+                                                                      : 0.0f;
+}
+
+void k_attention_drop(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                      const float *qkv /* [B,T,3C] */, const int32_t *rows /* [B*T] */,
+                      const int32_t *key /* [2] */, int B, int T, int C, int H, long site,
+                      float p)
+{
+    int hs = C / H;
+    float keep_scale = 1.0f / (1.0f - p);
+#pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
+    {
+        float *s = xmalloc(sizeof(float) * (size_t)T); /* [T] probabilities */
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            int b = bh / H, h = bh % H;
+            const float *base = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q, row 0 */
+            for (int i = 0; i < T; i++) {
+                const float *q = base + (size_t)i * 3 * C;         /* [hs] */
+                float *o = out + ((size_t)b * T + i) * C + hs * h; /* [hs] */
+                int32_t row = rows[(size_t)b * T + i];
+                lse[(size_t)bh * T + i] =
+                    softmax_row_ref(s, q, base + hs, 3 * (size_t)C, i + 1, hs);
+                for (int j = 0; j <= i; j++) /* the dropped probabilities */
+                    s[j] = k_dropout_keep(key, site, row, (long)h * T + j, p) ? s[j] * keep_scale
+                                                                                : 0.0f;
+                for (int d = 0; d < hs; d++) {
+                    float acc = 0.0f;
+                    for (int j = 0; j <= i; j++)
+                        acc += s[j] * base[(size_t)j * 3 * C + 2 * hs + d];
+                    o[d] = acc;
+                }
+            }
+        }
+        free(s);
+    }
+}
+
+/* As attention_bwd_head_ref, with P~ = P * mask / (1-p) in the output:
+ * dV_j = sum_i P~_ij dO_i, dS_ij = P_ij (dO_i.V_j mask_ij / (1-p) - D_i),
+ * and D_i = sum_j P_ij dP_ij is still dO_i.O_i. */
+void k_attention_drop_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                          const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                          const float *lse /* [B,H,T] */, const int32_t *rows /* [B*T] */,
+                          const int32_t *key /* [2] */, int B, int T, int C, int H, long site,
+                          float p)
+{
+    int hs = C / H;
+    size_t ld3 = 3 * (size_t)C;
+    float scale = 1.0f / sqrtf((float)hs), keep_scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if ((long)B * T * T * C >= PAR_WORK)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        const float *x = qkv + (size_t)b * T * ld3 + 3 * hs * h;   /* head's q col, row 0 */
+        float *dx = dqkv + (size_t)b * T * ld3 + 3 * hs * h;       /* [T,3C] */
+        const float *g0 = dout + (size_t)b * T * C + hs * h;       /* [T,C] */
+        const float *o0 = out + (size_t)b * T * C + hs * h;        /* [T,C] */
+        const float *l0 = lse + (size_t)bh * T;                    /* [T] */
+        for (int i = 0; i < T; i++)
+            for (int d = 0; d < 3 * hs; d++)
+                dx[i * ld3 + d] = 0.0f;
+        for (int i = 0; i < T; i++) {
+            const float *q = x + i * ld3, *g = g0 + (size_t)i * C, *o = o0 + (size_t)i * C;
+            float *dq = dx + i * ld3; /* [hs] */
+            int32_t row = rows[(size_t)b * T + i];
+            float D = 0.0f;
+            for (int d = 0; d < hs; d++)
+                D += g[d] * o[d];
+            for (int j = 0; j <= i; j++) {
+                const float *k = x + j * ld3 + hs, *v = x + j * ld3 + 2 * hs; /* [hs] each */
+                float *dk = dx + j * ld3 + hs, *dv = dx + j * ld3 + 2 * hs;   /* [hs] each */
+                float dot = 0.0f, dp = 0.0f;
+                for (int d = 0; d < hs; d++) {
+                    dot += q[d] * k[d];
+                    dp += g[d] * v[d];
+                }
+                float kept = k_dropout_keep(key, site, row, (long)h * T + j, p) ? keep_scale : 0;
+                float pr = expf(dot * scale - l0[i]);
+                float ds = pr * (dp * kept - D);
+                for (int d = 0; d < hs; d++) {
+                    dq[d] += scale * ds * k[d];
+                    dk[d] += scale * ds * q[d];
+                    dv[d] += pr * kept * g[d];
+                }
+            }
+        }
+    }
+}
+
 /* ---- layernorm ---- */
 
 #define LN_EPS 1e-5f

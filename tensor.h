@@ -114,6 +114,29 @@ void k_attention_step(float *out, float *kc, float *vc, const float *qkv,
 void k_attention_step_ref(float *out, float *kc, float *vc, const float *qkv,
                           int nb, int pos, int tmax, int C, int H);
 
+/* ---- dropout ----
+ * Which elements dropout keeps is a pure function of (key, site, row,
+ * col): a counter-based hash, no generator state, so any thread, core or
+ * rank decides any element alone and the same masks come back in the
+ * backward pass and after a resume. key: the step's 64-bit key (two i32
+ * words, low first); site: which dropout of the model; row: the element's
+ * global row (example index * T + position), from rows[]; p: the drop
+ * probability; kept values are scaled by 1/(1-p) (inverted dropout).
+ * Plain C: dropout is an experiment's path, not the reference's. */
+
+/* 1 if element (row, col) at site survives. */
+int k_dropout_keep(const int32_t *key, long site, int32_t row, long col, float p);
+/* y[n,c] = keep ? x / (1-p) : 0, row r's global row rows[r]. y may be x. */
+void k_dropout(float *y, const float *x, const int32_t *rows, const int32_t *key, long n, long c,
+               long site, float p);
+/* k_attention with dropout on the probabilities: P_ij of head h is kept
+ * by (key, site, rows[b*T+i], h*T+j). lse is the undropped softmax's. */
+void k_attention_drop(float *out, float *lse, const float *qkv, const int32_t *rows,
+                      const int32_t *key, int B, int T, int C, int H, long site, float p);
+void k_attention_drop_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, const int32_t *rows, const int32_t *key, int B,
+                          int T, int C, int H, long site, float p);
+
 /* ---- layernorm ---- */
 
 /* LayerNorm over the last dim, eps 1e-5, biased variance.

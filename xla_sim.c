@@ -63,6 +63,9 @@ static double flops_elementwise(const struct kinstr *k) { return (double)k->attr
 #define ATT_ATTRS \
     {L(attention, B), L(attention, T), L(attention, C), L(attention, H), L(attention, bf16)}
 #define XENT_ATTRS {L(xent, n), L(xent, v)}
+#define ATT_DROP_ATTRS                                                                      \
+    {L(attention_drop, B), L(attention_drop, T), L(attention_drop, C), L(attention_drop, H), \
+     L(attention_drop, site), F(attention_drop, p)}
 
 static const struct kop_info kop_table[KOP_COUNT] = {
     [KOP_EMBED] = {"embed", 2, 1, EMBED_ATTRS, flops_none},
@@ -92,6 +95,11 @@ static const struct kop_info kop_table[KOP_COUNT] = {
     [KOP_ROUND_BF16] = {"round_bf16", 1, 1, N_ATTR, flops_none},
     [KOP_ALL_REDUCE] = {"all_reduce", 1, 1, {L(all_reduce, n), L(all_reduce, cores)},
                         flops_none},
+    [KOP_DROPOUT] = {"dropout", 3, 1,
+                     {L(dropout, n), L(dropout, c), L(dropout, site), F(dropout, p)},
+                     flops_none},
+    [KOP_ATTENTION_DROP] = {"attention_drop", 3, 2, ATT_DROP_ATTRS, flops_attention},
+    [KOP_ATTENTION_DROP_BWD] = {"attention_drop_bwd", 6, 1, ATT_DROP_ATTRS, flops_attention_bwd},
     [KOP_MATMUL_EX] = {"matmul_ex", 5, 1, MATMUL_ATTRS, flops_matmul},
     [KOP_ADD_N] = {"add_n", KMAX_IN, 1, N_ATTR, flops_elementwise},
 };
@@ -138,6 +146,20 @@ static void exec_attention(const struct kinstr *k)
     else /* dout, qkv, out, lse */
         (at->bf16 ? k_attention_bwd_bf16 : k_attention_bwd)(k->out[0], in[0], in[1], in[2],
                                                             in[3], at->B, at->T, at->C, at->H);
+}
+
+/* Dropout's attention computes in fp32 whatever the precision: an
+ * experiment's path (tensor.h, dropout). */
+static void exec_attention_drop(const struct kinstr *k)
+{
+    const struct attention_drop_attr *at = &k->attr.attention_drop;
+    void *const *in = k->in;
+    if (k->op == KOP_ATTENTION_DROP) /* qkv, rows, key */
+        k_attention_drop(k->out[0], k->out[1], in[0], in[1], in[2], at->B, at->T, at->C, at->H,
+                         at->site, at->p);
+    else /* dout, qkv, out, lse, rows, key */
+        k_attention_drop_bwd(k->out[0], in[0], in[1], in[2], in[3], in[4], in[5], at->B, at->T,
+                             at->C, at->H, at->site, at->p);
 }
 
 static void exec_decode(const struct kinstr *k) /* qkv, kc, vc, pos */
@@ -278,6 +300,12 @@ static void dispatch(const struct kinstr *k)
     case KOP_ROUND_BF16: k_round_bf16(out[0], in[0], a->elementwise.n); break;
     case KOP_ALL_REDUCE: exec_all_reduce_alone(k); break;
     case KOP_ADD_N: exec_add_n(k); break;
+    case KOP_DROPOUT:
+        k_dropout(out[0], in[0], in[1], in[2], a->dropout.n, a->dropout.c, a->dropout.site,
+                  a->dropout.p);
+        break;
+    case KOP_ATTENTION_DROP: exec_attention_drop(k); break;
+    case KOP_ATTENTION_DROP_BWD: exec_attention_drop(k); break;
     default: break;
     }
 }

@@ -37,6 +37,9 @@ enum kop {
     KOP_ADAM,           /* p, g, m, v[n] (p, m, v updated in place), t i32[1]    adam */
     KOP_ROUND_BF16,     /* x[n] -> y[n] = bf16(x)                                elementwise */
     KOP_ALL_REDUCE,     /* x[n] of every core -> y[n] on every core, the mean    all_reduce */
+    KOP_DROPOUT,        /* x[n,c], rows i32[n], key i32[2] -> y[n,c]             dropout */
+    KOP_ATTENTION_DROP, /* qkv, rows i32[B*T], key i32[2] -> o, lse (dropped P)  attention_drop */
+    KOP_ATTENTION_DROP_BWD, /* do, qkv, o, lse, rows, key -> dqkv                attention_drop */
     /* fused kernels, made only by the compiler */
     KOP_MATMUL_EX,      /* a, b, bias|NULL, r1|NULL, r2|NULL -> c[n,q] =
                            relu?(a@b + bias) + r1 + r2                           matmul */
@@ -69,6 +72,9 @@ struct adam_attr {
     float beta1, beta2, eps; /* the rate is an input: it may change every step */
 };
 struct all_reduce_attr { long n, cores; };
+/* site: which of the model's dropouts (its masks differ); p: drop probability */
+struct dropout_attr { long n, c, site; float p; };
+struct attention_drop_attr { long B, T, C, H, site; float p; }; /* B..H as attention_attr */
 
 union kattr {
     struct embed_attr embed;
@@ -83,6 +89,8 @@ union kattr {
     struct fill_attr fill;
     struct adam_attr adam;
     struct all_reduce_attr all_reduce;
+    struct dropout_attr dropout;
+    struct attention_drop_attr attention_drop;
 };
 /* seg, wherever it appears: the backward reductions over rows sum leaves of
  * seg rows in a fixed tree (tensor.h) so that gradients do not depend on
