@@ -397,7 +397,7 @@ int cmd_sweep(int argc, char **argv)
     char svg[4400], err[1024];
     for (int i = 0; i < n; i++)
         dirs[i] = runs[i].dir;
-    snprintf(svg, sizeof svg, "%s/loss.svg", out);
+    snprintf(svg, sizeof svg, "%.3000s/loss.svg", out);
     if (plot_runs(dirs, n, svg, err, sizeof err))
         fprintf(stderr, "gpt: %s\n", err);
     else
