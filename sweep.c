@@ -318,7 +318,7 @@ int cmd_sweep(int argc, char **argv)
         }
         if (!naxes)
             snprintf(r->name, sizeof r->name, "run");
-        snprintf(r->dir, sizeof r->dir, "%.3000s/%s", out, r->name);
+        snprintf(r->dir, sizeof r->dir, "%.3000s/%.255s", out, r->name);
     }
     if (!parallel || parallel > n)
         parallel = n;
