@@ -11,7 +11,7 @@ HDR     := gpt.h safetensors.h data.h loader.h watch.h graph.h xla_sim.h comm.h 
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \
-           tests/test_loader.c tests/test_watch.c
+           tests/test_loader.c tests/test_watch.c tests/test_homework.c
 
 # make LLVM=1: the second flavour the design card names: clang, LLVM's
 # libomp and mimalloc (Debian: clang, libomp-dev, libmimalloc-dev),

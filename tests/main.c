@@ -99,6 +99,7 @@ static const struct {
     {"data", test_data},
     {"loader", test_loader},
     {"watch", test_watch},
+    {"homework", test_homework},
 };
 
 int main(int argc, char **argv)

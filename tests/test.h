@@ -47,5 +47,6 @@ void test_tour(void);
 void test_data(void);
 void test_loader(void);
 void test_watch(void);
+void test_homework(void);
 
 #endif

@@ -137,6 +137,21 @@ static Tensor *b_xent(Graph *g, Tensor **in, const struct gcase *c)
     Tensor *tgt = g_leaf(g, TK_INPUT, DT_I32, (void *)c->idx, 1, c->B);
     return g_xent(g, in[0], tgt);
 }
+/* Dropout's masks are fixed by the key, so the op is differentiable. */
+static const int32_t drop_key[2] = {99, 7}, drop_rows[64] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5,
+                                                             8, 9, 7, 9, 3, 2, 3, 8, 4};
+static Tensor *b_dropout(Graph *g, Tensor **in, const struct gcase *c)
+{
+    Tensor *rows = g_leaf(g, TK_INPUT, DT_I32, (void *)drop_rows, 1, in[0]->rows);
+    Tensor *key = g_leaf(g, TK_INPUT, DT_I32, (void *)drop_key, 1, 2);
+    return g_dropout(g, in[0], rows, key, 0.3f, 4);
+}
+static Tensor *b_attention_drop(Graph *g, Tensor **in, const struct gcase *c)
+{
+    Tensor *rows = g_leaf(g, TK_INPUT, DT_I32, (void *)drop_rows, 1, c->B * c->T);
+    Tensor *key = g_leaf(g, TK_INPUT, DT_I32, (void *)drop_key, 1, 2);
+    return g_attention_drop(g, in[0], rows, key, c->B, c->T, c->H, 0.3f, 6);
+}
 /* A tensor used twice must receive the sum of both gradients. */
 static Tensor *b_reuse(Graph *g, Tensor **in, const struct gcase *c)
 {
@@ -160,6 +175,9 @@ void test_grads(void)
         {.name = "xent", .nin = 1, .rows = {4}, .cols = {7}, .build = b_xent, .B = 4,
          .idx = {2, -1, 6, 0}},
         {.name = "reuse", .nin = 1, .rows = {3}, .cols = {3}, .build = b_reuse},
+        {.name = "dropout", .nin = 1, .rows = {5}, .cols = {7}, .build = b_dropout},
+        {.name = "attention_drop", .nin = 1, .rows = {10}, .cols = {24},
+         .build = b_attention_drop, .B = 2, .T = 5, .H = 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(&cases[i]);
