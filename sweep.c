@@ -337,7 +337,7 @@ int cmd_sweep(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_stop};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    int running = 0, next = 0, failed = 0;
+    int running = 0, next = 0, failed = 0, forwarded = 0;
     double last_table = now_s();
     while (next < n || running) {
         while (running < parallel && next < n && !stop_signal) {
@@ -371,15 +371,13 @@ int cmd_sweep(int argc, char **argv)
                 }
             continue;
         }
-        if (stop_signal == 1) /* forwarded once */
-            continue;
-        if (stop_signal) {
+        if (stop_signal && !forwarded) { /* once: the runs checkpoint and exit */
             for (int i = 0; i < n; i++)
                 if (runs[i].state == 1)
                     kill(runs[i].pid, SIGINT);
             fprintf(stderr, "gpt: sweep stopped by signal %d: the runs save checkpoints; the same "
                     "command resumes them\n", (int)stop_signal);
-            stop_signal = 1;
+            forwarded = 1;
             continue;
         }
         if (now_s() - last_table >= every) {

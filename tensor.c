@@ -965,8 +965,26 @@ static float softmax_row_ref(float *s /* [nk] */, const float *q /* [hs] */,
     return mx + logf(l);
 }
 
-void k_attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
-                     const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+/* Dropout on the probabilities (tensor.h, dropout), or none when NULL. */
+struct drop_mask {
+    const int32_t *key, *rows; /* [2], [B*T] */
+    long site;
+    float p;
+};
+
+/* What survives of P_ij, head h, query row `row`: 1/(1-p) or 0; 1 without
+ * dropout (so the products below keep their bits). */
+static float kept_scale(const struct drop_mask *dm, int32_t row, int h, int T, int j)
+{
+    if (!dm)
+        return 1.0f;
+    return k_dropout_keep(dm->key, dm->site, row, (long)h * T + j, dm->p) ? 1.0f / (1.0f - dm->p)
+                                                                          : 0.0f;
+}
+
+static void attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                          const float *qkv /* [B,T,3C] */, int B, int T, int C, int H,
+                          const struct drop_mask *dm)
 {
     int hs = C / H;
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
@@ -981,6 +999,8 @@ void k_attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                 float *o = out + ((size_t)b * T + i) * C + hs * h; /* [hs] */
                 lse[(size_t)bh * T + i] =
                     softmax_row_ref(s, q, base + hs, 3 * (size_t)C, i + 1, hs);
+                for (int j = 0; j <= i && dm; j++) /* the dropped probabilities */
+                    s[j] *= kept_scale(dm, dm->rows[(size_t)b * T + i], h, T, j);
                 for (int d = 0; d < hs; d++) {
                     float acc = 0.0f;
                     for (int j = 0; j <= i; j++)
@@ -993,15 +1013,25 @@ void k_attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
     }
 }
 
+void k_attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                     const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+{
+    attention_ref(out, lse, qkv, B, T, C, H, NULL);
+}
+
 /* The backward pass of one (batch, head), recomputing the probabilities
  * from lse: P_ij = exp(s_ij - lse_i), D_i = dO_i.O_i,
  * dS_ij = P_ij (dO_i.V_j - D_i), dQ_i = scale sum_j dS_ij K_j,
- * dK_j = scale sum_i dS_ij Q_i, dV_j = sum_i P_ij dO_i. */
+ * dK_j = scale sum_i dS_ij Q_i, dV_j = sum_i P_ij dO_i. With dropout m_ij
+ * (kept_scale) the output used P~ = P m: dV_j = sum_i P~_ij dO_i and
+ * dS_ij = P_ij (dO_i.V_j m_ij - D_i), D_i still dO_i.O_i. rows [T]: the
+ * batch's global rows (dropout only). */
 static void attention_bwd_head_ref(float *dqkv /* [T,3C], head's q col */,
                                    const float *dout /* [T,C], head's col */,
                                    const float *qkv /* [T,3C], head's q col */,
                                    const float *out /* [T,C], head's col */,
-                                   const float *lse /* [T] */, int T, int C, int hs)
+                                   const float *lse /* [T] */, int T, int C, int hs,
+                                   const struct drop_mask *dm, const int32_t *rows, int h)
 {
     size_t ld3 = 3 * (size_t)C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -1022,20 +1052,22 @@ static void attention_bwd_head_ref(float *dqkv /* [T,3C], head's q col */,
                 dot += q[d] * k[d];
                 dp += g[d] * v[d];
             }
+            float kept = kept_scale(dm, dm ? rows[i] : 0, h, T, j);
             float pr = expf(dot * scale - lse[i]);
-            float ds = pr * (dp - D);
+            float ds = pr * (dp * kept - D);
             for (int d = 0; d < hs; d++) {
                 dq[d] += scale * ds * k[d];
                 dk[d] += scale * ds * q[d];
-                dv[d] += pr * g[d];
+                dv[d] += pr * kept * g[d];
             }
         }
     }
 }
 
-void k_attention_bwd_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
-                         const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
-                         const float *lse /* [B,H,T] */, int B, int T, int C, int H)
+static void attention_bwd_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                              const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                              const float *lse /* [B,H,T] */, int B, int T, int C, int H,
+                              const struct drop_mask *dm)
 {
     int hs = C / H;
 #pragma omp parallel for schedule(static) if ((long)B * T * T * C >= PAR_WORK)
@@ -1043,8 +1075,15 @@ void k_attention_bwd_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C
         int b = bh / H, h = bh % H;
         size_t r3 = (size_t)b * T * 3 * C + 3 * hs * h, r1 = (size_t)b * T * C + hs * h;
         attention_bwd_head_ref(dqkv + r3, dout + r1, qkv + r3, out + r1, lse + (size_t)bh * T, T, C,
-                               hs);
+                               hs, dm, dm ? dm->rows + (size_t)b * T : NULL, h);
     }
+}
+
+void k_attention_bwd_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                         const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                         const float *lse /* [B,H,T] */, int B, int T, int C, int H)
+{
+    attention_bwd_ref(dqkv, dout, qkv, out, lse, B, T, C, H, NULL);
 }
 
 /* Appends the new token's k and v to the caches: the common first half of
@@ -1898,90 +1937,24 @@ void k_dropout(float *y, const float *x, const int32_t *rows, const int32_t *key
                                                                       : 0.0f;
 }
 
+/* The attention twins with the mask: dropout is plain C (tensor.h). */
 void k_attention_drop(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                       const float *qkv /* [B,T,3C] */, const int32_t *rows /* [B*T] */,
                       const int32_t *key /* [2] */, int B, int T, int C, int H, long site,
                       float p)
 {
-    int hs = C / H;
-    float keep_scale = 1.0f / (1.0f - p);
-#pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
-    {
-        float *s = xmalloc(sizeof(float) * (size_t)T); /* [T] probabilities */
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < B * H; bh++) {
-            int b = bh / H, h = bh % H;
-            const float *base = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q, row 0 */
-            for (int i = 0; i < T; i++) {
-                const float *q = base + (size_t)i * 3 * C;         /* [hs] */
-                float *o = out + ((size_t)b * T + i) * C + hs * h; /* [hs] */
-                int32_t row = rows[(size_t)b * T + i];
-                lse[(size_t)bh * T + i] =
-                    softmax_row_ref(s, q, base + hs, 3 * (size_t)C, i + 1, hs);
-                for (int j = 0; j <= i; j++) /* the dropped probabilities */
-                    s[j] = k_dropout_keep(key, site, row, (long)h * T + j, p) ? s[j] * keep_scale
-                                                                                : 0.0f;
-                for (int d = 0; d < hs; d++) {
-                    float acc = 0.0f;
-                    for (int j = 0; j <= i; j++)
-                        acc += s[j] * base[(size_t)j * 3 * C + 2 * hs + d];
-                    o[d] = acc;
-                }
-            }
-        }
-        free(s);
-    }
+    struct drop_mask dm = {key, rows, site, p};
+    attention_ref(out, lse, qkv, B, T, C, H, &dm);
 }
 
-/* As attention_bwd_head_ref, with P~ = P * mask / (1-p) in the output:
- * dV_j = sum_i P~_ij dO_i, dS_ij = P_ij (dO_i.V_j mask_ij / (1-p) - D_i),
- * and D_i = sum_j P_ij dP_ij is still dO_i.O_i. */
 void k_attention_drop_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
                           const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
                           const float *lse /* [B,H,T] */, const int32_t *rows /* [B*T] */,
                           const int32_t *key /* [2] */, int B, int T, int C, int H, long site,
                           float p)
 {
-    int hs = C / H;
-    size_t ld3 = 3 * (size_t)C;
-    float scale = 1.0f / sqrtf((float)hs), keep_scale = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static) if ((long)B * T * T * C >= PAR_WORK)
-    for (int bh = 0; bh < B * H; bh++) {
-        int b = bh / H, h = bh % H;
-        const float *x = qkv + (size_t)b * T * ld3 + 3 * hs * h;   /* head's q col, row 0 */
-        float *dx = dqkv + (size_t)b * T * ld3 + 3 * hs * h;       /* [T,3C] */
-        const float *g0 = dout + (size_t)b * T * C + hs * h;       /* [T,C] */
-        const float *o0 = out + (size_t)b * T * C + hs * h;        /* [T,C] */
-        const float *l0 = lse + (size_t)bh * T;                    /* [T] */
-        for (int i = 0; i < T; i++)
-            for (int d = 0; d < 3 * hs; d++)
-                dx[i * ld3 + d] = 0.0f;
-        for (int i = 0; i < T; i++) {
-            const float *q = x + i * ld3, *g = g0 + (size_t)i * C, *o = o0 + (size_t)i * C;
-            float *dq = dx + i * ld3; /* [hs] */
-            int32_t row = rows[(size_t)b * T + i];
-            float D = 0.0f;
-            for (int d = 0; d < hs; d++)
-                D += g[d] * o[d];
-            for (int j = 0; j <= i; j++) {
-                const float *k = x + j * ld3 + hs, *v = x + j * ld3 + 2 * hs; /* [hs] each */
-                float *dk = dx + j * ld3 + hs, *dv = dx + j * ld3 + 2 * hs;   /* [hs] each */
-                float dot = 0.0f, dp = 0.0f;
-                for (int d = 0; d < hs; d++) {
-                    dot += q[d] * k[d];
-                    dp += g[d] * v[d];
-                }
-                float kept = k_dropout_keep(key, site, row, (long)h * T + j, p) ? keep_scale : 0;
-                float pr = expf(dot * scale - l0[i]);
-                float ds = pr * (dp * kept - D);
-                for (int d = 0; d < hs; d++) {
-                    dq[d] += scale * ds * k[d];
-                    dk[d] += scale * ds * q[d];
-                    dv[d] += pr * kept * g[d];
-                }
-            }
-        }
-    }
+    struct drop_mask dm = {key, rows, site, p};
+    attention_bwd_ref(dqkv, dout, qkv, out, lse, B, T, C, H, &dm);
 }
 
 /* ---- layernorm ---- */

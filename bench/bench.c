@@ -1048,9 +1048,14 @@ static void scaling_table(void)
 
 /* ---- start-up ---- */
 
-static void header(void)
+/* The CPU's model name, as /proc/cpuinfo gives it. */
+static const char *cpu_name(void)
 {
-    char cpu[256] = "unknown CPU", line[512];
+    static char cpu[256];
+    char line[512];
+    if (cpu[0])
+        return cpu;
+    snprintf(cpu, sizeof cpu, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
     while (f && fgets(line, sizeof line, f))
         if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
@@ -1060,6 +1065,12 @@ static void header(void)
         }
     if (f)
         fclose(f);
+    return cpu;
+}
+
+static void header(void)
+{
+    const char *cpu = cpu_name();
     printf("gpt bench%s: %s, %ld cores online, %d OpenMP threads\n", opt.quick ? " --quick" : "",
            cpu, sysconf(_SC_NPROCESSORS_ONLN), opt.threads);
     printf("kernel path %s, bf16 matmul %s", isa_name(isa_get()),
@@ -1182,18 +1193,9 @@ static void json_string(FILE *f, const char *s)
 /* Written to PATH.tmp, then renamed: a reader never sees half a record. */
 static int json_write(const char *path)
 {
-    char tmp[PATH_MAX + 8], cpu[256] = "unknown CPU", line[512], date[32];
+    char tmp[PATH_MAX + 8], date[32];
     time_t t = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-    FILE *c = fopen("/proc/cpuinfo", "r");
-    while (c && fgets(line, sizeof line, c))
-        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-            snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
-            cpu[strcspn(cpu, "\n")] = 0;
-            break;
-        }
-    if (c)
-        fclose(c);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) {
@@ -1202,7 +1204,7 @@ static int json_write(const char *path)
     }
     fprintf(f, "{\n  \"date\": \"%s\",\n  \"quick\": %s,\n  \"machine\": {\"cpu\": ", date,
             opt.quick ? "true" : "false");
-    json_string(f, cpu);
+    json_string(f, cpu_name());
     fprintf(f, ", \"cores_online\": %ld, \"threads\": %d, \"kernel_path\": \"%s\", "
                "\"bf16_matmul\": \"%s\"},\n  \"figures\": [\n",
             sysconf(_SC_NPROCESSORS_ONLN), opt.threads, isa_name(isa_get()),
