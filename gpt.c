@@ -37,15 +37,18 @@ static void *xcalloc(size_t n, size_t size);
 
 /* ==== the model ==== */
 
-/* One block's graph leaves. Shapes are PyTorch's (a Linear weight is
- * [out,in]); C is the embedding width, M the MLP's. The reference's names
- * are on the right, under decode_transformer.blocks.<l>. */
+/* One block's parameters in a recorded graph. Shapes are PyTorch's, but
+ * a Linear layer's weight [out,in] is held as W^T [in,out], the right
+ * operand of x W^T: param_leaves transposes the weight's leaf in the
+ * graph, or binds the sampler's copy kept transposed (transposed_weights).
+ * C is the embedding width, M the MLP's. The reference's names are on the
+ * right, under decode_transformer.blocks.<l>. */
 struct block_leaves {
-    Tensor *qkv_w;           /* [3C,C] attention.attention.weight */
-    Tensor *ln1_w, *ln1_b;   /* [C]    layer_norms.0, before attention */
-    Tensor *ln2_w, *ln2_b;   /* [C]    layer_norms.1, before the MLP */
-    Tensor *fc_w, *fc_b;     /* [M,C], [M] compute.0 */
-    Tensor *proj_w, *proj_b; /* [C,M], [C] compute.2 */
+    Tensor *qkv_wt;           /* [C,3C] attention.attention.weight^T */
+    Tensor *ln1_w, *ln1_b;    /* [C]    layer_norms.0, before attention */
+    Tensor *ln2_w, *ln2_b;    /* [C]    layer_norms.1, before the MLP */
+    Tensor *fc_wt, *fc_b;     /* [C,M], [M] compute.0 */
+    Tensor *proj_wt, *proj_b; /* [M,C], [C] compute.2 */
 };
 
 /* The whole model's leaves in one recorded graph, filled from the
@@ -56,12 +59,13 @@ struct model_leaves {
     Tensor *pos_emb;                       /* [C,T] postn_embedding.weight */
     struct block_leaves block[MAX_LAYERS]; /* blocks.<l> */
     Tensor *lnf_w, *lnf_b;                 /* [C]   unembedding.0 */
-    Tensor *head_w, *head_b;               /* [V,C], [V] unembedding.1 */
+    Tensor *head_wt, *head_b;              /* [C,V], [V] unembedding.1 */
 };
 
 /* Made in the data-parallel section: leaves with a buffer on every core. */
 static void param_leaves(Model *m, Graph *g, struct model_leaves *L, Tensor **leaf,
-                         int with_grad);
+                         int with_grad, float *wt);
+static float *transposed_weights(const Model *m);
 static Tensor *moment_leaf(const Model *m, Graph *g, int which, const Param *p);
 static Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col);
 
@@ -89,13 +93,18 @@ static void add_param(Model *m, const char *name, int ndim, int rows, int cols,
     m->nw += (size_t)rows * cols;
 }
 
-/* A Linear layer: weight [out,in] and, unless b_leaf is NO_BIAS, bias [out]. */
+/* A Linear layer: weight [out,in] and, unless b_leaf is NO_BIAS, bias [out].
+ * Its weight's slot holds W^T (struct block_leaves); the embeddings, also
+ * Linear in the reference, are tables looked up by column: NO_MATMUL. */
+#define NO_MATMUL 0
+#define MATMUL 1
 static void add_linear(Model *m, const char *name, int out, int in, size_t w_leaf,
-                       size_t b_leaf)
+                       size_t b_leaf, int matmul)
 {
     char n[64];
     snprintf(n, sizeof n, "%s.weight", name);
     add_param(m, n, 2, out, in, (float)in, w_leaf);
+    m->p[m->np - 1].matmul_t = matmul;
     if (b_leaf != NO_BIAS) {
         snprintf(n, sizeof n, "%s.bias", name);
         add_param(m, n, 1, 1, out, (float)in, b_leaf);
@@ -124,24 +133,24 @@ static void build_params(Model *m)
     const Config *c = &m->cfg;
     int V = c->vocab, T = c->context, C = c->embed, M = c->mlp;
     char n[64];
-    add_linear(m, "token_embedding", C, V, LEAF(tok_emb), NO_BIAS);
-    add_linear(m, "postn_embedding", C, T, LEAF(pos_emb), NO_BIAS);
+    add_linear(m, "token_embedding", C, V, LEAF(tok_emb), NO_BIAS, NO_MATMUL);
+    add_linear(m, "postn_embedding", C, T, LEAF(pos_emb), NO_BIAS, NO_MATMUL);
     for (int l = 0; l < c->layers; l++) {
-        add_linear(m, in_block(n, l, "attention.attention"), 3 * C, C, LEAF(block[l].qkv_w),
-                   NO_BIAS);
+        add_linear(m, in_block(n, l, "attention.attention"), 3 * C, C, LEAF(block[l].qkv_wt),
+                   NO_BIAS, MATMUL);
         add_layernorm(m, in_block(n, l, "layer_norms.0"), C, LEAF(block[l].ln1_w),
                       LEAF(block[l].ln1_b));
         if (c->no_mlp)
             continue; /* an attention-only block */
         add_layernorm(m, in_block(n, l, "layer_norms.1"), C, LEAF(block[l].ln2_w),
                       LEAF(block[l].ln2_b));
-        add_linear(m, in_block(n, l, "compute.0"), M, C, LEAF(block[l].fc_w),
-                   LEAF(block[l].fc_b));
-        add_linear(m, in_block(n, l, "compute.2"), C, M, LEAF(block[l].proj_w),
-                   LEAF(block[l].proj_b));
+        add_linear(m, in_block(n, l, "compute.0"), M, C, LEAF(block[l].fc_wt),
+                   LEAF(block[l].fc_b), MATMUL);
+        add_linear(m, in_block(n, l, "compute.2"), C, M, LEAF(block[l].proj_wt),
+                   LEAF(block[l].proj_b), MATMUL);
     }
     add_layernorm(m, "unembedding.0", C, LEAF(lnf_w), LEAF(lnf_b));
-    add_linear(m, "unembedding.1", V, C, LEAF(head_w), LEAF(head_b));
+    add_linear(m, "unembedding.1", V, C, LEAF(head_wt), LEAF(head_b), MATMUL);
 }
 
 int model_init(Model *m, const Config *c, uint64_t seed)
@@ -196,7 +205,16 @@ struct attn_mode {
     float dropout;             /* > 0 only in a training step */
     Tensor *rows, *key;        /* dropout's: i32 [n] global rows, i32 [2] the step's key */
     int layer;                 /* the block: its dropouts are sites 3l, 3l+1, 3l+2 */
+    Tensor *keep;              /* i32 [k] rows leaving the block after attention, or NULL: all */
 };
+
+/* x's rows a->keep (all when NULL): past its attention, a block's rows are
+ * independent, so the sampler keeps only the rows it reads. A table's
+ * entries are its columns (embed), so the rows are looked up in x^T. */
+static Tensor *kept_rows(Graph *g, const struct attn_mode *a, Tensor *x /* [n,C] */)
+{
+    return a->keep ? g_embed(g, a->keep, g_transpose(g, x)) : x;
+}
 
 /* Dropout at one of the block's three sites, when training with it. */
 static Tensor *drop(Graph *g, const struct attn_mode *a, Tensor *x, int which)
@@ -218,7 +236,7 @@ static Tensor *attention_half(Graph *g, const struct block_leaves *b, Tensor *x,
                               const struct attn_mode *a)
 {
     Tensor *ln = g_layernorm(g, x, b->ln1_w, b->ln1_b); /* [n,C] */
-    Tensor *qkv = g_linear(g, ln, b->qkv_w, NULL);      /* [n,3C] */
+    Tensor *qkv = g_matmul(g, ln, b->qkv_wt, NULL);     /* [n,3C] */
     Tensor *att; /* [n,C] */
     if (a->k_cache)
         att = g_attention_step(g, qkv, a->k_cache, a->v_cache, a->pos, a->heads);
@@ -227,7 +245,7 @@ static Tensor *attention_half(Graph *g, const struct block_leaves *b, Tensor *x,
                                3 * a->layer);
     else
         att = g_attention(g, qkv, a->windows, a->T, a->heads);
-    return g_add(g, x, drop(g, a, att, 1));
+    return g_add(g, kept_rows(g, a, x), drop(g, a, kept_rows(g, a, att), 1));
 }
 
 /* The MLP half of a block: h + mlp(ln2(h)), [n,C] -> [n,C]. */
@@ -235,8 +253,8 @@ static Tensor *mlp_half(Graph *g, const struct block_leaves *b, Tensor *h,
                         const struct attn_mode *a)
 {
     Tensor *ln = g_layernorm(g, h, b->ln2_w, b->ln2_b);       /* [n,C] */
-    Tensor *f = g_relu(g, g_linear(g, ln, b->fc_w, b->fc_b)); /* [n,M] */
-    return g_add(g, h, drop(g, a, g_linear(g, f, b->proj_w, b->proj_b), 2)); /* [n,C] */
+    Tensor *f = g_relu(g, g_matmul(g, ln, b->fc_wt, b->fc_b)); /* [n,M] */
+    return g_add(g, h, drop(g, a, g_matmul(g, f, b->proj_wt, b->proj_b), 2)); /* [n,C] */
 }
 
 /* The reference's Block.forward, [n,C] -> [n,C]; with --no-mlp the
@@ -253,23 +271,25 @@ static Tensor *block(Graph *g, const Config *c, const struct block_leaves *b, Te
 static Tensor *stack_step(Graph *g, const Config *c, const struct block_leaves *b, Tensor *x,
                           const struct attn_mode *a)
 {
-    Tensor *y = block(g, c, b, x, a); /* [n,C] */
-    return c->residual_once ? y : g_add(g, x, y);
+    Tensor *y = block(g, c, b, x, a); /* [n,C], or [k,C] with a->keep */
+    return c->residual_once ? y : g_add(g, kept_rows(g, a, x), y);
 }
 
 /* x [n,C] -> logits [n,V] = head(lnf(x)) */
 static Tensor *unembed(Graph *g, const struct model_leaves *L, Tensor *x)
 {
     Tensor *ln = g_layernorm(g, x, L->lnf_w, L->lnf_b); /* [n,C] */
-    return g_linear(g, ln, L->head_w, L->head_b);
+    return g_matmul(g, ln, L->head_wt, L->head_b);
 }
 
 /* The reference's forward over a batch of B windows of T bytes: logits
  * [n,V] for this core's n = B/cores*T positions. Like the reference it
  * adds the residual twice (stack_step): x + block(x), where block(x) is
- * already h + mlp(ln2(h)) with h = x + attn(ln1(x)). */
+ * already h + mlp(ln2(h)) with h = x + attn(ln1(x)). With last, i32 [k]
+ * rows, the last layer past its attention and the unembedding run on
+ * those rows only: logits [k,V] (the sampler's windows' last rows). */
 static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const Batch *b,
-                       int training)
+                       int training, Tensor *last)
 {
     struct attn_mode a = {.windows = b->B / g_cores(g), .T = b->T, .heads = m->cfg.heads};
     Tensor *tok = shard_leaf(g, b, b->tok); /* i32 [n] */
@@ -282,7 +302,8 @@ static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const B
     }
     for (int l = 0; l < m->cfg.layers; l++) {
         a.layer = l;
-        x = stack_step(g, &m->cfg, &L->block[l], x, &a); /* [n,C] */
+        a.keep = l == m->cfg.layers - 1 ? last : NULL;
+        x = stack_step(g, &m->cfg, &L->block[l], x, &a); /* [n,C] ([k,C] last) */
     }
     return unembed(g, L, x);
 }
@@ -293,9 +314,9 @@ Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
                    Tensor **logits, int with_grad)
 {
     struct model_leaves L;
-    param_leaves(m, g, &L, leaf, with_grad);
+    param_leaves(m, g, &L, leaf, with_grad, NULL);
     Tensor *tgt = shard_leaf(g, b, b->tgt); /* i32 [n] */
-    *logits = forward(m, g, &L, b, with_grad); /* [n,V] */
+    *logits = forward(m, g, &L, b, with_grad, NULL); /* [n,V] */
     return g_xent(g, *logits, tgt);
 }
 
@@ -348,13 +369,16 @@ float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
 /* ==== sampling ==== */
 
 /* The decoder's state for ns passages decoded side by side: one KV cache
- * per layer and the step's inputs. All passages sit at the same position
- * (they share the prompt), so one decode step serves them all. */
+ * per layer, the step's inputs and the weights kept transposed. All
+ * passages sit at the same position (they share the prompt), so one decode
+ * step serves them all. */
 struct decoder {
-    int ns;        /* passages */
-    int32_t *tok;  /* [ns] each passage's newest byte */
-    int32_t *pos;  /* [ns] its position, the same for all */
+    int ns;         /* passages */
+    int32_t *tok;   /* [ns] each passage's newest byte */
+    int32_t *pos;   /* [ns] its position, the same for all */
     float *kc, *vc; /* [layers, ns, context, C] each */
+    float *wt;      /* [nw] transposed_weights */
+    int32_t *last;  /* [ns] past the context, each window's last row */
 };
 
 /* One new byte per passage at position d->pos[0] through the cached model:
@@ -365,7 +389,7 @@ static const float *decode_step(Model *m, Graph *g, struct decoder *d)
     size_t cache = (size_t)d->ns * c->context * c->embed; /* one layer's [ns,context,C] */
     struct model_leaves L;
     g_reset(g);
-    param_leaves(m, g, &L, NULL, 0);
+    param_leaves(m, g, &L, NULL, 0, d->wt);
     Tensor *tok = g_leaf(g, TK_INPUT, DT_I32, d->tok, d->ns, 1); /* [ns] */
     Tensor *pos = g_leaf(g, TK_INPUT, DT_I32, d->pos, d->ns, 1); /* [ns] */
     Tensor *pos1 = g_leaf(g, TK_INPUT, DT_I32, d->pos, 1, 1);    /* [1]: the cache row */
@@ -381,9 +405,12 @@ static const float *decode_step(Model *m, Graph *g, struct decoder *d)
 
 /* Past the context the reference feeds the last `context` bytes afresh, so
  * positions restart at 0 and the cache cannot be reused: one window per
- * passage, w->B of them, each ending at byte n. Returns logits [B*T,V]; a
- * passage's next-byte logits are its window's last row. */
-static const float *window_step(Model *m, Graph *g, Batch *w, char *const *text, int n)
+ * passage, w->B of them, each ending at byte n. With a decoder, only each
+ * window's last row leaves the last layer's attention: logits [B,V],
+ * passage s's in row s. Without (the naive sampler): logits [B*T,V], every
+ * position, as the reference computes them. */
+static const float *window_step(Model *m, Graph *g, Batch *w, char *const *text, int n,
+                                const struct decoder *d)
 {
     struct model_leaves L;
     for (int s = 0; s < w->B; s++)
@@ -391,8 +418,9 @@ static const float *window_step(Model *m, Graph *g, Batch *w, char *const *text,
             w->tok[(size_t)s * w->T + t] = (unsigned char)text[s][n - w->T + t];
     batch_finish(w);
     g_reset(g);
-    param_leaves(m, g, &L, NULL, 0);
-    return g_read(g, forward(m, g, &L, w, 0)); /* [B*T,V] */
+    param_leaves(m, g, &L, NULL, 0, d ? d->wt : NULL);
+    Tensor *last = d ? g_leaf(g, TK_INPUT, DT_I32, d->last, w->B, 1) : NULL; /* i32 [B] */
+    return g_read(g, forward(m, g, &L, w, 0, last));
 }
 
 /* Temperature and top-k sampling; temperature 0 is argmax. */
@@ -437,7 +465,7 @@ void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
     for (; n < total; n++) {
         Batch w;
         batch_alloc(&w, 1, n < m->cfg.context ? n : m->cfg.context);
-        const float *logits = window_step(m, g, &w, &text, n); /* [T,V] */
+        const float *logits = window_step(m, g, &w, &text, n, NULL); /* [T,V] */
         text[n] = (char)sample_byte(logits + (size_t)(w.T - 1) * m->cfg.vocab, m->cfg.vocab, o, r);
         batch_free(&w);
         g_mark_step(g, NULL, 0); /* a step a byte, as a PyTorch/XLA generation loop marks it */
@@ -456,33 +484,35 @@ void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, i
                         .tok = xcalloc((size_t)ns, sizeof(int32_t)),
                         .pos = xcalloc((size_t)ns, sizeof(int32_t)),
                         .kc = xcalloc(cache, sizeof(float)),
-                        .vc = xcalloc(cache, sizeof(float))};
+                        .vc = xcalloc(cache, sizeof(float)),
+                        .wt = transposed_weights(m),
+                        .last = xcalloc((size_t)ns, sizeof(int32_t))};
+    for (int s = 0; s < ns; s++)
+        d.last[s] = (s + 1) * c->context - 1;
     Batch w;
     batch_alloc(&w, ns, c->context);
-    const float *logits = NULL; /* [ns,V], or [ns*context,V] past the context */
-    size_t row = V, last = 0;   /* passage s's logits at logits + s*row + last */
+    const float *logits = NULL; /* [ns,V]: passage s's next-byte logits in row s */
     for (int i = 0; i < n && n <= c->context; i++) {
         for (int s = 0; s < ns; s++)
             d.tok[s] = (unsigned char)text[s][i], d.pos[s] = i;
         logits = decode_step(m, g, &d);
     }
     for (; n < total; n++) {
-        if (n > c->context) {
-            logits = window_step(m, g, &w, text, n);
-            row = (size_t)c->context * V, last = (size_t)(c->context - 1) * V;
-        }
+        if (n > c->context)
+            logits = window_step(m, g, &w, text, n, &d);
         for (int s = 0; s < ns; s++)
-            text[s][n] = (char)sample_byte(logits + s * row + last, V, o, &r[s]);
+            text[s][n] = (char)sample_byte(logits + (size_t)s * V, V, o, &r[s]);
         if (o->emit)
             o->emit((unsigned char)text[0][n], o->ctx);
         if (n + 1 <= c->context && n + 1 < total) {
             for (int s = 0; s < ns; s++)
                 d.tok[s] = (unsigned char)text[s][n], d.pos[s] = n;
             logits = decode_step(m, g, &d);
-            row = V, last = 0;
         }
     }
     batch_free(&w);
+    free(d.last);
+    free(d.wt);
     free(d.tok);
     free(d.pos);
     free(d.kc);
@@ -535,21 +565,47 @@ static void replica_bases(const Model *m, const Graph *g, int which, void **base
         base[c] = model_replica(m, c, which);
 }
 
-/* Every parameter's leaf, each into its named slot of L and, unless leaf
- * is NULL, into leaf[i] in table order. */
+/* Every parameter's leaf, each into its named slot of L (a Linear
+ * weight's slot gets W^T) and, unless leaf is NULL, into leaf[i] in table
+ * order. With wt, the sampler's transposed_weights on one core, the
+ * Linear weights' slots bind those copies and no transpose is recorded. */
 static void param_leaves(Model *m, Graph *g, struct model_leaves *L, Tensor **leaf,
-                         int with_grad)
+                         int with_grad, float *wt)
 {
     void *w[XS_MAX_CORES];
     replica_bases(m, g, 0, w);
     for (int i = 0; i < m->np; i++) {
         const Param *p = &m->p[i];
+        Tensor **slot = (Tensor **)((char *)L + p->leaf);
+        if (wt && p->matmul_t) { /* [in,out] */
+            *slot = g_leaf(g, TK_PARAM, DT_F32, wt + p->off, p->cols, p->rows);
+            continue;
+        }
         Tensor *t = per_core_leaf(g, TK_PARAM, DT_F32, w, p->off, p->rows, p->cols);
         t->requires_grad = with_grad;
-        *(Tensor **)((char *)L + p->leaf) = t;
         if (leaf)
             leaf[i] = t;
+        *slot = p->matmul_t ? g_transpose(g, t) : t;
     }
+}
+
+/* Core 0's weights with every Linear weight stored transposed, W^T
+ * [in,out] at its offset: the sampler's, made once so that its hundreds of
+ * small graphs transpose nothing (as weights stay where a TPU keeps them,
+ * in the layout the matmul reads). Training transposes in its graph, as
+ * its weights change every step. */
+static float *transposed_weights(const Model *m)
+{
+    const float *w = model_replica(m, 0, 0); /* [nw] */
+    float *wt = xcalloc(m->nw, sizeof(float));
+    memcpy(wt, w, sizeof(float) * m->nw);
+    for (int i = 0; i < m->np; i++) {
+        const Param *p = &m->p[i];
+        for (int r = 0; r < p->rows && p->matmul_t; r++)
+            for (int c = 0; c < p->cols; c++)
+                wt[p->off + (size_t)c * p->rows + r] = w[p->off + (size_t)r * p->cols + c];
+    }
+    return wt;
 }
 
 /* Parameter p's Adam moment (which 1: m, 2: v) on every core. */

@@ -38,6 +38,7 @@ typedef struct Param {
     size_t off;           /* into Model.w, .m, .v */
     float fan_in;         /* init bound is 1/sqrt(fan_in); 0 = LayerNorm */
     int is_ln_weight;
+    int matmul_t;         /* a Linear weight the forward multiplies by as x W^T */
     size_t leaf;          /* where gpt.c puts its graph leaf: an offset in
                            * struct model_leaves */
 } Param;
