@@ -67,6 +67,10 @@
  * costs more than it saves; single-token decoding lives down there. */
 #define PAR_WORK 16384L
 
+/* log2(e) and ln(2) as floats: the attention softmaxes work in base 2. */
+#define LOG2E 1.44269504f
+#define LN2 0.693147182f
+
 /* Rows per partial sum in reductions over rows. A constant, never derived
  * from the thread count, so the summation tree is always the same. */
 #define ROW_BLOCK 64
@@ -268,6 +272,27 @@ INLINE_AVX512 __m512 exp16(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* 2^x for the attention softmaxes, which keep their scores in base 2 (the
+ * scale 1/sqrt(hs) and log2(e) folded into q) so that exp needs no ln2
+ * reduction: x = n + f, |f| <= 1/2, and 2^f by a degree-6 fit on
+ * [-1/2, 1/2] (relative error below 8e-8, an ulp), four operations fewer
+ * than exp16. Below -126 it returns ~1e-38 instead of a subnormal, harmless
+ * next to a softmax's 1; above 128, inf, as scalef overflows. */
+INLINE_AVX512 __m512 exp2_16(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_set1_ps(-126.0f), x); /* keeps f finite; NaN passes */
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, n); /* exact */
+    __m512 p = _mm512_set1_ps(1.53467176e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.33999391e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.61848535e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.55032864e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.40226462e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93147182e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
 }
 
@@ -1426,7 +1451,8 @@ INLINE_AVX512 void pv_group_avx512(float *o /* [w,C], at channel d0 */, int C,
 
 /* The softmax's exp and sum, with the first 8 channels of P V summed in
  * the same pass (one pass over the scores instead of two); the
- * probabilities are left in p for the other channels. Returns the sum. */
+ * probabilities are left in p for the other channels. Scores and mx are in
+ * base 2 (attention_body_avx512). Returns the sum. */
 INLINE_AVX512 __m512 pv_first_avx512(float *o /* [w,C] */, int C, float *p /* [nk,16] */,
                                      const float *vt /* [8,tp] */, int tp, int nk, __m512 mx,
                                      int i0, int w, int nd)
@@ -1436,7 +1462,7 @@ INLINE_AVX512 __m512 pv_first_avx512(float *o /* [w,C] */, int C, float *p /* [n
     for (int g = 0; g < 8; g++)
         acc[g] = _mm512_setzero_ps();
     for (int j = 0; j < nk; j++) {
-        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(p + 16 * j), mx));
+        __m512 e = exp2_16(_mm512_sub_ps(_mm512_loadu_ps(p + 16 * j), mx));
         __m512 pj = _mm512_maskz_mov_ps((__mmask16)~below16(j - i0), e);
         _mm512_storeu_ps(p + 16 * j, pj);
         l = _mm512_add_ps(l, pj);
@@ -1448,11 +1474,11 @@ INLINE_AVX512 __m512 pv_first_avx512(float *o /* [w,C] */, int C, float *p /* [n
     return l;
 }
 
-/* Scores of keys j..j+3 for the block's 16 queries (transposed in qt),
- * scaled and causally masked, into sc; returns their lane-wise max. */
+/* Scores of keys j..j+3 for the block's 16 queries (transposed and
+ * scaled in qt), causally masked, into sc; returns their lane-wise max. */
 INLINE_AVX512 __m512 scores4_avx512(float *sc /* [tp,16] */, const float *qt /* [hs,16] */,
                                     const float *qkv /* [T,3C], head's q col */, size_t ld, int j,
-                                    int i0, int hs, __m512 scale)
+                                    int i0, int hs)
 {
     const float *k = qkv + (size_t)j * ld + hs; /* key j's [hs]; the next ld apart */
     __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
@@ -1467,8 +1493,7 @@ INLINE_AVX512 __m512 scores4_avx512(float *sc /* [tp,16] */, const float *qt /* 
     __m512 mx = _mm512_set1_ps(-INFINITY);
 #pragma GCC unroll 4
     for (int u = 0; u < 4; u++) { /* queries before key j+u do not see it */
-        s[u] = _mm512_mask_mov_ps(_mm512_mul_ps(s[u], scale), below16(j + u - i0),
-                                  _mm512_set1_ps(-INFINITY));
+        s[u] = _mm512_mask_mov_ps(s[u], below16(j + u - i0), _mm512_set1_ps(-INFINITY));
         _mm512_storeu_ps(sc + 16 * (j + u), s[u]);
         mx = _mm512_max_ps(mx, s[u]);
     }
@@ -1482,26 +1507,30 @@ INLINE_AVX512 void attention_body_avx512(float *o /* [T,C], head's col */, float
                                          int tp)
 {
     const size_t ld = 3 * (size_t)C;
-    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hs)), ninf = _mm512_set1_ps(-INFINITY);
+    /* scores in base 2: q scaled by 1/sqrt(hs) and log2(e), so the
+     * softmax's exp is exp2_16 */
+    const __m512 scale2 = _mm512_set1_ps(LOG2E / sqrtf((float)hs)),
+                 ninf = _mm512_set1_ps(-INFINITY);
     v_transpose(vt, qkv, T, C, hs, tp);
     for (int i0 = 0; i0 < T; i0 += 16) {
         int w = min_int(16, T - i0), nk = i0 + w; /* queries i0.., keys 0..nk-1 */
         q_block_transpose(qt, qkv + i0 * ld, ld, w, 16, hs);
+        for (int d = 0; d < hs; d++)
+            _mm512_storeu_ps(qt + 16 * d, _mm512_mul_ps(_mm512_loadu_ps(qt + 16 * d), scale2));
         __m512 mx = ninf;
         int j = 0;
         /* four keys at a time: each score is still one chain of hs FMAs
          * in channel order (the same bits, NaN payloads aside), but four
          * chains overlap */
         for (; j + 4 <= nk; j += 4)
-            mx = _mm512_max_ps(mx, scores4_avx512(sc, qt, qkv, ld, j, i0, hs, scale));
+            mx = _mm512_max_ps(mx, scores4_avx512(sc, qt, qkv, ld, j, i0, hs));
         for (; j < nk; j++) {
             const float *k = qkv + j * ld + hs; /* [hs] */
             __m512 s = _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int d = 0; d < hs; d++)
                 s = _mm512_fmadd_ps(_mm512_loadu_ps(qt + 16 * d), _mm512_set1_ps(k[d]), s);
-            /* queries before key j do not see it */
-            s = _mm512_mask_mov_ps(_mm512_mul_ps(s, scale), below16(j - i0), ninf);
+            s = _mm512_mask_mov_ps(s, below16(j - i0), ninf); /* queries before key j */
             _mm512_storeu_ps(sc + 16 * j, s);
             mx = _mm512_max_ps(mx, s);
         }
@@ -1513,8 +1542,8 @@ INLINE_AVX512 void attention_body_avx512(float *o /* [T,C], head's col */, float
         float mf[16], lf[16];
         _mm512_storeu_ps(mf, mx);
         _mm512_storeu_ps(lf, l);
-        for (int r = 0; r < w; r++)
-            lse[i0 + r] = mf[r] + logf(lf[r]);
+        for (int r = 0; r < w; r++) /* back to base e */
+            lse[i0 + r] = mf[r] * LN2 + logf(lf[r]);
     }
 }
 
@@ -1539,7 +1568,7 @@ INLINE_AVX512 void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */
                                   const float *lse /* [T] */, const float *D /* [T] */, int C,
                                   int hs, const float *kt /* [hs,tp] */,
                                   const float *vt /* [hs,tp] */, int tp, int k0, int i, int U,
-                                  size_t ld3, __m512 scale)
+                                  size_t ld3, __m512 scale2)
 {
     __m512 s[4], dp[4];
 #pragma GCC unroll 4
@@ -1559,7 +1588,8 @@ INLINE_AVX512 void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */
 #pragma GCC unroll 4
     for (int u = 0; u < U; u++) {
         int r = i + u;
-        __m512 p = exp16(_mm512_fmsub_ps(s[u], scale, _mm512_set1_ps(lse[r])));
+        /* in base 2, as the forward: P = 2^(s scale log2(e) - lse log2(e)) */
+        __m512 p = exp2_16(_mm512_fmsub_ps(s[u], scale2, _mm512_set1_ps(lse[r] * LOG2E)));
         p = _mm512_maskz_mov_ps(lanes16(r + 1 - k0), p); /* keys after r are not seen */
         _mm512_storeu_ps(pr + 16 * (size_t)r, p);
         _mm512_storeu_ps(ds + (size_t)r * tp + k0,
@@ -1582,14 +1612,14 @@ INLINE_AVX512 void bwd_probs_avx512(float *pr /* [T,16], rows k0.. */, float *ds
                                     const float *vt /* [hs,tp] */, int tp, int k0)
 {
     const size_t ld3 = 3 * (size_t)C;
-    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hs));
+    const __m512 scale2 = _mm512_set1_ps(LOG2E / sqrtf((float)hs));
     int i = k0;
     /* U queries at a time: each dot product is still one chain of hs FMAs
      * in channel order (the same bits), but 2U chains overlap */
     for (; i + 2 <= T; i += 2)
-        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 2, ld3, scale);
+        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 2, ld3, scale2);
     for (; i < T; i++)
-        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 1, ld3, scale);
+        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 1, ld3, scale2);
 }
 
 /* dV and dK of keys k0..k0+15, channels d0..d0+nd-1 (nd <= 8). */
