@@ -205,15 +205,16 @@ struct attn_mode {
     float dropout;             /* > 0 only in a training step */
     Tensor *rows, *key;        /* dropout's: i32 [n] global rows, i32 [2] the step's key */
     int layer;                 /* the block: its dropouts are sites 3l, 3l+1, 3l+2 */
-    Tensor *keep;              /* i32 [k] rows leaving the block after attention, or NULL: all */
+    Tensor *last;              /* i32 [windows] each window's last row, or NULL */
 };
 
-/* x's rows a->keep (all when NULL): past its attention, a block's rows are
- * independent, so the sampler keeps only the rows it reads. A table's
- * entries are its columns (embed), so the rows are looked up in x^T. */
+/* x's rows a->last (all when NULL): the sampler reads only each window's
+ * last row, and past its attention a block's rows are independent. A
+ * table's entries are its columns (embed), so the rows are looked up in
+ * x^T. */
 static Tensor *kept_rows(Graph *g, const struct attn_mode *a, Tensor *x /* [n,C] */)
 {
-    return a->keep ? g_embed(g, a->keep, g_transpose(g, x)) : x;
+    return a->last ? g_embed(g, a->last, g_transpose(g, x)) : x;
 }
 
 /* Dropout at one of the block's three sites, when training with it. */
@@ -240,12 +241,14 @@ static Tensor *attention_half(Graph *g, const struct block_leaves *b, Tensor *x,
     Tensor *att; /* [n,C] */
     if (a->k_cache)
         att = g_attention_step(g, qkv, a->k_cache, a->v_cache, a->pos, a->heads);
+    else if (a->last) /* [windows,C] */
+        att = g_attention_last(g, qkv, a->windows, a->T, a->heads);
     else if (a->dropout > 0) /* site 3l: the probabilities */
         att = g_attention_drop(g, qkv, a->rows, a->key, a->windows, a->T, a->heads, a->dropout,
                                3 * a->layer);
     else
         att = g_attention(g, qkv, a->windows, a->T, a->heads);
-    return g_add(g, kept_rows(g, a, x), drop(g, a, kept_rows(g, a, att), 1));
+    return g_add(g, kept_rows(g, a, x), drop(g, a, att, 1));
 }
 
 /* The MLP half of a block: h + mlp(ln2(h)), [n,C] -> [n,C]. */
@@ -271,7 +274,7 @@ static Tensor *block(Graph *g, const Config *c, const struct block_leaves *b, Te
 static Tensor *stack_step(Graph *g, const Config *c, const struct block_leaves *b, Tensor *x,
                           const struct attn_mode *a)
 {
-    Tensor *y = block(g, c, b, x, a); /* [n,C], or [k,C] with a->keep */
+    Tensor *y = block(g, c, b, x, a); /* [n,C], or [windows,C] with a->last */
     return c->residual_once ? y : g_add(g, kept_rows(g, a, x), y);
 }
 
@@ -285,9 +288,9 @@ static Tensor *unembed(Graph *g, const struct model_leaves *L, Tensor *x)
 /* The reference's forward over a batch of B windows of T bytes: logits
  * [n,V] for this core's n = B/cores*T positions. Like the reference it
  * adds the residual twice (stack_step): x + block(x), where block(x) is
- * already h + mlp(ln2(h)) with h = x + attn(ln1(x)). With last, i32 [k]
- * rows, the last layer past its attention and the unembedding run on
- * those rows only: logits [k,V] (the sampler's windows' last rows). */
+ * already h + mlp(ln2(h)) with h = x + attn(ln1(x)). With last, i32 [B]
+ * each window's last row (the sampler's), the last layer attends for
+ * those rows alone and the rest of the model runs on them: logits [B,V]. */
 static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const Batch *b,
                        int training, Tensor *last)
 {
@@ -302,7 +305,7 @@ static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const B
     }
     for (int l = 0; l < m->cfg.layers; l++) {
         a.layer = l;
-        a.keep = l == m->cfg.layers - 1 ? last : NULL;
+        a.last = l == m->cfg.layers - 1 ? last : NULL;
         x = stack_step(g, &m->cfg, &L->block[l], x, &a); /* [n,C] ([k,C] last) */
     }
     return unembed(g, L, x);

@@ -532,6 +532,19 @@ static Tensor *attention_drop_bwd(Graph *g, const Node *att, Tensor *dy)
     return as_stored(g, d);
 }
 
+Tensor *g_attention_last(Graph *g, Tensor *qkv, int B, int T, int H)
+{
+    int C = qkv->cols / 3;
+    if (qkv->rows != B * T || qkv->cols % 3 || C % H)
+        shape_fail("attention_last", qkv, qkv);
+    qkv = mxu_operand(g, qkv); /* bf16: q, k, v rounded, as g_attention's kernel does */
+    Node *n = new_node(g, KOP_ATTENTION_LAST, IN(qkv));
+    n->attr.attention = (struct attention_attr){.B = B, .T = T, .C = C, .H = H};
+    Tensor *y = add_out(g, n, DT_F32, B, C, 0);
+    run_node(g, n);
+    return as_stored(g, y);
+}
+
 Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
                          Tensor *pos, int H)
 {

@@ -62,6 +62,9 @@ Tensor *g_relu(Graph *g, Tensor *x);
 Tensor *g_layernorm(Graph *g, Tensor *x, Tensor *w, Tensor *b);
 /* qkv [B*T, 3C] -> [B*T, C], causal, H heads. */
 Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H);
+/* qkv [B*T, 3C] -> [B, C]: g_attention's row T-1 of each window alone.
+ * Inference only (the sampler past the context). */
+Tensor *g_attention_last(Graph *g, Tensor *qkv, int B, int T, int H);
 /* qkv [nb,3C] of one new token per sequence; kc, vc [nb*tmax, C] states;
  * pos i32 [1]. Returns [nb, C]. Inference only. */
 Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,

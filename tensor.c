@@ -1126,6 +1126,22 @@ static void kv_append(float *kc /* [nb,tmax,C] */, float *vc /* [nb,tmax,C] */,
             }
 }
 
+/* One query of one head against nk keys and values (rows ld apart): the
+ * decode step's and the windows' last query's attention. s: [nk] scratch. */
+static void attend_one_ref(float *o /* [hs] */, const float *q /* [hs] */,
+                           const float *k0 /* [nk], rows ld apart */,
+                           const float *v0 /* [nk], rows ld apart */, size_t ld, int nk, int hs,
+                           float *s /* [nk] */)
+{
+    softmax_row_ref(s, q, k0, ld, nk, hs);
+    for (int d = 0; d < hs; d++) {
+        float acc = 0.0f;
+        for (int j = 0; j < nk; j++)
+            acc += s[j] * v0[(size_t)j * ld + d];
+        o[d] = acc;
+    }
+}
+
 void k_attention_step_ref(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
                           float *vc /* [nb,tmax,C] */, const float *qkv /* [nb,3C] */, int nb,
                           int pos, int tmax, int C, int H)
@@ -1135,16 +1151,23 @@ void k_attention_step_ref(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
     kv_append(kc, vc, qkv, nb, pos, tmax, C, H);
     for (int b = 0; b < nb; b++)
         for (int h = 0; h < H; h++) {
-            const float *q = qkv + (size_t)b * 3 * C + 3 * hs * h; /* [hs] */
-            const float *k0 = kc + (size_t)b * tmax * C + hs * h;  /* row 0 of [tmax,C] */
-            const float *v0 = vc + (size_t)b * tmax * C + hs * h;  /* row 0 of [tmax,C] */
-            softmax_row_ref(s, q, k0, (size_t)C, pos + 1, hs);
-            for (int d = 0; d < hs; d++) {
-                float acc = 0.0f;
-                for (int j = 0; j <= pos; j++)
-                    acc += s[j] * v0[(size_t)j * C + d];
-                out[(size_t)b * C + hs * h + d] = acc;
-            }
+            size_t c0 = (size_t)b * tmax * C + hs * h; /* cache row 0, head's col */
+            attend_one_ref(out + (size_t)b * C + hs * h, qkv + (size_t)b * 3 * C + 3 * hs * h,
+                           kc + c0, vc + c0, (size_t)C, pos + 1, hs, s);
+        }
+    free(s);
+}
+
+void k_attention_last_ref(float *out /* [B,C] */, const float *qkv /* [B,T,3C] */, int B, int T,
+                          int C, int H)
+{
+    int hs = C / H;
+    float *s = xmalloc(sizeof(float) * (size_t)T); /* [T] */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *x = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q, row 0 */
+            attend_one_ref(out + (size_t)b * C + hs * h, x + (size_t)(T - 1) * 3 * C, x + hs,
+                           x + 2 * hs, 3 * (size_t)C, T, hs, s);
         }
     free(s);
 }
@@ -1370,12 +1393,13 @@ T_AVX2 static void attention_bwd_head_avx2(float *dqkv /* [T,3C], head's q col *
         }
 }
 
-/* A query against nk cached keys of one head: hs-long dot products, 8
- * channels at a time, then softmax and the weighted sum of cached values. */
+/* A query against nk keys of one head (a decode step's cache, or a
+ * window's rows; rows ld apart): hs-long dot products, 8 channels at a
+ * time, then softmax and the weighted sum of the values. */
 T_AVX2 static void attention_step_head_avx2(float *o /* [hs] */, const float *q /* [hs] */,
-                                            const float *k0 /* [nk,C], head's col */,
-                                            const float *v0 /* [nk,C], head's col */, int nk, int C,
-                                            int hs, float *s /* [round16(nk)] */)
+                                            const float *k0 /* [nk], rows ld apart */,
+                                            const float *v0 /* [nk], rows ld apart */, int nk,
+                                            int ld, int hs, float *s /* [round16(nk)] */)
 {
     const float scale = 1.0f / sqrtf((float)hs);
     float mx = -INFINITY;
@@ -1384,7 +1408,7 @@ T_AVX2 static void attention_step_head_avx2(float *o /* [hs] */, const float *q 
         for (int d = 0; d < hs; d += 8) {
             __m256i msk = lanes8(hs - d);
             acc = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, msk),
-                                  _mm256_maskload_ps(k0 + (size_t)j * C + d, msk), acc);
+                                  _mm256_maskload_ps(k0 + (size_t)j * ld + d, msk), acc);
         }
         s[j] = hsum8(acc) * scale;
         mx = s[j] > mx ? s[j] : mx;
@@ -1404,7 +1428,7 @@ T_AVX2 static void attention_step_head_avx2(float *o /* [hs] */, const float *q 
         __m256 acc = _mm256_setzero_ps();
         for (int j = 0; j < nk; j++)
             acc = _mm256_fmadd_ps(_mm256_set1_ps(s[j]),
-                                  _mm256_maskload_ps(v0 + (size_t)j * C + d, msk), acc);
+                                  _mm256_maskload_ps(v0 + (size_t)j * ld + d, msk), acc);
         float tmp[8];
         _mm256_storeu_ps(tmp, _mm256_div_ps(acc, _mm256_set1_ps(l)));
         for (int e = 0; e < 8 && d + e < hs; e++)
@@ -1730,10 +1754,11 @@ T_AVX512 static void attention_bwd_head_avx512(float *dqkv /* [T,3C], head's q c
         attention_bwd_body_avx512(dqkv, dout, qkv, out, lse, T, C, hs, kt, vt, ds, tp);
 }
 
+/* The twin of attention_step_head_avx2. */
 T_AVX512 static void attention_step_head_avx512(float *o /* [hs] */, const float *q /* [hs] */,
-                                                const float *k0 /* [nk,C], head's col */,
-                                                const float *v0 /* [nk,C], head's col */, int nk,
-                                                int C, int hs, float *s /* [round16(nk)] */)
+                                                const float *k0 /* [nk], rows ld apart */,
+                                                const float *v0 /* [nk], rows ld apart */, int nk,
+                                                int ld, int hs, float *s /* [round16(nk)] */)
 {
     const float scale = 1.0f / sqrtf((float)hs);
     float mx = -INFINITY;
@@ -1742,7 +1767,7 @@ T_AVX512 static void attention_step_head_avx512(float *o /* [hs] */, const float
         for (int d = 0; d < hs; d += 16) {
             __mmask16 t = lanes16(hs - d);
             acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, q + d),
-                                  _mm512_maskz_loadu_ps(t, k0 + (size_t)j * C + d), acc);
+                                  _mm512_maskz_loadu_ps(t, k0 + (size_t)j * ld + d), acc);
         }
         s[j] = _mm512_reduce_add_ps(acc) * scale;
         mx = s[j] > mx ? s[j] : mx;
@@ -1761,7 +1786,7 @@ T_AVX512 static void attention_step_head_avx512(float *o /* [hs] */, const float
         __m512 acc = _mm512_setzero_ps();
         for (int j = 0; j < nk; j++)
             acc = _mm512_fmadd_ps(_mm512_set1_ps(s[j]),
-                                  _mm512_maskz_loadu_ps(t, v0 + (size_t)j * C + d), acc);
+                                  _mm512_maskz_loadu_ps(t, v0 + (size_t)j * ld + d), acc);
         _mm512_mask_storeu_ps(o + d, t, _mm512_div_ps(acc, l));
     }
 }
@@ -1856,6 +1881,25 @@ static void attention_bwd_heads(attention_bwd_head_fn *head, float *dqkv /* [B,T
     }
 }
 
+/* Each window's last query against its T keys: k_attention_last. */
+static void attention_last_heads(attention_step_head_fn *head, float *out /* [B,C] */,
+                                 const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+{
+    int hs = C / H;
+#pragma omp parallel if ((long)B * T * C >= PAR_WORK)
+    {
+        float *s = xmalloc(sizeof(float) * (size_t)round16(T)); /* [T] scores */
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            int b = bh / H, h = bh % H;
+            const float *x = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q, row 0 */
+            head(out + (size_t)b * C + hs * h, x + (size_t)(T - 1) * 3 * C, x + hs, x + 2 * hs, T,
+                 3 * C, hs, s);
+        }
+        free(s);
+    }
+}
+
 static void attention_step_heads(attention_step_head_fn *head, float *out /* [nb,C] */,
                                  float *kc /* [nb,tmax,C] */, float *vc /* [nb,tmax,C] */,
                                  const float *qkv /* [nb,3C] */, int nb, int pos, int tmax, int C,
@@ -1939,6 +1983,16 @@ void k_attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
         attention_step_heads(attention_step_head_avx2, out, kc, vc, qkv, nb, pos, tmax, C, H);
         break;
     default: k_attention_step_ref(out, kc, vc, qkv, nb, pos, tmax, C, H); break;
+    }
+}
+
+void k_attention_last(float *out /* [B,C] */, const float *qkv /* [B,T,3C] */, int B, int T, int C,
+                      int H)
+{
+    switch (isa_get()) {
+    case ISA_AVX512: attention_last_heads(attention_step_head_avx512, out, qkv, B, T, C, H); break;
+    case ISA_AVX2: attention_last_heads(attention_step_head_avx2, out, qkv, B, T, C, H); break;
+    default: k_attention_last_ref(out, qkv, B, T, C, H); break;
     }
 }
 

@@ -114,6 +114,12 @@ void k_attention_step(float *out, float *kc, float *vc, const float *qkv,
 void k_attention_step_ref(float *out, float *kc, float *vc, const float *qkv,
                           int nb, int pos, int tmax, int C, int H);
 
+/* Each window's last query only: out [B,C] is row T-1 of each window of
+ * k_attention over qkv [B,T,3C], computed as a decode step's is (the
+ * sampler past the context reads nothing else of its last layer). */
+void k_attention_last(float *out, const float *qkv, int B, int T, int C, int H);
+void k_attention_last_ref(float *out, const float *qkv, int B, int T, int C, int H);
+
 /* ---- dropout ----
  * Which elements dropout keeps is a pure function of (key, site, row,
  * col): a counter-based hash, no generator state, so any thread, core or

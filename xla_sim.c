@@ -38,6 +38,10 @@ static double flops_decode(const struct kinstr *k) /* the new query against pos+
     long keys = *(const int32_t *)k->in[3] + 1;
     return 4.0 * k->attr.decode.nb * keys * k->attr.decode.C;
 }
+static double flops_attention_last(const struct kinstr *k) /* T keys for B queries */
+{
+    return 4.0 * k->attr.attention.B * k->attr.attention.T * k->attr.attention.C;
+}
 static double flops_layernorm(const struct kinstr *k)
 {
     return 8.0 * k->attr.layernorm.n * k->attr.layernorm.c;
@@ -85,6 +89,7 @@ static const struct kop_info kop_table[KOP_COUNT] = {
     [KOP_ATTENTION_STEP] = {"attention_step", 4, 1,
                             {L(decode, nb), L(decode, tmax), L(decode, C), L(decode, H)},
                             flops_decode},
+    [KOP_ATTENTION_LAST] = {"attention_last", 1, 1, ATT_ATTRS, flops_attention_last},
     [KOP_XENT] = {"xent", 2, 1, XENT_ATTRS, flops_xent},
     [KOP_XENT_BWD] = {"xent_bwd", 3, 1, XENT_ATTRS, flops_xent},
     [KOP_FILL] = {"fill", 0, 1, {L(fill, n), F(fill, value)}, flops_none},
@@ -293,6 +298,10 @@ static void dispatch(const struct kinstr *k)
     case KOP_ATTENTION:
     case KOP_ATTENTION_BWD: exec_attention(k); break;
     case KOP_ATTENTION_STEP: exec_decode(k); break;
+    case KOP_ATTENTION_LAST: /* q, k, v already rounded under bf16 (g_attention_last) */
+        k_attention_last(out[0], in[0], a->attention.B, a->attention.T, a->attention.C,
+                         a->attention.H);
+        break;
     case KOP_XENT: k_xent(out[0], in[0], in[1], a->xent.n, a->xent.v); break;
     case KOP_XENT_BWD: k_xent_bwd(out[0], in[0], in[1], in[2], a->xent.n, a->xent.v); break;
     case KOP_FILL: fill(out[0], a->fill.n, a->fill.value); break;

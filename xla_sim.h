@@ -31,6 +31,7 @@ enum kop {
     KOP_ATTENTION_BWD,  /* do, qkv, o, lse -> dqkv[B*T,3C]                       attention */
     KOP_ATTENTION_STEP, /* qkv[nb,3C], kc, vc[nb*tmax,C] (written), pos i32[1]
                            -> o[nb,C]                                            decode */
+    KOP_ATTENTION_LAST, /* qkv[B*T,3C] -> o[B,C], each window's last query       attention */
     KOP_XENT,           /* logits[n,v], tgt i32[n] -> loss[1]                    xent */
     KOP_XENT_BWD,       /* logits, tgt, dloss[1] -> dlogits[n,v]                 xent */
     KOP_FILL,           /* -> y[n] = value                                       fill */

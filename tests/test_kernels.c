@@ -549,6 +549,28 @@ static void test_attention_step(int nb, int T, int C, int H)
     free(in), free(s1), free(s2), free(row), free(kwant);
 }
 
+/* Each window's last query alone must give the last rows of the full
+ * causal attention, close to its twin. */
+static void test_attention_last(int B, int T, int C, int H)
+{
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * C;
+    float *qkv = rvec(nq, 2), *full = fvec(no), *lse = fvec((size_t)B * H * T);
+    float *row = fvec(nl), *l1 = fvec(nl), *l2 = fvec(nl);
+    char what[96];
+    k_attention_ref(full, lse, qkv, B, T, C, H);
+    for (int b = 0; b < B; b++) /* row T-1 of window b */
+        memcpy(row + (size_t)b * C, full + ((size_t)b * T + T - 1) * C, sizeof(float) * C);
+    k_attention_last_ref(l1, qkv, B, T, C, H);
+    k_attention_last(l2, qkv, B, T, C, H);
+    double fl = rms(row, nl);
+    snprintf(what, sizeof what, "attention_last B=%d T=%d C=%d H=%d", B, T, C, H);
+    CHECK(max_rel_err(l1, row, nl, fl) <= 1e-6, "%s: the twin is %.3g from k_attention_ref's rows",
+          what, max_rel_err(l1, row, nl, fl));
+    CHECK(max_rel_err(l2, l1, nl, fl) <= 1e-5, "%s [%s]: %.3g from the twin", what,
+          isa_name(isa_get()), max_rel_err(l2, l1, nl, fl));
+    free(qkv), free(full), free(lse), free(row), free(l1), free(l2);
+}
+
 static void test_xent(int n, int v, int skip, double tol_loss)
 {
     size_t nx = (size_t)n * v;
@@ -883,6 +905,10 @@ static void test_paths(void)
         test_attention_step(3, 21, 24, 2);
         test_attention_step(2, 40, 32, 4);
         test_attention_step(1, 18, 32, 1); /* hs = 32: two vectors of channels */
+        test_attention_last(1, 1, 8, 1);
+        test_attention_last(3, 17, 24, 2);
+        test_attention_last(2, 128, 32, 4);
+        test_attention_last(1, 40, 32, 1); /* hs = 32 */
         test_xent(1, 128, 0, 1e-5);
         test_xent(7, 3, 3, 1e-5);
         test_xent(33, 17, 4, 1e-5);
