@@ -246,6 +246,27 @@ INLINE_AVX2 __m256 exp8(__m256 x)
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e)); /* p * 2^n */
 }
 
+/* 2^x, exp2_16's reduction and polynomial (the attention softmaxes keep
+ * their scores in base 2) with the exponent bits built as exp8 does: x is
+ * clamped to [-126, 127] so that 2^n is a normal float. */
+INLINE_AVX2 __m256 exp2_8(__m256 x)
+{
+    x = _mm256_max_ps(_mm256_set1_ps(-126.0f), x); /* NaN in, NaN out */
+    x = _mm256_min_ps(_mm256_set1_ps(127.0f), x);
+    __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, n); /* exact */
+    __m256 p = _mm256_set1_ps(1.53467176e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.33999391e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.61848535e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.55032864e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.40226462e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.93147182e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e)); /* p * 2^n */
+}
+
 /* AVX-512: 16 floats per vector, partial vectors by mask registers. */
 
 INLINE_AVX512 __mmask16 lanes16(int n) /* lanes 0..n-1 set */
@@ -1298,7 +1319,9 @@ T_AVX2 static void attention_head_avx2(float *o /* [T,C], head's col */, float *
                                        int tp)
 {
     const size_t ld = 3 * (size_t)C;
-    const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)hs)), ninf = _mm256_set1_ps(-INFINITY);
+    /* scores in base 2, as attention_body_avx512 keeps them */
+    const __m256 scale2 = _mm256_set1_ps(LOG2E / sqrtf((float)hs)),
+                 ninf = _mm256_set1_ps(-INFINITY);
     v_transpose(vt, qkv, T, C, hs, tp);
     for (int i0 = 0; i0 < T; i0 += 8) {
         int w = min_int(8, T - i0), nk = i0 + w; /* queries i0.., keys 0..nk-1 */
@@ -1310,14 +1333,15 @@ T_AVX2 static void attention_head_avx2(float *o /* [T,C], head's col */, float *
             for (int d = 0; d < hs; d++)
                 s = _mm256_fmadd_ps(_mm256_loadu_ps(qt + 8 * d), _mm256_broadcast_ss(k + d), s);
             __m256 hide = _mm256_castsi256_ps(lanes8(j - i0)); /* queries before key j */
-            s = _mm256_blendv_ps(_mm256_mul_ps(s, scale), ninf, hide);
+            s = _mm256_blendv_ps(_mm256_mul_ps(s, scale2), ninf, hide);
             _mm256_storeu_ps(sc + 8 * j, s);
             mx = _mm256_max_ps(mx, s);
         }
         __m256 l = _mm256_setzero_ps();
         for (int j = 0; j < nk; j++) {
             __m256 hide = _mm256_castsi256_ps(lanes8(j - i0));
-            __m256 p = _mm256_andnot_ps(hide, exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + 8 * j), mx)));
+            __m256 p =
+                _mm256_andnot_ps(hide, exp2_8(_mm256_sub_ps(_mm256_loadu_ps(sc + 8 * j), mx)));
             _mm256_storeu_ps(sc + 8 * j, p);
             l = _mm256_add_ps(l, p);
         }
@@ -1327,8 +1351,8 @@ T_AVX2 static void attention_head_avx2(float *o /* [T,C], head's col */, float *
         float mf[8], lf[8];
         _mm256_storeu_ps(mf, mx);
         _mm256_storeu_ps(lf, l);
-        for (int r = 0; r < w; r++)
-            lse[i0 + r] = mf[r] + logf(lf[r]);
+        for (int r = 0; r < w; r++) /* back to base e */
+            lse[i0 + r] = mf[r] * LN2 + logf(lf[r]);
     }
 }
 
@@ -1356,7 +1380,7 @@ T_AVX2 static void attention_bwd_head_avx2(float *dqkv /* [T,3C], head's q col *
             D += g[d] * o[d];
         int nc = i / 8 + 1;
         __m256 last = _mm256_castsi256_ps(lanes8(i + 1 - 8 * (nc - 1)));
-        __m256 li = _mm256_set1_ps(lse[i]), Dv = _mm256_set1_ps(D);
+        __m256 li2 = _mm256_set1_ps(lse[i] * LOG2E), Dv = _mm256_set1_ps(D); /* base 2 */
         for (int c = 0; c < nc; c++) {
             __m256 s = _mm256_setzero_ps(), dp = _mm256_setzero_ps();
             for (int d = 0; d < hs; d++) {
@@ -1365,7 +1389,7 @@ T_AVX2 static void attention_bwd_head_avx2(float *dqkv /* [T,3C], head's q col *
                 dp = _mm256_fmadd_ps(_mm256_set1_ps(g[d]),
                                      _mm256_loadu_ps(vt + (size_t)d * tp + 8 * c), dp);
             }
-            __m256 p = exp8(_mm256_sub_ps(_mm256_mul_ps(s, _mm256_set1_ps(scale)), li));
+            __m256 p = exp2_8(_mm256_fmsub_ps(s, _mm256_set1_ps(scale * LOG2E), li2));
             if (c == nc - 1)
                 p = _mm256_and_ps(p, last);
             __m256 dsv = _mm256_mul_ps(p, _mm256_sub_ps(dp, Dv));
