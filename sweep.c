@@ -318,7 +318,9 @@ int cmd_sweep(int argc, char **argv)
         }
         if (!naxes)
             snprintf(r->name, sizeof r->name, "run");
-        snprintf(r->dir, sizeof r->dir, "%.3000s/%.255s", out, r->name);
+        char name[sizeof r->name]; /* a copy: snprintf may not read what it writes beside */
+        memcpy(name, r->name, sizeof name);
+        snprintf(r->dir, sizeof r->dir, "%.3000s/%s", out, name);
     }
     if (!parallel || parallel > n)
         parallel = n;

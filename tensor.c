@@ -246,6 +246,11 @@ INLINE_AVX2 __m256 exp8(__m256 x)
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e)); /* p * 2^n */
 }
 
+/* 2^f for |f| <= 1/2, highest power first: a degree-6 fit of relative
+ * error below 8e-8 (an ulp), for exp2_8 and exp2_16. */
+static const float exp2_poly[7] = {1.53467176e-4f, 1.33999391e-3f, 9.61848535e-3f,
+                                   5.55032864e-2f, 2.40226462e-1f, 6.93147182e-1f, 1.0f};
+
 /* 2^x, exp2_16's reduction and polynomial (the attention softmaxes keep
  * their scores in base 2) with the exponent bits built as exp8 does: x is
  * clamped to [-126, 127] so that 2^n is a normal float. */
@@ -255,13 +260,10 @@ INLINE_AVX2 __m256 exp2_8(__m256 x)
     x = _mm256_min_ps(_mm256_set1_ps(127.0f), x);
     __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 f = _mm256_sub_ps(x, n); /* exact */
-    __m256 p = _mm256_set1_ps(1.53467176e-4f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.33999391e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.61848535e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.55032864e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.40226462e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.93147182e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256 p = _mm256_set1_ps(exp2_poly[0]);
+#pragma GCC unroll 6
+    for (int k = 1; k <= 6; k++)
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(exp2_poly[k]));
     __m256i e =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e)); /* p * 2^n */
@@ -297,23 +299,20 @@ INLINE_AVX512 __m512 exp16(__m512 x)
 }
 
 /* 2^x for the attention softmaxes, which keep their scores in base 2 (the
- * scale 1/sqrt(hs) and log2(e) folded into q) so that exp needs no ln2
- * reduction: x = n + f, |f| <= 1/2, and 2^f by a degree-6 fit on
- * [-1/2, 1/2] (relative error below 8e-8, an ulp), four operations fewer
- * than exp16. Below -126 it returns ~1e-38 instead of a subnormal, harmless
- * next to a softmax's 1; above 128, inf, as scalef overflows. */
+ * scale 1/sqrt(hs) and log2(e) applied to q or to the scores) so that exp
+ * needs no ln2 reduction: x = n + f, |f| <= 1/2, and 2^f by exp2_poly,
+ * four operations fewer than exp16. Below -126 it returns ~1e-38 instead
+ * of a subnormal, harmless next to a softmax's 1; above 128, inf, as
+ * scalef overflows. */
 INLINE_AVX512 __m512 exp2_16(__m512 x)
 {
     x = _mm512_max_ps(_mm512_set1_ps(-126.0f), x); /* keeps f finite; NaN passes */
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, n); /* exact */
-    __m512 p = _mm512_set1_ps(1.53467176e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.33999391e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.61848535e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.55032864e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.40226462e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93147182e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(exp2_poly[0]);
+#pragma GCC unroll 6
+    for (int k = 1; k <= 6; k++)
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(exp2_poly[k]));
     return _mm512_scalef_ps(p, n);
 }
 

@@ -5,7 +5,7 @@
 
 int main(void)
 {
-    Config c = {VOCAB, 8, 4, 8, 2, 1};
+    Config c = {.vocab = VOCAB, .context = 8, .embed = 4, .mlp = 8, .heads = 2, .layers = 1};
     Model m;
     char err[256];
     model_init(&m, &c, 1);

@@ -59,7 +59,7 @@ static void check_sample_eval(void)
     CHECK(t_run(s, a, sizeof a) == 0 && t_run(s, b, sizeof b) == 0 && !strcmp(a, b) &&
               !strncmp(a, "the cat", 7) && strlen(a) == 81,
           "sampling is not reproducible or has the wrong length: '%s'", a);
-    char two[8192], want[8192], c6[4096];
+    char two[8192], want[sizeof a + sizeof two], c6[4096];
     CHECK(t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 --seed 5 "
                 "--num-samples 2", two, sizeof two) == 0 &&
               t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 --seed 5", a,
