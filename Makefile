@@ -1,17 +1,37 @@
 # gpt: one static binary. `make`, `make test`, `make debug`, `make clean`.
 CC      ?= gcc
 CFLAGS  ?= -O2 -g
-# No -march=native: the shipped binary runs on any x86-64 and picks its
-# kernels at run time (tensor.c compiles each SIMD path with target attributes).
-WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter
+# No -march=native: the shipped binary runs on any CPU of its architecture
+# and picks its kernels at run time (tensor.c, compiled once per backend).
+# -ffp-contract=off: no a*b+c fused into an FMA behind our back, so every
+# compiler and every backend gives the same bits.
+WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -ffp-contract=off
 OMP     := -fopenmp
 LDLIBS  := -lm
-SRC     := gpt.c sweep.c safetensors.c data.c loader.c watch.c graph.c xla_sim.c comm.c tensor.c
-HDR     := gpt.h safetensors.h data.h loader.h watch.h graph.h xla_sim.h comm.h tensor.h
+SRC     := gpt.c sweep.c safetensors.c data.c loader.c watch.c graph.c xla_sim.c comm.c tensor_ref.c
+HDR     := gpt.h safetensors.h data.h loader.h watch.h graph.h xla_sim.h comm.h tensor.h \
+           tensor_impl.h vec.h fmath.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \
-           tests/test_loader.c tests/test_watch.c tests/test_homework.c
+           tests/test_loader.c tests/test_watch.c tests/test_homework.c tests/test_fmath.c \
+           tests/test_golden.c
+
+# The kernels: tensor.c is written once over the vector layer (vec.h) and
+# compiled once per backend, each object with its own -m flags; the binary
+# picks one at run time (GPT_ISA lowers the choice). x86-64 gets AVX-512,
+# AVX2 and plain C; arm64 NEON and plain C (make CC=aarch64-linux-gnu-gcc).
+# $(call kernels,DIR,COMPILER AND FLAGS) compiles them into DIR;
+# $(call kobjs,DIR) names them.
+ARCH          := $(shell $(CC) -dumpmachine 2>/dev/null)
+BACKENDS      := $(if $(findstring aarch64,$(ARCH)),neon scalar,avx512 avx2 scalar)
+KFLAGS_avx512 := -DVEC_AVX512 -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma
+KFLAGS_avx2   := -DVEC_AVX2 -mavx2 -mfma
+KFLAGS_neon   := -DVEC_NEON
+KFLAGS_scalar :=
+kernels = mkdir -p $(1) && $(foreach b,$(BACKENDS),$(2) $(KFLAGS_$(b)) -c -o $(1)/tensor-$(b).o tensor.c &&) true
+kobjs   = $(foreach b,$(BACKENDS),$(1)/tensor-$(b).o)
+KSRC    := tensor.c
 
 # make LLVM=1: the second flavour the design card names: clang, LLVM's
 # libomp and mimalloc (Debian: clang, libomp-dev, libmimalloc-dev),
@@ -32,8 +52,6 @@ endif
 # plain `make` builds gpt (the flavour stamp below would otherwise come first)
 .DEFAULT_GOAL := all
 
-# -ffp-contract=off: no a*b+c fused into an FMA behind our back (gcc's
-# ISO C default), so both flavours give the same bits.
 # Switching flavours rebuilds: this stamp changes when the flavour does.
 FLAVOUR := .flavour
 $(FLAVOUR): FORCE
@@ -42,25 +60,33 @@ FORCE:
 
 all: gpt
 
-gpt: $(SRC) $(HDR) $(FLAVOUR)
-	$(CC) $(CFLAGS) $(WARN) $(OMP) $(STATIC) -o $@ $(SRC) $(LDLIBS)
+# The program's own kernel objects (the other builds below compile theirs
+# with their own flags in their own folders).
+KOBJ := $(call kobjs,build/gpt)
+build/gpt/tensor-%.o: tensor.c $(HDR) $(FLAVOUR)
+	@mkdir -p build/gpt
+	$(CC) $(CFLAGS) $(WARN) $(OMP) $(KFLAGS_$*) -c -o $@ tensor.c
+
+gpt: $(SRC) $(KOBJ) $(HDR) $(FLAVOUR)
+	$(CC) $(CFLAGS) $(WARN) $(OMP) $(STATIC) -o $@ $(SRC) $(call kobjs,build/gpt) $(LDLIBS)
 
 # The LLVM flavour under its own name, for make bench-flavours.
-gpt-llvm: $(SRC) $(HDR)
-	clang $(CFLAGS) $(WARN) $(LLVM_OMP) -o $@ $(SRC) $(LLVM_LIBS)
+gpt-llvm: $(SRC) $(KSRC) $(HDR)
+	$(call kernels,build/llvm,clang $(CFLAGS) $(WARN) $(LLVM_OMP))
+	clang $(CFLAGS) $(WARN) $(LLVM_OMP) -o $@ $(SRC) $(call kobjs,build/llvm) $(LLVM_LIBS)
 
 # gpt-mpi: the same program over Open MPI (Debian: openmpi-bin,
 # libopenmpi-dev), for runs of several processes: mpirun -np N ./gpt-mpi.
-gpt-mpi: $(SRC) $(HDR) $(FLAVOUR)
-	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -o $@ $(SRC) $(LDLIBS)
+gpt-mpi: $(SRC) $(KOBJ) $(HDR) $(FLAVOUR)
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -o $@ $(SRC) $(KOBJ) $(LDLIBS)
 
 mpi: gpt-mpi
 
 # The tests link the same sources with gpt.c's main() left out. With mpicc
 # on the machine, make test builds gpt-mpi too and the mpi suite runs it.
 MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
-tests/run: $(SRC) $(HDR) $(TESTSRC) tests/test.h $(FLAVOUR)
-	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(LDLIBS)
+tests/run: $(SRC) $(KOBJ) $(HDR) $(TESTSRC) tests/test.h $(FLAVOUR)
+	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(KOBJ) $(LDLIBS)
 
 test: gpt $(MPI_BIN) tests/run
 	./tests/run
@@ -74,8 +100,8 @@ BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS = $(shell if printf '\043include <cblas.h>\nint main(void){cblas_sgemm(0,0,0,0,0,0,0,0,0,0,0,0,0,0);return 0;}\n' | \
           $(CC) $(BLAS_CFLAGS) -x c - -o /dev/null -lopenblas >/dev/null 2>&1; then \
           echo -DHAVE_OPENBLAS $(BLAS_CFLAGS) -lopenblas; fi)
-bench/bench: $(SRC) $(HDR) bench/bench.c
-	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(BLAS) $(LDLIBS)
+bench/bench: $(SRC) $(KOBJ) $(HDR) bench/bench.c
+	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(KOBJ) $(BLAS) $(LDLIBS)
 
 bench: bench/bench
 	./bench/bench $(BENCH_FLAGS)
@@ -84,8 +110,9 @@ bench: bench/bench
 # Both builds side by side (when clang, libomp and mimalloc are there).
 HAVE_LLVM = $(shell printf '\043include <omp.h>\n\043include <mimalloc.h>\nint main(void){return omp_get_max_threads() < 0;}\n' | \
           clang -fopenmp=libomp -x c - -o /dev/null -lmimalloc >/dev/null 2>&1 && echo yes)
-bench/gpt-gcc: $(SRC) $(HDR)
-	gcc $(CFLAGS) $(WARN) -fopenmp -static -o $@ $(SRC) -lm
+bench/gpt-gcc: $(SRC) $(KSRC) $(HDR)
+	$(call kernels,build/gcc,gcc $(CFLAGS) $(WARN) -fopenmp)
+	gcc $(CFLAGS) $(WARN) -fopenmp -static -o $@ $(SRC) $(call kobjs,build/gcc) -lm
 bench-flavours: bench/gpt-gcc gpt-llvm
 	bench/flavours.sh bench/gpt-gcc ./gpt-llvm $(BENCH_FLAGS)
 
@@ -93,8 +120,8 @@ bench-flavours: bench/gpt-gcc gpt-llvm
 # TCP on loopback (as between hosts) and over shared memory.
 MPIRUN := mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
           --mca btl_vader_single_copy_mechanism none
-bench/comm_bench: comm.c comm.h tensor.c tensor.h bench/comm_bench.c
-	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor.c bench/comm_bench.c $(LDLIBS)
+bench/comm_bench: comm.c comm.h tensor_ref.c $(KOBJ) $(HDR) bench/comm_bench.c
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor_ref.c bench/comm_bench.c $(KOBJ) $(LDLIBS)
 
 bench-mpi: bench/comm_bench
 	$(MPIRUN) --mca btl self,tcp -np 2 ./bench/comm_bench "TCP on loopback"
@@ -103,11 +130,11 @@ bench-mpi: bench/comm_bench
 
 # ASan + UBSan build of the binary and the tests (not static: the
 # sanitizer runtimes are shared libraries).
-debug: $(SRC) $(HDR) $(TESTSRC)
-	$(CC) -O1 -g $(WARN) $(OMP) -fsanitize=address,undefined -fno-omit-frame-pointer \
-	    -o gpt-debug $(SRC) $(LDLIBS)
-	$(CC) -O1 -g $(WARN) $(OMP) -fsanitize=address,undefined -fno-omit-frame-pointer \
-	    -DGPT_NO_MAIN -I. -o tests/run-debug $(SRC) $(TESTSRC) $(LDLIBS)
+DEBUGCC := $(CC) -O1 -g $(WARN) $(OMP) -fsanitize=address,undefined -fno-omit-frame-pointer
+debug: $(SRC) $(KSRC) $(HDR) $(TESTSRC)
+	$(call kernels,build/debug,$(DEBUGCC))
+	$(DEBUGCC) -o gpt-debug $(SRC) $(call kobjs,build/debug) $(LDLIBS)
+	$(DEBUGCC) -DGPT_NO_MAIN -I. -o tests/run-debug $(SRC) $(TESTSRC) $(call kobjs,build/debug) $(LDLIBS)
 
 # valgrind needs a dynamically linked binary to see malloc and free.
 MEMRUN := --embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 \
@@ -119,7 +146,8 @@ VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
 
 check-mem: gpt debug
 	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure && mkdir -p tests/tmp
-	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(SRC) $(LDLIBS)
+	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
+	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(SRC) $(call kobjs,build/dyn) $(LDLIBS)
 	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | head -c 20000 > tests/tmp/mem.txt
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --out tests/tmp/mem
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --device cpu --out tests/tmp/mem-cpu
@@ -143,11 +171,13 @@ check-mem: gpt debug
 # FUZZ_SECONDS. New inputs go to tests/tmp/fuzz*; the seeds are committed.
 FUZZ_SECONDS ?= 60
 FUZZ_CC := clang -O1 -g -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I.
-fuzz: $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
+fuzz: $(SRC) $(KSRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
 	mkdir -p tests/tmp/fuzz tests/fuzz-corpus tests/tmp/fuzz-tar
-	$(CC) -O1 -g $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o tests/tmp/fuzz-seed $(SRC) tests/fuzz_seed.c $(LDLIBS)
+	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
+	$(CC) -O1 -g $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o tests/tmp/fuzz-seed $(SRC) tests/fuzz_seed.c $(call kobjs,build/dyn) $(LDLIBS)
 	./tests/tmp/fuzz-seed
-	$(FUZZ_CC) -fopenmp=libgomp -DGPT_NO_MAIN -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(LDLIBS)
+	$(call kernels,build/fuzz,$(FUZZ_CC) -fopenmp=libgomp)
+	$(FUZZ_CC) -fopenmp=libgomp -DGPT_NO_MAIN -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(call kobjs,build/fuzz) $(LDLIBS)
 	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=60 \
 	    -artifact_prefix=tests/tmp/ \
 	    tests/tmp/fuzz tests/fuzz-corpus
@@ -175,6 +205,31 @@ docs: gpt
 	dot -Tsvg docs/examples/train-step-program.dot > docs/examples/train-step-program.svg
 	rm -rf docs/examples/tmp
 
+# arm64. On an arm64 machine plain `make` and `make test` build and test
+# gpt natively, with the NEON and plain-C kernels. From x86-64, `make arm64`
+# cross-builds the same static binary as gpt-arm64, its tests as
+# tests/run-arm64 and the benchmark as bench/bench-arm64 (kernel objects in
+# build/arm64; Debian: gcc-aarch64-linux-gnu, which brings the static
+# libgomp, and libc6-dev-arm64-cross), and `make test-arm64` runs the
+# suites ARM64_SUITES under qemu-aarch64-static (Debian: qemu-user-static)
+# through tests/arm64.sh; ARM64_SUITES= (empty) runs them all.
+ARM64_CC     := aarch64-linux-gnu-gcc
+ARM64_CFLAGS  = $(CFLAGS) $(WARN) -fopenmp -static
+ARM64_KOBJ   := build/arm64/tensor-neon.o build/arm64/tensor-scalar.o
+ARM64_SUITES ?= kernels golden
+build/arm64/tensor-%.o: tensor.c $(HDR)
+	@mkdir -p build/arm64
+	$(ARM64_CC) $(CFLAGS) $(WARN) -fopenmp $(KFLAGS_$*) -c -o $@ tensor.c
+gpt-arm64: $(SRC) $(ARM64_KOBJ) $(HDR)
+	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(SRC) $(ARM64_KOBJ) -lm
+tests/run-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) $(TESTSRC) tests/test.h
+	$(ARM64_CC) $(ARM64_CFLAGS) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(ARM64_KOBJ) -lm
+bench/bench-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) bench/bench.c
+	$(ARM64_CC) $(ARM64_CFLAGS) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(ARM64_KOBJ) -lm
+arm64: gpt-arm64 tests/run-arm64 bench/bench-arm64
+test-arm64: gpt-arm64 tests/run-arm64
+	tests/arm64.sh $(ARM64_SUITES)
+
 # make install [PREFIX=/usr/local] [DESTDIR=...]: the binary (and gpt-mpi
 # when built) and the man page.
 PREFIX ?= /usr/local
@@ -185,7 +240,9 @@ install: gpt gpt.1
 	install -m 644 gpt.1 $(DESTDIR)$(PREFIX)/share/man/man1/gpt.1
 
 clean:
-	rm -f gpt gpt-mpi gpt-debug gpt-dyn tests/run tests/run-debug bench/bench bench/comm_bench
-	rm -rf tests/tmp
+	rm -f gpt gpt-mpi gpt-debug gpt-dyn gpt-llvm tests/run tests/run-debug bench/bench bench/comm_bench
+	rm -f gpt-arm64 tests/run-arm64 bench/bench-arm64
+	rm -rf tests/tmp build
 
-.PHONY: all mpi docs test bench bench-mpi bench-flavours debug check-mem fuzz install clean FORCE
+.PHONY: all mpi docs test bench bench-mpi bench-flavours debug check-mem fuzz install clean FORCE \
+        arm64 test-arm64

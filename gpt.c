@@ -19,6 +19,7 @@
 #include "data.h"
 #include "loader.h"
 #include "watch.h"
+#include "fmath.h"
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -450,7 +451,7 @@ static int sample_byte(const float *logits, int V, const SampleOpts *o, Rng *r)
     }
     double p[MAX_VOCAB], sum = 0;
     for (int i = 0; i < V; i++) {
-        p[i] = logits[i] < kth ? 0 : exp((logits[i] - logits[best]) / o->temperature);
+        p[i] = logits[i] < kth ? 0 : fm_exp((logits[i] - logits[best]) / o->temperature);
         sum += p[i];
     }
     double u = rng_float(r) * sum;
@@ -1388,7 +1389,7 @@ static double rate_at(const struct settings *s, int step)
     if (!strcmp(s->decay, "none") || s->steps - s->warmup <= 1)
         return s->lr;
     double done = (double)(step - s->warmup) / (s->steps - s->warmup - 1); /* 0 .. 1 */
-    double shape = !strcmp(s->decay, "cosine") ? 0.5 * (1 + cos(M_PI * done)) : 1 - done;
+    double shape = !strcmp(s->decay, "cosine") ? 0.5 * (1 + fm_cos(M_PI * done)) : 1 - done;
     return s->min_lr + (s->lr - s->min_lr) * shape;
 }
 

@@ -1,8 +1,11 @@
 /* tensor.h: the compute kernels, the bottom layer.
  *
- * Every kernel exists as a plain-C twin (suffix _ref) and as a dispatched
- * entry point (k_*) that picks the AVX-512, AVX2 or plain path at run time.
- * All tensors are dense, row-major float32 unless said otherwise.
+ * Every kernel exists as a plain-C twin (suffix _ref, tensor_ref.c: the
+ * contract) and as a dispatched entry point (k_*) that runs the kernel of
+ * tensor.c, written once over the vector layer vec.h and compiled for each
+ * backend: AVX-512, AVX2 or plain C on x86-64 (picked at run time), NEON
+ * or plain C on arm64. All tensors are dense, row-major float32 unless
+ * said otherwise.
  *
  * Map: the declarations follow tensor.c's sections, under the same
  * "---- name ----" banners: ISA dispatch; matmul (with its fused form
@@ -26,10 +29,13 @@
 
 /* ---- ISA dispatch ---- */
 
-enum isa { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+/* Paths in increasing order of speed; x86-64 has scalar, avx2, avx512,
+ * arm64 has scalar, neon. */
+enum isa { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_NEON = 1 };
 
 /* Best path this CPU supports, lowered (never raised) by the environment
- * variable GPT_ISA=scalar|avx2|avx512. Decided once, on first call. */
+ * variable GPT_ISA=scalar|avx2|avx512 (x86-64) or scalar|neon (arm64).
+ * Decided once, on first call. */
 int isa_best(void);
 /* The path the k_* entry points use now; tests switch it. */
 int isa_get(void);

@@ -27,7 +27,6 @@
  * quote percentages of it).
  */
 #include <errno.h>
-#include <immintrin.h>
 #include <limits.h>
 #include <omp.h>
 #include <stdio.h>
@@ -41,6 +40,11 @@
 #include "loader.h"
 #include "tensor.h"
 #include "xla_sim.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 #ifdef HAVE_OPENBLAS
 #include <cblas.h>
 /* OpenBLAS's own (its cblas.h declares them too; netlib's does not) */
@@ -158,10 +162,14 @@ static int only_ok(const char *list)
 
 /* ---- peak: independent FMA chains ----
  * 12 accumulators: more chains than FMA latency x FMA ports (4 x 2 on
- * current x86 cores), so the loop is bound by FMA throughput alone. */
+ * current x86 cores), so the loop is bound by FMA throughput alone. arm64
+ * takes 24: its cores have up to 4 FMA pipes of latency 4 (Neoverse V1/V2,
+ * Apple), and 32 vector registers to hold them. */
 
-enum { CHAINS = 12 };
+enum { CHAINS = 12, NEON_CHAINS = 24 };
 static volatile float sink; /* keeps the chains' results alive */
+
+#if defined(__x86_64__)
 
 __attribute__((target("avx512f"))) static void chains_avx512(long iters)
 {
@@ -195,7 +203,27 @@ __attribute__((target("avx2,fma"))) static void chains_avx2(long iters)
     sink = lane[0];
 }
 
-/* No AVX2: what the compiler makes of a plain multiply-add (SSE). */
+#endif /* __x86_64__ */
+
+#if defined(__aarch64__)
+/* fmla on q registers: 4 lanes, and NEON is in every arm64 core. */
+static void chains_neon(long iters)
+{
+    float32x4_t acc[NEON_CHAINS], x = vdupq_n_f32(0.9999f), y = vdupq_n_f32(1e-4f);
+    for (int i = 0; i < NEON_CHAINS; i++)
+        acc[i] = vdupq_n_f32((float)i);
+    for (long k = 0; k < iters; k++) {
+#pragma GCC unroll 24
+        for (int i = 0; i < NEON_CHAINS; i++)
+            acc[i] = vfmaq_f32(y, acc[i], x); /* converges to 1: no denormals */
+    }
+    for (int i = 1; i < NEON_CHAINS; i++)
+        acc[0] = vaddq_f32(acc[0], acc[i]);
+    sink = vaddvq_f32(acc[0]);
+}
+#endif
+
+/* No vector FMA: what the compiler makes of a plain multiply-add. */
 static void chains_plain(long iters)
 {
     float acc[CHAINS * 4];
@@ -207,6 +235,7 @@ static void chains_plain(long iters)
     sink = acc[0] + acc[CHAINS * 4 - 1];
 }
 
+#if defined(__x86_64__)
 /* vdpbf16ps: per 32-bit lane two bf16 products added to the accumulator. */
 __attribute__((target("avx512bf16,avx512f"))) static void chains_bf16(long iters)
 {
@@ -223,6 +252,7 @@ __attribute__((target("avx512bf16,avx512f"))) static void chains_bf16(long iters
         acc[0] = _mm512_add_ps(acc[0], acc[i]);
     sink = _mm512_reduce_add_ps(acc[0]);
 }
+#endif /* __x86_64__ */
 
 /* GFLOP/s of `threads` threads running fn together (flops per iteration
  * given), the wall time of the whole team, best of repeats for at least
@@ -249,18 +279,26 @@ static void measure_peaks(void)
 {
     void (*fn)(long) = chains_plain;
     double per_iter = 2.0 * CHAINS * 4; /* an FMA is 2 flops */
+    int chains = CHAINS;
     peak.fp32_isa = "plain C";
+#if defined(__x86_64__)
     if (__builtin_cpu_supports("avx512f"))
         fn = chains_avx512, per_iter = 2.0 * 16 * CHAINS, peak.fp32_isa = "avx512 vfmadd";
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         fn = chains_avx2, per_iter = 2.0 * 8 * CHAINS, peak.fp32_isa = "avx2 vfmadd";
+#elif defined(__aarch64__)
+    fn = chains_neon, per_iter = 2.0 * 4 * NEON_CHAINS, chains = NEON_CHAINS;
+    peak.fp32_isa = "neon fmla";
+#endif
     peak.fp32[0] = peak_run(fn, per_iter, 1);
     peak.fp32[1] = peak_run(fn, per_iter, opt.threads);
+#if defined(__x86_64__)
     if (__builtin_cpu_supports("avx512bf16")) {
         peak.bf16[0] = peak_run(chains_bf16, 4.0 * 16 * CHAINS, 1); /* 2 mul + 2 add */
         peak.bf16[1] = peak_run(chains_bf16, 4.0 * 16 * CHAINS, opt.threads);
     }
-    printf("measured peak: %d independent FMA chains a thread, best of repeats\n", CHAINS);
+#endif
+    printf("measured peak: %d independent FMA chains a thread, best of repeats\n", chains);
     printf("  %-63s %9s %9s\n", "GFLOP/s", "1 thread", "all");
     printf("  fp32 %-58s %9.0f %9.0f\n", peak.fp32_isa, peak.fp32[0], peak.fp32[1]);
     if (peak.bf16[1] > 0)
@@ -1048,21 +1086,34 @@ static void scaling_table(void)
 
 /* ---- start-up ---- */
 
-/* The CPU's model name, as /proc/cpuinfo gives it. */
+/* The CPU's model name, as /proc/cpuinfo gives it; arm64 kernels give
+ * none, only the implementer and part numbers (0x41 0xd40: Arm's
+ * Neoverse V1), which stand in for it. */
 static const char *cpu_name(void)
 {
     static char cpu[256];
-    char line[512];
+    char line[512], impl[32] = "", part[32] = "";
     if (cpu[0])
         return cpu;
     snprintf(cpu, sizeof cpu, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-            snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
-            cpu[strcspn(cpu, "\n")] = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char *v = strchr(line, ':');
+        if (!v)
+            continue;
+        v += 1 + (v[1] == ' ');
+        v[strcspn(v, "\n")] = 0;
+        if (!strncmp(line, "model name", 10)) {
+            snprintf(cpu, sizeof cpu, "%s", v);
             break;
         }
+        if (!strncmp(line, "CPU implementer", 15) && !impl[0])
+            snprintf(impl, sizeof impl, "%s", v);
+        if (!strncmp(line, "CPU part", 8) && !part[0])
+            snprintf(part, sizeof part, "%s", v);
+    }
+    if (!strcmp(cpu, "unknown CPU") && impl[0])
+        snprintf(cpu, sizeof cpu, "arm64 CPU, implementer %s, part %s", impl, part);
     if (f)
         fclose(f);
     return cpu;

@@ -100,6 +100,8 @@ static const struct {
     {"loader", test_loader},
     {"watch", test_watch},
     {"homework", test_homework},
+    {"fmath", test_fmath},
+    {"golden", test_golden},
 };
 
 int main(int argc, char **argv)

@@ -48,5 +48,7 @@ void test_data(void);
 void test_loader(void);
 void test_watch(void);
 void test_homework(void);
+void test_fmath(void);
+void test_golden(void);
 
 #endif

@@ -9,13 +9,17 @@
  * 3. The determinism contract: the same bits at 1, 2, 3 and 4 threads.
  * 4. Sharding: the *_seg reductions over N = 2, 4, 8 shards of the rows,
  *    combined by k_tree_sum, give the bits of one call over all rows.
+ * 5. Backends: every backend this machine can run (plain C, AVX2, AVX-512;
+ *    plain C, NEON) gives every kernel the same bits, at awkward shapes;
+ *    tests/test_golden.c then ties the bits to other machines.
  *
  * Tolerances are relative per element, with elements smaller than the
  * tensor's RMS compared against the RMS instead (a sum of signed terms may
  * cancel to almost nothing, and its rounding error is set by the terms, not
- * by the result). The paths sum in different orders and the SIMD paths
- * fuse multiply-adds, so they agree to a few float ulps times the length
- * of the sums: 1e-5 for sums of up to ~100 terms, looser where said. */
+ * by the result). The twins sum in different orders and without fused
+ * multiply-adds, so kernels and twins agree to a few float ulps times the
+ * length of the sums: 1e-5 for sums of up to ~100 terms, looser where
+ * said. Backends agree with each other to the bit. */
 #include "tensor.h"
 #include "test.h"
 #include <math.h>
@@ -811,32 +815,6 @@ static void test_embed_bwd_seg(int n, int c, int v, int seg)
     free(dy), free(got), free(want), free(rule), free(leaves), free(lp), free(idx);
 }
 
-/* The two SIMD paths do the same FMAs and additions per element in the same
- * order, so their matmul_tn_seg and layernorm_bwd_seg dw, db agree to the
- * bit (only the twin, without FMA, differs). */
-static void test_seg_simd_agree(void)
-{
-    if (isa_best() < ISA_AVX512)
-        return;
-    enum { N = 4096, A = 37, Q = 65, C = 96 };
-    float *a = rvec((size_t)N * A, 1), *b = rvec((size_t)N * Q, 1), *x = rvec((size_t)N * C, 2);
-    float *w = rvec(C, 1), *mean = fvec(N), *rstd = fvec(N), *y = fvec((size_t)N * C),
-          *dy = rvec((size_t)N * C, 1);
-    float *c2 = fvec((size_t)A * Q), *c3 = fvec((size_t)A * Q), *g2 = fvec(2 * C),
-          *g3 = fvec(2 * C);
-    k_layernorm_ref(y, mean, rstd, x, w, w, N, C);
-    isa_set(ISA_AVX2);
-    k_matmul_tn_seg(c2, a, b, A, N, Q, 128);
-    k_layernorm_bwd_seg(y, g2, g2 + C, dy, x, w, mean, rstd, N, C, 128);
-    isa_set(ISA_AVX512);
-    k_matmul_tn_seg(c3, a, b, A, N, Q, 128);
-    k_layernorm_bwd_seg(y, g3, g3 + C, dy, x, w, mean, rstd, N, C, 128);
-    same_bits("matmul_tn_seg avx2 = avx512", c3, c2, sizeof(float) * A * Q);
-    same_bits("layernorm_bwd_seg dw, db avx2 = avx512", g3, g2, sizeof(float) * 2 * C);
-    free(a), free(b), free(x), free(w), free(mean), free(rstd), free(y), free(dy), free(c2),
-        free(c3), free(g2), free(g3);
-}
-
 static void test_seg_paths(void)
 {
     static const int tn[][4] = {
@@ -852,7 +830,6 @@ static void test_seg_paths(void)
                                 {300, 40, 256, 7}, {0, 8, 16, 2},    {100, 17, 20, 0},
                                 {999, 96, 256, 128}};
     test_tree_sum();
-    test_seg_simd_agree();
     for (int isa = 0; isa < isa_count(); isa++) {
         isa_set(isa);
         for (size_t i = 0; i < sizeof tn / sizeof *tn; i++)
@@ -1070,9 +1047,14 @@ static void test_isa_choice(void)
     CHECK(isa_get() == isa_best(), "isa_set(99) gives %d, not the best %d", isa_get(), isa_best());
     isa_set(-1);
     CHECK(isa_get() == ISA_SCALAR, "isa_set(-1) gives %d, not scalar", isa_get());
+#if defined(__aarch64__)
+    CHECK(!strcmp(isa_name(ISA_SCALAR), "scalar") && !strcmp(isa_name(ISA_NEON), "neon"),
+          "isa names");
+#else
     CHECK(!strcmp(isa_name(ISA_SCALAR), "scalar") && !strcmp(isa_name(ISA_AVX2), "avx2") &&
               !strcmp(isa_name(ISA_AVX512), "avx512"),
           "isa names");
+#endif
 }
 
 #include <immintrin.h>
@@ -1474,6 +1456,148 @@ static void test_bf16_on_load(int B, int T, int C, int H, int seg)
     free(l2);
 }
 
+/* ======================================================================
+ * 5. Backends: the same bits on every backend
+ * ====================================================================== */
+
+/* Runs `stmt` on every backend; the `n` floats at `buf` must come out with
+ * the bits of the plain-C backend each time. */
+#define SAME_ON_EVERY_BACKEND(name, buf, n, stmt)                                              \
+    do {                                                                                       \
+        size_t bytes_ = sizeof(float) * (n);                                                   \
+        float *first_ = fvec(n);                                                               \
+        isa_set(ISA_SCALAR);                                                                   \
+        stmt;                                                                                  \
+        memcpy(first_, (buf), bytes_);                                                         \
+        for (int isa_ = 1; isa_ < isa_count(); isa_++) {                                       \
+            isa_set(isa_);                                                                     \
+            memset((buf), 0x7f, bytes_);                                                       \
+            stmt;                                                                              \
+            CHECK(!memcmp(first_, (buf), bytes_), "%s: %s differs from scalar", name,          \
+                  isa_name(isa_));                                                             \
+        }                                                                                      \
+        free(first_);                                                                          \
+    } while (0)
+
+static void backends_matmul(int n, int p, int q)
+{
+    float *a = rvec((size_t)n * p, 1), *b = rvec((size_t)p * q, 1), *bias = rvec(q, 1);
+    float *r1 = rvec((size_t)n * q, 1), *r2 = rvec((size_t)n * q, 1), *c = fvec((size_t)n * q);
+    float *at = rvec((size_t)p * n, 1), *ct = fvec((size_t)n * q);
+    SAME_ON_EVERY_BACKEND("matmul", c, (size_t)n * q, k_matmul(c, a, b, bias, n, p, q));
+    SAME_ON_EVERY_BACKEND("matmul_ex", c, (size_t)n * q,
+                          k_matmul_ex(c, a, b, bias, r1, r2, 1, n, p, q));
+    SAME_ON_EVERY_BACKEND("matmul_bf16", c, (size_t)n * q,
+                          k_matmul_bf16(c, a, b, bias, r1, r2, 1, n, p, q));
+    SAME_ON_EVERY_BACKEND("matmul_bf16_emu", c, (size_t)n * q,
+                          k_matmul_bf16_emu(c, a, b, NULL, r1, NULL, 0, n, p, q));
+    SAME_ON_EVERY_BACKEND("matmul_tn", ct, (size_t)n * q, k_matmul_tn(ct, at, b, n, p, q));
+    SAME_ON_EVERY_BACKEND("matmul_tn_seg", ct, (size_t)n * q,
+                          k_matmul_tn_seg(ct, at, b, n, p, q, 7));
+    SAME_ON_EVERY_BACKEND("matmul_tn_seg_bf16", ct, (size_t)n * q,
+                          k_matmul_tn_seg_bf16(ct, at, b, n, p, q, 16));
+    SAME_ON_EVERY_BACKEND("matmul_tn_seg_bf16_emu", ct, (size_t)n * q,
+                          k_matmul_tn_seg_bf16_emu(ct, at, b, n, p, q, 5));
+    free(a), free(b), free(bias), free(r1), free(r2), free(c), free(at), free(ct);
+}
+
+static void backends_attention(int B, int T, int C, int H)
+{
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, nl = (size_t)B * H * T;
+    float *qkv = rvec(n3, 2), *dout = rvec(n1, 1), *out = fvec(n1 + nl), *lse = fvec(nl);
+    float *ref = fvec(n1), *dq = fvec(n3), *kc = fvec(n1), *vc = fvec(n1);
+    k_attention_ref(ref, lse, qkv, B, T, C, H);
+    SAME_ON_EVERY_BACKEND("attention", out, n1 + nl,
+                          k_attention(out, out + n1, qkv, B, T, C, H));
+    SAME_ON_EVERY_BACKEND("attention_bwd", dq, n3,
+                          k_attention_bwd(dq, dout, qkv, ref, lse, B, T, C, H));
+    SAME_ON_EVERY_BACKEND("attention_bf16", out, n1 + nl,
+                          k_attention_bf16(out, out + n1, qkv, B, T, C, H));
+    SAME_ON_EVERY_BACKEND("attention_bwd_bf16", dq, n3,
+                          k_attention_bwd_bf16(dq, dout, qkv, ref, lse, B, T, C, H));
+    SAME_ON_EVERY_BACKEND("attention_last", out, (size_t)B * C,
+                          k_attention_last(out, qkv, B, T, C, H));
+    /* decode steps: B sequences of T positions, the caches filled as they go */
+    SAME_ON_EVERY_BACKEND("attention_step", out, (size_t)B * C, {
+        for (int pos = 0; pos < T; pos++)
+            k_attention_step(out, kc, vc, qkv + (size_t)pos * B * 3 * C, B, pos, T, C, H);
+    });
+    free(qkv), free(dout), free(out), free(lse), free(ref), free(dq), free(kc), free(vc);
+}
+
+static void backends_rows(int n, int c, int v)
+{
+    size_t nc = (size_t)n * c, nv = (size_t)n * v;
+    float *x = rvec(nc, 2), *w = rvec(c, 1), *b = rvec(c, 1), *dy = rvec(nc, 1);
+    float *y = fvec(nc + 2 * (size_t)n), *g = fvec(nc + 2 * (size_t)c), *mean = fvec(n),
+          *rstd = fvec(n);
+    float *logits = rvec(nv, 4), *dl = fvec(nv), loss, dloss = 0.75f, *sums = fvec(c);
+    float *table = rvec((size_t)c * v, 1), *dt = fvec((size_t)c * v);
+    int32_t *t = rtargets(n, v, 5), *idx = rtargets(n, v, 0);
+    k_layernorm_ref(y, mean, rstd, x, w, b, n, c);
+    SAME_ON_EVERY_BACKEND("layernorm", y, nc + 2 * (size_t)n,
+                          k_layernorm(y, y + nc, y + nc + n, x, w, b, n, c));
+    SAME_ON_EVERY_BACKEND("layernorm_bwd", g, nc + 2 * (size_t)c,
+                          k_layernorm_bwd(g, g + nc, g + nc + c, dy, x, w, mean, rstd, n, c));
+    SAME_ON_EVERY_BACKEND("layernorm_bwd_seg", g, nc + 2 * (size_t)c,
+                          k_layernorm_bwd_seg(g, g + nc, g + nc + c, dy, x, w, mean, rstd, n, c, 3));
+    SAME_ON_EVERY_BACKEND("sum_rows", sums, c, k_sum_rows(sums, x, n, c));
+    SAME_ON_EVERY_BACKEND("sum_rows_seg", sums, c, k_sum_rows_seg(sums, x, n, c, 4));
+    SAME_ON_EVERY_BACKEND("xent", &loss, 1, k_xent(&loss, logits, t, n, v));
+    SAME_ON_EVERY_BACKEND("xent_bwd", dl, nv, k_xent_bwd(dl, logits, t, &dloss, n, v));
+    SAME_ON_EVERY_BACKEND("embed", y, nc, k_embed(y, idx, table, n, c, v));
+    SAME_ON_EVERY_BACKEND("embed_bwd", dt, (size_t)c * v, k_embed_bwd(dt, idx, dy, n, c, v));
+    SAME_ON_EVERY_BACKEND("embed_bwd_seg", dt, (size_t)c * v,
+                          k_embed_bwd_seg(dt, idx, dy, n, c, v, 3));
+    free(x), free(w), free(b), free(dy), free(y), free(g), free(mean), free(rstd), free(logits);
+    free(dl), free(sums), free(table), free(dt), free(t), free(idx);
+}
+
+static void backends_elementwise(size_t n)
+{
+    float *a = rvec(n, 1), *b = rvec(n, 1), *c = rvec(n, 1), *y = fvec(n);
+    float *p = rvec(n, 1), *m = rvec(n, 0.1f), *v = fvec(n), *pmv = fvec(3 * n);
+    const float *abc[3] = {a, b, c};
+    for (size_t i = 0; i < n; i++)
+        v[i] = m[i] * m[i];
+    SAME_ON_EVERY_BACKEND("add", y, n, k_add(y, a, b, n));
+    SAME_ON_EVERY_BACKEND("add_n", y, n, k_add_n(y, abc, 3, n));
+    SAME_ON_EVERY_BACKEND("relu", y, n, k_relu(y, a, n));
+    SAME_ON_EVERY_BACKEND("relu_bwd", y, n, k_relu_bwd(y, a, b, n));
+    SAME_ON_EVERY_BACKEND("round_bf16", y, n, k_round_bf16(y, a, n));
+    SAME_ON_EVERY_BACKEND("adam", pmv, 3 * n, {
+        memcpy(pmv, p, sizeof(float) * n);
+        memcpy(pmv + n, m, sizeof(float) * n);
+        memcpy(pmv + 2 * n, v, sizeof(float) * n);
+        for (int step = 1; step <= 3; step++)
+            k_adam(pmv, pmv + n, pmv + 2 * n, c, n, 1e-3f, 0.9f, 0.999f, 1e-8f, step);
+    });
+    const float *parts[5] = {a, b, c, p, m};
+    SAME_ON_EVERY_BACKEND("tree_sum", y, n, k_tree_sum(y, parts, 5, n));
+    free(a), free(b), free(c), free(y), free(p), free(m), free(v), free(pmv);
+}
+
+static void test_backends(void)
+{
+    static const int mm[][3] = {{1, 1, 1},    {7, 3, 17},    {13, 32, 96}, {37, 64, 65},
+                                {130, 17, 3}, {96, 128, 32}, {6, 33, 130}};
+    static const int att[][4] = {{1, 1, 8, 1},    {2, 17, 32, 4}, {1, 33, 24, 2},
+                                 {2, 130, 32, 4}, {1, 40, 64, 2}, {1, 20, 40, 5}};
+    static const int rows[][3] = {{1, 32, 128}, {7, 17, 3}, {100, 40, 130}, {300, 96, 256}};
+    int isa = isa_get();
+    for (size_t i = 0; i < sizeof mm / sizeof *mm; i++)
+        backends_matmul(mm[i][0], mm[i][1], mm[i][2]);
+    for (size_t i = 0; i < sizeof att / sizeof *att; i++)
+        backends_attention(att[i][0], att[i][1], att[i][2], att[i][3]);
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        backends_rows(rows[i][0], rows[i][1], rows[i][2]);
+    backends_elementwise(1);
+    backends_elementwise(17);
+    backends_elementwise(1000);
+    backends_elementwise(300007); /* big enough to run in parallel */
+    isa_set(isa);
+}
+
 void test_kernels(void)
 {
     int isa = isa_get();
@@ -1492,5 +1616,6 @@ void test_kernels(void)
     test_bf16_on_load(4, 128, 32, 4, 128);
     test_bf16_on_load(3, 7, 24, 2, 3);
     test_bf16_tn_all();
+    test_backends();
     isa_set(isa);
 }

@@ -10,8 +10,8 @@
 
 static const char *const sources[] = {
     "gpt.c",   "safetensors.c", "data.c",   "loader.c", "watch.c", "graph.c", "xla_sim.c", "comm.c",
-    "tensor.c", "gpt.h",        "safetensors.h", "data.h", "loader.h", "watch.h", "graph.h", "xla_sim.h",
-    "comm.h",  "tensor.h"};
+    "tensor.c", "tensor_ref.c", "gpt.h", "safetensors.h", "data.h", "loader.h", "watch.h", "graph.h",
+    "xla_sim.h", "comm.h", "tensor.h", "tensor_impl.h", "vec.h", "fmath.h"};
 #define NSOURCES (int)(sizeof sources / sizeof *sources)
 
 static int ident_char(int c) { return isalnum(c) || c == '_'; }

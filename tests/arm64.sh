@@ -1,0 +1,69 @@
+#!/bin/sh
+# tests/arm64.sh [SUITE...]: the arm64 build's tests on an x86-64 machine,
+# under qemu-aarch64-static (Debian: qemu-user-static). `make test-arm64`
+# runs it after `make arm64` has built gpt-arm64 and tests/run-arm64.
+#
+# The suites find the program as ./gpt and write under tests/tmp, both
+# relative to the current directory, so they run in a folder of their own,
+# build/arm64/root: the source tree linked in, tests/tmp its own, and ./gpt
+# a two-line script that runs gpt-arm64 under qemu. (A child that the test
+# binary starts is an arm64 ELF that the kernel cannot run without a
+# binfmt_misc entry, which containers often lack; the script works with or
+# without one.) Each suite runs alone and is timed; the summary line
+# closes the output, and the exit status is 1 if any suite failed.
+#
+# With no SUITE, every suite runs (as `tests/run` does natively).
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+QEMU=${QEMU:-qemu-aarch64-static}
+root=$top/build/arm64/root
+
+command -v "$QEMU" >/dev/null 2>&1 || { echo "arm64.sh: $QEMU not found (Debian: qemu-user-static)" >&2; exit 2; }
+for f in gpt-arm64 tests/run-arm64; do
+    [ -x "$top/$f" ] || { echo "arm64.sh: $f missing: make arm64" >&2; exit 2; }
+done
+
+# The folder: every top-level entry but the builds, tests/ entry by entry.
+rm -rf "$root" && mkdir -p "$root/tests" || exit 2
+for e in "$top"/* "$top"/.[!.]*; do
+    case ${e##*/} in
+    build | tests | gpt | gpt-* | out | .git | .flavour) ;;
+    *) [ -e "$e" ] && ln -s "$e" "$root/${e##*/}" ;;
+    esac
+done
+for e in "$top"/tests/*; do
+    case ${e##*/} in
+    tmp | run | run-*) ;;
+    *) ln -s "$e" "$root/tests/${e##*/}" ;;
+    esac
+done
+printf '#!/bin/sh\nexec %s -0 "$0" %s "$@"\n' "$QEMU" "$top/gpt-arm64" > "$root/gpt"
+chmod +x "$root/gpt"
+
+if [ $# -eq 0 ]; then
+    set -- $(grep -o '{"[a-z0-9_]*", *test_' "$top/tests/main.c" | sed 's/{"\([a-z0-9_]*\)".*/\1/')
+    [ $# -gt 0 ] || { echo "arm64.sh: no suites found in tests/main.c" >&2; exit 2; }
+fi
+
+cd "$root" || exit 2
+pass=0 fail=0 bad="" start=$(date +%s)
+for s in "$@"; do
+    t0=$(date +%s)
+    log=$root/log-$s.txt
+    { "$QEMU" "$top/tests/run-arm64" "$s" 2>&1; echo $? > "$log.rc"; } | tee "$log"
+    rc=$(cat "$log.rc")
+    t1=$(date +%s)
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1)
+    p=${line%% passed*}
+    f=${line#*passed, }
+    f=${f%% failed*}
+    if [ -z "$line" ]; then # crashed or killed: no summary
+        p=0 f=1
+    fi
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    pass=$((pass + p)) fail=$((fail + f))
+    [ "$f" -ne 0 ] && bad="$bad $s"
+    echo "arm64 suite $s: $p passed, $f failed, exit $rc, $((t1 - t0)) s"
+done
+echo "arm64 (qemu, $(($(date +%s) - start)) s):${bad:+ failed:$bad;} $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

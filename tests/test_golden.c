@@ -1,0 +1,77 @@
+/* tests/test_golden.c: the same bits on every machine.
+ *
+ * tests/test_kernels.c holds the backends of one machine to each other;
+ * this suite holds every machine to one committed answer. A short training
+ * run (fp32 and bf16, one core and a simulated v3-8 board) on text the
+ * tests write themselves must produce a checkpoint whose SHA-256 is the
+ * one below, on every kernel path the machine can run (GPT_ISA: scalar,
+ * avx2, avx512 on x86-64; scalar, neon on arm64) and with the bf16
+ * instruction turned off (GPT_BF16=emulate). So a run preempted on one
+ * machine resumes on another with the same bits, and a change that moves
+ * any bit anywhere shows here.
+ *
+ * The hashes were made by `make test` on x86-64 and reproduced on arm64
+ * under qemu-aarch64-static (make test-arm64). A change that means to
+ * change the numbers (a new summation order, a new kernel) updates them:
+ * run the suite, check that every path agrees, and copy the new hash. */
+#include "tensor.h"
+#include "test.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GOLDEN_DATA "tests/tmp/golden.txt"
+/* The default model on a small batch: every kernel of a training step
+ * runs, with evals and sampling, in about a second on x86-64. */
+#define GOLDEN_RUN                                                                             \
+    "--data " GOLDEN_DATA " --steps 8 --batch 8 --eval-every 4 --eval-batch 8 --eval-bytes 24 " \
+    "--final-bytes 40 --ckpt-every 8 --seed 7"
+
+#define GOLDEN_FP32 "32d3f79f7af8e2dd2801f0f6b5901a799a64480083398c51a0bf1d0ca302c5d7"
+#define GOLDEN_BF16 "fa3575200c454ee4fcec5f03da34f902f5c1ebf5a47a859603ef90884d2dd570"
+
+/* One core and eight give the same bits (the tree of tensor.h), so each
+ * precision has one hash. */
+static const struct {
+    const char *name, *flags, *sha256;
+} golden[] = {
+    {"fp32, 1 core", "", GOLDEN_FP32},
+    {"fp32, --tpu v3-8", "--tpu v3-8", GOLDEN_FP32},
+    {"bf16, 1 core", "--precision bf16", GOLDEN_BF16},
+    {"bf16, --tpu v3-8", "--precision bf16 --tpu v3-8", GOLDEN_BF16},
+};
+
+/* The checkpoint's SHA-256 after one golden run on path `isa`, or "" if
+ * the run failed (its output is printed then). */
+static void golden_hash(char hash[65], const char *isa, const char *bf16, const char *flags,
+                        const char *out)
+{
+    char cmd[1024], text[8192];
+    hash[0] = 0;
+    snprintf(cmd, sizeof cmd, "rm -rf %s && GPT_ISA=%s GPT_BF16=%s ./gpt train " GOLDEN_RUN
+                              " %s --out %s > %s.log 2>&1 && sha256sum %s/ckpt-00000008.safetensors",
+             out, isa, bf16, flags, out, out, out);
+    if (t_run(cmd, text, sizeof text) != 0 || strlen(text) < 64) {
+        fprintf(stderr, "golden run failed: %s\n%s\n", cmd, text);
+        return;
+    }
+    memcpy(hash, text, 64);
+    hash[64] = 0;
+}
+
+void test_golden(void)
+{
+    t_run("mkdir -p tests/tmp", (char[64]){0}, 64);
+    t_write_words(GOLDEN_DATA, 200000);
+    for (size_t g = 0; g < sizeof golden / sizeof *golden; g++)
+        for (int isa = 0; isa <= isa_best(); isa++)
+            for (int emulate = 0; emulate <= (isa == isa_best() && bf16_native()); emulate++) {
+                char hash[65], out[128];
+                const char *bf16 = emulate ? "emulate" : "auto";
+                snprintf(out, sizeof out, "tests/tmp/golden-%zu-%s-%s", g, isa_name(isa), bf16);
+                golden_hash(hash, isa_name(isa), bf16, golden[g].flags, out);
+                CHECK(!strcmp(hash, golden[g].sha256),
+                      "golden run %s on %s (GPT_BF16=%s): checkpoint sha256 %s, want %s",
+                      golden[g].name, isa_name(isa), bf16, hash, golden[g].sha256);
+            }
+}
