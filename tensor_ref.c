@@ -27,8 +27,6 @@
 #include <math.h>
 #include <string.h>
 
-#define xmalloc kmalloc
-
 /* ---- ISA dispatch ---- */
 
 static int isa_best_cached = -1; /* decided once, on first use */
@@ -214,7 +212,7 @@ static void tree_sum_ref(float *out /* [len] */, const float *const *parts /* m 
         return;
     }
     int mid = lo + (hi - lo) / 2;
-    float *right = xmalloc(sizeof(float) * len); /* [len] */
+    float *right = kmalloc(sizeof(float) * len); /* [len] */
     tree_sum_ref(out, parts, lo, mid, len);
     tree_sum_ref(right, parts, mid, hi, len);
     add_plain(out, right, len);
@@ -257,7 +255,7 @@ void k_matmul_tn_seg_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
 {
     int L = leaf_count(p, seg);
     size_t nc = (size_t)n * q;
-    float *part = xmalloc(sizeof(float) * (size_t)L * nc); /* [L,n,q] */
+    float *part = kmalloc(sizeof(float) * (size_t)L * nc); /* [L,n,q] */
 #pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
     for (int i = 0; i < n; i++)
         for (int l = 0; l < L; l++) {
@@ -326,7 +324,7 @@ static void attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
     int hs = C / H;
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
-        float *s = xmalloc(sizeof(float) * (size_t)T); /* [T] probabilities */
+        float *s = kmalloc(sizeof(float) * (size_t)T); /* [T] probabilities */
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             int b = bh / H, h = bh % H;
@@ -459,7 +457,7 @@ void k_attention_step_ref(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
                           int pos, int tmax, int C, int H)
 {
     int hs = C / H;
-    float *s = xmalloc(sizeof(float) * (size_t)(pos + 1)); /* [pos+1] */
+    float *s = kmalloc(sizeof(float) * (size_t)(pos + 1)); /* [pos+1] */
     kv_append(kc, vc, qkv, nb, pos, tmax, C, H);
     for (int b = 0; b < nb; b++)
         for (int h = 0; h < H; h++) {
@@ -474,7 +472,7 @@ void k_attention_last_ref(float *out /* [B,C] */, const float *qkv /* [B,T,3C] *
                           int C, int H)
 {
     int hs = C / H;
-    float *s = xmalloc(sizeof(float) * (size_t)T); /* [T] */
+    float *s = kmalloc(sizeof(float) * (size_t)T); /* [T] */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             const float *x = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q, row 0 */
@@ -598,7 +596,7 @@ void k_layernorm_bwd_seg_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *
                              const float *rstd /* [n] */, int n, int c, int seg)
 {
     int L = leaf_count(n, seg);
-    float *pw = xmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
+    float *pw = kmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
     float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
     for (int l = 0; l < L; l++)
         layernorm_bwd_rows_ref(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd,
@@ -637,7 +635,7 @@ static float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n
 void k_xent_ref(float *loss /* [1] */, const float *logits /* [n,v] */,
                 const int32_t *targets /* [n] */, int n, int v)
 {
-    double *row = xmalloc(sizeof(double) * (size_t)n); /* [n] */
+    double *row = kmalloc(sizeof(double) * (size_t)n); /* [n] */
     for (int i = 0; i < n; i++) {
         const float *x = logits + (size_t)i * v; /* [v] */
         row[i] = 0.0;
@@ -721,7 +719,7 @@ void k_sum_rows_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int
 void k_sum_rows_seg_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)
 {
     int L = leaf_count(n, seg);
-    float *part = xmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
+    float *part = kmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
     for (int l = 0; l < L; l++) {
         float *pl = part + (size_t)l * q; /* [q] */
         for (int j = 0; j < q; j++)
@@ -736,8 +734,8 @@ void k_sum_rows_seg_ref(float *out /* [q] */, const float *x /* [n,q] */, int n,
 
 /* ---- transpose ---- */
 
-/* One plain path for every ISA: data movement, where SIMD buys nothing
- * that the cache blocking does not. */
+/* One plain path for every backend: data movement, where vectors buy
+ * nothing that the cache blocking does not. */
 
 void k_transpose_ref(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
 {
@@ -794,7 +792,7 @@ void k_embed_bwd_seg_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */
 {
     int L = leaf_count(n, seg);
     size_t cv = (size_t)c * v;
-    float *part = xmalloc(sizeof(float) * (size_t)L * cv); /* [L,c,v] */
+    float *part = kmalloc(sizeof(float) * (size_t)L * cv); /* [L,c,v] */
     for (int l = 0; l < L; l++) {
         float *pl = part + (size_t)l * cv; /* [c,v] */
         memset(pl, 0, sizeof(float) * cv);
@@ -837,8 +835,8 @@ struct adam_k adam_consts(float lr, float b1, float b2, float eps, int t)
     return k;
 }
 
-/* The update of one element; the SIMD paths do the same operations in the
- * same order (no FMA), so every path gives the same bits. */
+/* The update of one element; the kernel (adam_vec in tensor.c) does the
+ * same operations in the same order (no FMA), so it agrees to the bit. */
 static inline void adam_one(float *p, float *m, float *v, float g, const struct adam_k *k)
 {
     *m = *m + k->omb1 * (g - *m);
@@ -992,7 +990,7 @@ void k_matmul_bf16_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const f
                        const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
     size_t na = (size_t)n * p, nb = (size_t)p * q;
-    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [n,p], [p,q] */
+    float *ra = kmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [n,p], [p,q] */
     k_round_bf16_ref(ra, a, na);
     k_round_bf16_ref(rb, b, nb);
 #pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
@@ -1017,8 +1015,8 @@ void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
 {
     int L = leaf_count(p, seg);
     size_t na = (size_t)p * n, nb = (size_t)p * q, nc = (size_t)n * q;
-    float *ra = xmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [p,n], [p,q] */
-    float *part = xmalloc(sizeof(float) * (size_t)L * nc);         /* [L,n,q] */
+    float *ra = kmalloc(sizeof(float) * (na + nb)), *rb = ra + na; /* [p,n], [p,q] */
+    float *part = kmalloc(sizeof(float) * (size_t)L * nc);         /* [L,n,q] */
     k_round_bf16_ref(ra, a, na);
     k_round_bf16_ref(rb, b, nb);
 #pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
@@ -1037,8 +1035,9 @@ void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
 
 /* ---- bf16 attention ---- */
 
-/* The SIMD paths are the fp32 head drivers with their bf16 flag set
- * (round_block); the twins round first, then call the fp32 twins. */
+/* The kernels are the fp32 head drivers with their bf16 flag set
+ * (round_block in tensor.c); the twins round first, then call the fp32
+ * twins. */
 
 /* -- bf16 attention: twins -- */
 
@@ -1046,7 +1045,7 @@ void k_attention_bf16_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                           const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
 {
     size_t n = (size_t)B * T * 3 * C;
-    float *r = xmalloc(sizeof(float) * n); /* [B,T,3C] */
+    float *r = kmalloc(sizeof(float) * n); /* [B,T,3C] */
     k_round_bf16_ref(r, qkv, n);
     k_attention_ref(out, lse, r, B, T, C, H);
     free(r);
@@ -1057,7 +1056,7 @@ void k_attention_bwd_bf16_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [
                               const float *lse /* [B,H,T] */, int B, int T, int C, int H)
 {
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
-    float *rq = xmalloc(sizeof(float) * (n3 + n1)), *rd = rq + n3; /* [B,T,3C], [B,T,C] */
+    float *rq = kmalloc(sizeof(float) * (n3 + n1)), *rd = rq + n3; /* [B,T,3C], [B,T,C] */
     k_round_bf16_ref(rq, qkv, n3);
     k_round_bf16_ref(rd, dout, n1);
     k_attention_bwd_ref(dqkv, rd, rq, out, lse, B, T, C, H);

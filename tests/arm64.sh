@@ -27,7 +27,7 @@ done
 rm -rf "$root" && mkdir -p "$root/tests" || exit 2
 for e in "$top"/* "$top"/.[!.]*; do
     case ${e##*/} in
-    build | tests | gpt | gpt-* | out | .git | .flavour) ;;
+    build | tests | gpt | gpt-* | out | .git | .flavour | Makefile) ;;
     *) [ -e "$e" ] && ln -s "$e" "$root/${e##*/}" ;;
     esac
 done
@@ -39,6 +39,10 @@ for e in "$top"/tests/*; do
 done
 printf '#!/bin/sh\nexec %s -0 "$0" %s "$@"\n' "$QEMU" "$top/gpt-arm64" > "$root/gpt"
 chmod +x "$root/gpt"
+# The watch suite runs `make install`: the project's Makefile, told that
+# ./gpt (the script) is up to date rather than to build an x86-64 one.
+printf 'Makefile: ;\n%%:: FORCE\n\t@$(MAKE) -f %s -o gpt $@\nFORCE: ;\n.PHONY: FORCE\n' \
+    "$top/Makefile" > "$root/Makefile"
 
 if [ $# -eq 0 ]; then
     set -- $(grep -o '{"[a-z0-9_]*", *test_' "$top/tests/main.c" | sed 's/{"\([a-z0-9_]*\)".*/\1/')
