@@ -688,6 +688,29 @@ VINLINE void bwd_q(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T
         vstore_n(dqkv + (size_t)(i0 + r) * ld3 + d0, vmul(acc[r], scale), nd);
 }
 
+/* bwd_q for nd <= 8 channels, in half vectors: the same operations per
+ * element, half the lanes. */
+VINLINE void bwd_q8(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,tp] */,
+                    const float *qkv /* [T,3C], head's q col */, int C, int hs, int tp, int i0,
+                    int W, int d0, int nd)
+{
+    const size_t ld3 = 3 * (size_t)C;
+    vh acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < W; r++)
+        acc[r] = hzero();
+    for (int j = 0; j < i0 + W; j++) {
+        vh k = hload_n(qkv + j * ld3 + hs + d0, nd);
+#pragma GCC unroll 8
+        for (int r = 0; r < W; r++)
+            acc[r] = hfma(hset(ds[(size_t)(i0 + r) * tp + j]), k, acc[r]);
+    }
+    vh scale = hset(1.0f / sqrtf((float)hs));
+#pragma GCC unroll 8
+    for (int r = 0; r < W; r++)
+        hstore_n(dqkv + (size_t)(i0 + r) * ld3 + d0, hmul(acc[r], scale), nd);
+}
+
 VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv, const float *out,
                                 const float *lse, int T, int C, int hs, float *kt, float *vt,
                                 float *ds, int tp)
@@ -709,7 +732,10 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
     for (int d0 = 0; d0 < hs; d0 += VL) {
         int nd = min_int(VL, hs - d0), i0 = 0;
         for (; i0 + 8 <= T; i0 += 8)
-            bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
+            if (nd <= 8)
+                bwd_q8(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
+            else
+                bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
         for (; i0 < T; i0++)
             bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 1, d0, nd);
     }

@@ -23,6 +23,10 @@
  * or square-root estimates, no libm.
  *
  * Naming: v* on vf; vm is a mask of 16 lanes (from vlanes, vgt, vnan).
+ * Half vectors: vh, 8 lanes, with h* versions of the few operations a loop
+ * over 8 lanes needs (an attention head of 8 channels: 16 lanes would
+ * carry 8 idle ones at full cost). Each h* operation is its v* twin on
+ * fewer lanes, so it gives the same bits.
  * Partial vectors: vload_n reads lanes 0..n-1 and zeroes the rest without
  * touching memory past them; vstore_n writes lanes 0..n-1 only. */
 #ifndef VEC_H
@@ -56,6 +60,15 @@ VINLINE vm vlanes(int n) /* lanes 0..n-1 */
 }
 VINLINE vf vload_n(const float *p, int n) { return _mm512_maskz_loadu_ps(vlanes(n), p); }
 VINLINE void vstore_n(float *p, vf v, int n) { _mm512_mask_storeu_ps(p, vlanes(n), v); }
+
+/* The half vector: 8 lanes, one ymm (see "half vectors" below). */
+typedef __m256 vh;
+VINLINE vh hzero(void) { return _mm256_setzero_ps(); }
+VINLINE vh hset(float x) { return _mm256_set1_ps(x); }
+VINLINE vh hfma(vh a, vh b, vh c) { return _mm256_fmadd_ps(a, b, c); }
+VINLINE vh hmul(vh a, vh b) { return _mm256_mul_ps(a, b); }
+VINLINE vh hload_n(const float *p, int n) { return _mm256_maskz_loadu_ps((__mmask8)vlanes(n), p); }
+VINLINE void hstore_n(float *p, vh v, int n) { _mm256_mask_storeu_ps(p, (__mmask8)vlanes(n), v); }
 
 VINLINE vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 VINLINE vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
@@ -187,6 +200,25 @@ VINLINE void vstore_n(float *p, vf v, int n)
     }
     _mm256_maskstore_ps(p, vlanes8(n), v.h[0]);
     _mm256_maskstore_ps(p + 8, vlanes8(n - 8), v.h[1]);
+}
+
+
+/* The half vector: 8 lanes, one ymm (see "half vectors" below). */
+typedef __m256 vh;
+VINLINE vh hzero(void) { return _mm256_setzero_ps(); }
+VINLINE vh hset(float x) { return _mm256_set1_ps(x); }
+VINLINE vh hfma(vh a, vh b, vh c) { return _mm256_fmadd_ps(a, b, c); }
+VINLINE vh hmul(vh a, vh b) { return _mm256_mul_ps(a, b); }
+VINLINE vh hload_n(const float *p, int n)
+{
+    return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, vlanes8(n));
+}
+VINLINE void hstore_n(float *p, vh v, int n)
+{
+    if (n >= 8)
+        _mm256_storeu_ps(p, v);
+    else
+        _mm256_maskstore_ps(p, vlanes8(n), v);
 }
 
 #define VEC2_OP(name, call)                                                                    \
@@ -402,6 +434,47 @@ VINLINE void vstore_n(float *p, vf v, int n)
     vstore(t, v);
     if (n > 0)
         memcpy(p, t, sizeof(float) * (size_t)n);
+}
+
+/* The half vector: 8 lanes, two q registers. */
+typedef struct { float32x4_t q[2]; } vh;
+VINLINE vh hzero(void)
+{
+    vh r = {{vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}};
+    return r;
+}
+VINLINE vh hset(float x)
+{
+    vh r = {{vdupq_n_f32(x), vdupq_n_f32(x)}};
+    return r;
+}
+VINLINE vh hfma(vh a, vh b, vh c)
+{
+    vh r = {{vfmaq_f32(c.q[0], a.q[0], b.q[0]), vfmaq_f32(c.q[1], a.q[1], b.q[1])}};
+    return r;
+}
+VINLINE vh hmul(vh a, vh b)
+{
+    vh r = {{vmulq_f32(a.q[0], b.q[0]), vmulq_f32(a.q[1], b.q[1])}};
+    return r;
+}
+VINLINE vh hload_n(const float *p, int n)
+{
+    float t[8] = {0};
+    if (n >= 8)
+        memcpy(t, p, sizeof t);
+    else if (n > 0)
+        memcpy(t, p, sizeof(float) * (size_t)n);
+    vh r = {{vld1q_f32(t), vld1q_f32(t + 4)}};
+    return r;
+}
+VINLINE void hstore_n(float *p, vh v, int n)
+{
+    float t[8];
+    vst1q_f32(t, v.q[0]);
+    vst1q_f32(t + 4, v.q[1]);
+    if (n > 0)
+        memcpy(p, t, sizeof(float) * (size_t)(n < 8 ? n : 8));
 }
 
 #define VEC4_OP(name, call)                                                                    \
@@ -641,6 +714,47 @@ VINLINE void vstore_n(float *p, vf v, int n)
 {
     if (n > 0)
         memcpy(p, v.f, sizeof(float) * (size_t)(n < 16 ? n : 16));
+}
+
+/* The half vector: 8 floats. */
+typedef struct { float f[8]; } vh;
+VINLINE vh hzero(void)
+{
+    vh r;
+    for (int i = 0; i < 8; i++)
+        r.f[i] = 0.0f;
+    return r;
+}
+VINLINE vh hset(float x)
+{
+    vh r;
+    for (int i = 0; i < 8; i++)
+        r.f[i] = x;
+    return r;
+}
+VINLINE vh hfma(vh a, vh b, vh c)
+{
+    for (int i = 0; i < 8; i++)
+        c.f[i] = fmaf(a.f[i], b.f[i], c.f[i]);
+    return c;
+}
+VINLINE vh hmul(vh a, vh b)
+{
+    for (int i = 0; i < 8; i++)
+        a.f[i] = a.f[i] * b.f[i];
+    return a;
+}
+VINLINE vh hload_n(const float *p, int n)
+{
+    vh r = hzero();
+    if (n > 0)
+        memcpy(r.f, p, sizeof(float) * (size_t)(n < 8 ? n : 8));
+    return r;
+}
+VINLINE void hstore_n(float *p, vh v, int n)
+{
+    if (n > 0)
+        memcpy(p, v.f, sizeof(float) * (size_t)(n < 8 ? n : 8));
 }
 
 #define VPLAIN_OP(name, expr)                                                                  \
