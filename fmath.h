@@ -1,23 +1,43 @@
-/* fmath.h: exp, log, cos and integer powers from plain IEEE arithmetic.
+/* fmath.h: exp, log, cos and integer powers that give the same bits on
+ * every CPU.
  *
- * Why: gpt promises the same bits on every CPU. libm does not: glibc picks
- * an FMA or a non-FMA variant of exp and log at run time, arm64's build
- * differs again, and none of them promises correct rounding. These
- * functions use only +, -, *, / on doubles and bit manipulation, each in
- * an order the code fixes (the build has -ffp-contract=off), so they give
- * the same bits wherever IEEE double arithmetic is what C's double is
- * (FLT_EVAL_METHOD 0: x86-64 and arm64 alike).
+ * Why: gpt promises the same bits on every machine, and libm does not:
+ * glibc picks an FMA or a non-FMA exp and log at run time, arm64's libm
+ * differs again, and none promises correct rounding. These functions use
+ * only +, -, *, / on doubles, integer and bit operations, each in an order
+ * the code fixes. IEEE 754 rounds each of those the same way everywhere,
+ * so the results are the same wherever C's double is IEEE double with
+ * nothing in wider registers (FLT_EVAL_METHOD 0: x86-64 and arm64) and
+ * the compiler fuses nothing (-ffp-contract=off, as the Makefile builds).
  *
- * Accuracy: the double functions within about 1 ulp over their domains;
- * the float ones evaluate in double and round once, so they are correctly
- * rounded but for values within ~1e-16 relative of a rounding boundary.
- * fm_cos reduces its argument with pi/2 in three parts: good to ~1 ulp for
- * |x| up to about 1e5 (a cosine schedule needs [0, pi]). */
+ * How: each function carries its intermediate result in two doubles (a
+ * "double-double", about 100 bits) where rounding would hurt, and rounds
+ * once at the end. So:
+ *   fm_exp, fm_log   within 0.6 ulp of the true value (nearly always the
+ *                    correctly rounded one); exp gives inf above ~709.78,
+ *                    0 below ~-745.13; log(0) = -inf, log(x < 0) = NaN,
+ *                    log(inf) = inf; subnormal inputs and results work
+ *                    (results below 2^-1022 may be 1 ulp off).
+ *   fm_cos           within 0.6 ulp for |x| < 2^20, zeros of cos included;
+ *                    NaN beyond 2^20 (an exact reduction that far needs
+ *                    a table of 2/pi we do not need: the schedule uses
+ *                    [0, pi]).
+ *   fm_powi          b^n for n >= 0 (n < 0 gives 1) within 0.6 ulp, for
+ *                    n up to INT_MAX; inf and 0 where it leaves the range.
+ *   fm_expf, fm_logf the double function rounded to float: correctly
+ *                    rounded unless the true value lies within 2^-52 of
+ *                    halfway between two floats.
+ * A NaN argument comes back unchanged; an invalid one gives NAN. */
 #ifndef FMATH_H
 #define FMATH_H
-#include <math.h> /* INFINITY, NAN: constants only, no libm calls */
+#include <float.h>
+#include <math.h> /* INFINITY and NAN: constants, no libm calls */
 #include <stdint.h>
 #include <string.h>
+
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "fmath.h needs plain double arithmetic (FLT_EVAL_METHOD 0), e.g. SSE2 not x87"
+#endif
 
 static inline uint64_t fm_bits(double x)
 {
@@ -33,58 +53,87 @@ static inline double fm_from_bits(uint64_t u)
     return x;
 }
 
-/* x * 2^k for any integer k, rounded once unless the result is subnormal
- * (then twice, the same way everywhere). */
-static inline double fm_scale2(double x, int k)
+/* 2^k, for -1022 <= k <= 1023. */
+static inline double fm_pow2(int k) { return fm_from_bits((uint64_t)(k + 1023) << 52); }
+
+/* x 2^k for x in [0.5, 4): rounded once, or twice below 2^-1022. */
+static inline double fm_scale(double x, long long k)
 {
-    while (k > 1023) {
-        x *= 0x1p1023;
-        k -= 1023;
-    }
-    while (k < -1022) {
-        x *= 0x1p-1022;
-        k += 1022;
-        if (x == 0.0)
-            return x;
-    }
-    return x * fm_from_bits((uint64_t)(k + 1023) << 52);
+    if (k > 1023)
+        return k > 1030 ? INFINITY : x * fm_pow2((int)k - 1023) * 0x1p1023;
+    if (k < -1022)
+        return k < -1130 ? 0.0 : x * fm_pow2((int)k + 1000) * 0x1p-1000;
+    return x * fm_pow2((int)k);
 }
 
-/* ln 2 in two parts: ln2_hi has 32 significant bits, so k * ln2_hi is
- * exact for |k| < 2^21. */
-#define FM_LN2_HI 6.93147180369123816490e-01
-#define FM_LN2_LO 1.90821492927058770002e-10
+/* a + b = s + *e exactly (Knuth). */
+static inline double fm_two_sum(double a, double b, double *e)
+{
+    double s = a + b, bb = s - a;
+    *e = (a - (s - bb)) + (b - bb);
+    return s;
+}
 
-/* e^x: x = k ln2 + r, |r| <= ln2/2, e^r by its Taylor series to r^13
- * (the next term is below 2^-57 relative), times 2^k. */
+/* a * b = p + *e exactly, for |a|, |b| < 2^995 and no underflow (Dekker:
+ * split each factor into two 26-bit halves, whose products are exact). */
+static inline double fm_two_prod(double a, double b, double *e)
+{
+    double p = a * b;
+    double ca = 134217729.0 * a, ah = ca - (ca - a), al = a - ah; /* 2^27 + 1 */
+    double cb = 134217729.0 * b, bh = cb - (cb - b), bl = b - bh;
+    *e = ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+    return p;
+}
+
+/* (h + l) *= (bh + bl), to about 2^-104 relative. */
+static inline void fm_dd_mul(double *h, double *l, double bh, double bl)
+{
+    double e, p = fm_two_prod(*h, bh, &e);
+    e += *h * bl + *l * bh;
+    *h = p + e;
+    *l = e - (*h - p);
+}
+
+/* ln 2 = FM_LN2_HI + FM_LN2_LO to 2^-86; FM_LN2_HI has 32 bits, so k times
+ * it is exact for |k| < 2^21. */
+#define FM_LN2_HI 0x1.62e42feep-1
+#define FM_LN2_LO 0x1.a39ef35793c76p-33
+
+/* e^x: x = k ln2 + r with |r| <= ln2/2 kept as r + rl, then
+ * e^r = 1 + r + r^2 (1/2! + r/3! + ... + r^12/14!) (the next term is below
+ * 2^-63), summed so that only the final 1 + ... rounds at full size. */
 static inline double fm_exp(double x)
 {
     if (x != x)
-        return x + x;
-    if (x > 709.782712893384)
+        return x;
+    if (x > 0x1.62e42fefa39efp+9) /* ln DBL_MAX, 709.78 */
         return INFINITY;
-    if (x < -745.1332191019412)
+    if (x < -0x1.74910d52d3051p+9) /* ln 2^-1075, -745.13 */
         return 0.0;
-    double t = x * 1.44269504088896338700e+00; /* x / ln2 */
+    double t = x * 0x1.71547652b82fep+0; /* x / ln2 */
     int k = (int)(t < 0 ? t - 0.5 : t + 0.5);
-    double r = (x - k * FM_LN2_HI) - k * FM_LN2_LO;
-    double p = 1.0 / 6227020800.0; /* 1/13! */
-    static const double inv_fact[13] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
-                                        1.0 / 362880.0,    1.0 / 40320.0,    1.0 / 5040.0,
-                                        1.0 / 720.0,       1.0 / 120.0,      1.0 / 24.0,
-                                        1.0 / 6.0,         0.5,              1.0,
-                                        1.0}; /* 1/12! .. 1/0! */
+    double hi = x - k * FM_LN2_HI, lo = k * FM_LN2_LO; /* hi is exact */
+    double r = hi - lo, rl = (hi - r) - lo;
+    static const double inv_fact[] = {1.0 / 87178291200, 1.0 / 6227020800, 1.0 / 479001600,
+                                      1.0 / 39916800,    1.0 / 3628800,    1.0 / 362880,
+                                      1.0 / 40320,       1.0 / 5040,       1.0 / 720,
+                                      1.0 / 120,         1.0 / 24,         1.0 / 6,
+                                      1.0 / 2}; /* 1/14! .. 1/2! */
+    double p = 0.0;
     for (int i = 0; i < 13; i++)
         p = p * r + inv_fact[i];
-    return fm_scale2(p, k);
+    double tail = (rl + r * rl) + r * r * p; /* e^(r+rl) = e^r + rl (1 + r) */
+    double s = 1.0 + r, se = (1.0 - s) + r;  /* 1 + r = s + se exactly */
+    return fm_scale(s + (se + tail), k);
 }
 
-/* ln x: x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s),
- * s = (m - 1)/(m + 1), |s| < 0.172, by its series to s^23. */
+/* ln x: x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s) for
+ * s = (m - 1)/(m + 1), |s| < 0.172, kept as s + sl; atanh by its series
+ * to s^23 (the next term is below 2^-60 of the sum). */
 static inline double fm_log(double x)
 {
     if (x != x || x == INFINITY)
-        return x + x;
+        return x;
     if (x < 0.0)
         return NAN;
     if (x == 0.0)
@@ -97,67 +146,121 @@ static inline double fm_log(double x)
     uint64_t u = fm_bits(x);
     e += (int)(u >> 52) - 1023;
     double m = fm_from_bits((u & 0x000fffffffffffffull) | 0x3ff0000000000000ull); /* [1, 2) */
-    if (m > 1.41421356237309504880) {
+    if (m > 0x1.6a09e667f3bcdp+0) { /* sqrt(2) */
         m *= 0.5;
         e += 1;
     }
-    double f = m - 1.0, s = f / (2.0 + f), z = s * s, r = 1.0 / 23;
-    for (int k = 21; k >= 1; k -= 2)
-        r = r * z + 1.0 / k;
-    double lnm = 2.0 * s * r;
-    return e * FM_LN2_HI + (e * FM_LN2_LO + lnm);
+    double f = m - 1.0;                     /* exact */
+    double d = 2.0 + f, dl = (2.0 - d) + f; /* 2 + f = d + dl exactly */
+    double s = f / d, pl, ph = fm_two_prod(s, d, &pl);
+    double sl = (((f - ph) - pl) - s * dl) / d; /* f / (2 + f) - s */
+    double z = s * s, q = 1.0 / 23;
+    for (int k = 21; k >= 3; k -= 2)
+        q = q * z + 1.0 / k;                                /* 1/3 + z/5 + ... */
+    double tail = 2.0 * sl + 2.0 * s * z * q;               /* ln m - 2s */
+    double ae, a = fm_two_sum(e * FM_LN2_HI, 2.0 * s, &ae); /* e*FM_LN2_HI is exact */
+    return a + (ae + (e * FM_LN2_LO + tail));
 }
 
-/* cos and sin of |r| <= pi/4 by their Taylor series to r^22 and r^23. */
-static inline double fm_cos_small(double r)
+/* pi/2 as the sum of four doubles (to 2^-160); the first three have 33
+ * bits, so k times each is exact for k < 2^20. */
+#define FM_PIO2_1 0x1.921fb544p+0
+#define FM_PIO2_2 0x1.0b4611a6p-34
+#define FM_PIO2_3 0x1.3198a2ep-69
+#define FM_PIO2_4 0x1.b839a252049c1p-104
+
+/* cos(r + rl) for |r| <= pi/4: 1 - r^2/2 + r^4 (1/4! - r^2/6! + ... + r^14/18!),
+ * with r^2/2 exact so that 1 - r^2/2 rounds only at the end. */
+static inline double fm_cos_kernel(double r, double rl)
 {
-    double z = r * r, p = 0.0;
-    for (int k = 22; k >= 2; k -= 2)
-        p = (-1.0 - p) * z / (double)(k * (k - 1));
-    return 1.0 + p;
+    static const double c[] = {1.0 / 6402373705728000, -1.0 / 20922789888000,
+                               1.0 / 87178291200,       -1.0 / 479001600,
+                               1.0 / 3628800,           -1.0 / 40320,
+                               1.0 / 720,               -1.0 / 24}; /* of r^18 .. r^4, negated */
+    double zl, z = fm_two_prod(r, r, &zl);
+    double p = 0.0;
+    for (int i = 0; i < 8; i++)
+        p = p * z + c[i];
+    double hz = 0.5 * z, w = 1.0 - hz;
+    double tail = ((1.0 - w) - hz) - (z * z * p + (0.5 * zl + r * rl));
+    return w + tail;
 }
 
-static inline double fm_sin_small(double r)
+/* sin(r + rl) for |r| <= pi/4: r - r^3 (1/3! - r^2/5! + ... - r^14/17!). */
+static inline double fm_sin_kernel(double r, double rl)
 {
+    static const double c[] = {-1.0 / 355687428096000, 1.0 / 1307674368000,
+                               -1.0 / 6227020800,      1.0 / 39916800,
+                               -1.0 / 362880,          1.0 / 5040,
+                               -1.0 / 120,             1.0 / 6}; /* of r^17 .. r^3, negated */
     double z = r * r, p = 0.0;
-    for (int k = 23; k >= 3; k -= 2)
-        p = (-1.0 - p) * z / (double)(k * (k - 1));
-    return r + r * p;
+    for (int i = 0; i < 8; i++)
+        p = p * z + c[i];
+    return r + (rl * (1.0 - 0.5 * z) - r * z * p);
 }
 
-/* cos x: x = k pi/2 + r (pi/2 in three parts), then cos or sin of r by
- * the quadrant k mod 4. */
+/* cos x: |x| = k pi/2 + r, r kept as r + rl, then cos or sin of r by the
+ * quadrant k mod 4. */
 static inline double fm_cos(double x)
 {
-    if (x != x || x == INFINITY || x == -INFINITY)
-        return x - x; /* NaN */
-    double t = x * 6.36619772367581382433e-01; /* x / (pi/2) */
-    double kd = t < 0 ? (double)(long long)(t - 0.5) : (double)(long long)(t + 0.5);
-    /* pi/2 = 1.57079632673412561417e+00 + 6.07710050630396597660e-11 +
-     * 2.02226624879595063154e-21 + ...: the first two parts have 33 bits,
-     * so k times each is exact for |k| < 2^20 */
-    double r = ((x - kd * 1.57079632673412561417e+00) - kd * 6.07710050630396597660e-11) -
-               kd * 2.02226624879595063154e-21;
-    long long k = (long long)kd;
-    switch ((int)(k & 3)) {
-    case 0: return fm_cos_small(r);
-    case 1: return -fm_sin_small(r);
-    case 2: return -fm_cos_small(r);
-    default: return fm_sin_small(r);
+    if (x != x)
+        return x;
+    double a = x < 0 ? -x : x;
+    if (!(a < 0x1p20))
+        return NAN;
+    double kd = (double)(int)(a * 0x1.45f306dc9c883p-1 + 0.5); /* a / (pi/2), rounded */
+    double r1 = a - kd * FM_PIO2_1;                            /* exact */
+    double e2, r2 = fm_two_sum(r1, -(kd * FM_PIO2_2), &e2);
+    double e3, r3 = fm_two_sum(r2, -(kd * FM_PIO2_3), &e3);
+    double lo = (e2 + e3) - kd * FM_PIO2_4;
+    double r = r3 + lo, rl = lo - (r - r3);
+    switch ((int)kd & 3) {
+    case 0: return fm_cos_kernel(r, rl);
+    case 1: return -fm_sin_kernel(r, rl);
+    case 2: return -fm_cos_kernel(r, rl);
+    default: return fm_sin_kernel(r, rl);
     }
 }
 
-/* b^n for n >= 0 by repeated squaring: b^1 .. b^(2^j) multiplied in
- * ascending order of the bits of n. */
+/* b^n by repeated squaring on b's mantissa, in double-double, with the
+ * powers of two counted apart so that nothing overflows on the way. */
 static inline double fm_powi(double b, int n)
 {
-    double r = 1.0;
-    for (; n > 0; n >>= 1) {
-        if (n & 1)
-            r *= b;
-        b *= b;
+    double a = b < 0 ? -b : b;
+    if (n <= 0)
+        return 1.0;
+    if (!(a >= 0x1p-1022 && a <= DBL_MAX)) { /* 0, subnormal, inf, NaN */
+        double r = 1.0;
+        for (; n > 0; n >>= 1, b *= b)
+            if (n & 1)
+                r *= b;
+        return r;
     }
-    return r;
+    uint64_t u = fm_bits(a);
+    long long eb = (long long)(u >> 52) - 1023, er = 0; /* exponents of base and result */
+    double bh = fm_from_bits((u & 0x000fffffffffffffull) | 0x3ff0000000000000ull), bl = 0.0;
+    double rh = 1.0, rl = 0.0; /* both kept in [1, 2) */
+    int neg = b < 0 && (n & 1);
+    for (;;) {
+        if (n & 1) {
+            fm_dd_mul(&rh, &rl, bh, bl);
+            er += eb;
+            if (rh >= 2.0) {
+                rh *= 0.5, rl *= 0.5;
+                er += 1;
+            }
+        }
+        if ((n >>= 1) == 0)
+            break;
+        fm_dd_mul(&bh, &bl, bh, bl);
+        eb *= 2;
+        if (bh >= 2.0) {
+            bh *= 0.5, bl *= 0.5;
+            eb += 1;
+        }
+    }
+    double r = fm_scale(rh + rl, er);
+    return neg ? -r : r;
 }
 
 static inline float fm_expf(float x) { return (float)fm_exp((double)x); }

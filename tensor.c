@@ -203,29 +203,6 @@ static void add_into(float *restrict dst, const float *restrict src, size_t n)
                  (int)(n - i));
 }
 
-/* The tree over the arrays part[lo..hi-1] (each len floats, contiguous),
- * in place: the result lands in part[lo]. */
-static void tree_inplace(float *part /* [hi,len] */, int lo, int hi, size_t len)
-{
-    if (hi - lo < 2)
-        return;
-    int mid = lo + (hi - lo) / 2;
-    tree_inplace(part, lo, mid, len);
-    tree_inplace(part, mid, hi, len);
-    add_into(part + (size_t)lo * len, part + (size_t)mid * len, len);
-}
-
-/* out = the tree over m leaf partials part[m,len] (destroyed); 0 if m = 0. */
-static void tree_finish(float *out /* [len] */, float *part /* [m,len] */, int m, size_t len)
-{
-    if (m < 1) {
-        memset(out, 0, sizeof(float) * len);
-        return;
-    }
-    tree_inplace(part, 0, m, len);
-    memcpy(out, part, sizeof(float) * len);
-}
-
 /* k_tree_sum in chunks of TREE_CHUNK elements, each chunk's tree with one
  * scratch chunk per level, chunks in parallel. */
 #define TREE_CHUNK 2048
@@ -610,8 +587,8 @@ VINLINE void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */,
  *  1. per 16-key chunk, for every query that sees it (keys in the lanes):
  *     P and dS, kept as rows of 16 (P) and in the [T,tp] matrix dS;
  *  2. per chunk, dV and dK summed over those queries in accumulators;
- *  3. dQ_i = scale sum_j dS_ij K_j, channels in the lanes, 8 queries at a
- *     time so the chains overlap. */
+ *  3. dQ_i = scale sum_j dS_ij K_j, 8 channels in the lanes of a half
+ *     vector, 8 queries at a time so the chains overlap. */
 VINLINE void bwd_probs(float *pr /* [T,16] */, float *ds /* [T,tp] */,
                        const float *dout /* [T,C], head's col */,
                        const float *qkv /* [T,3C], head's q col */, const float *lse /* [T] */,
@@ -664,35 +641,13 @@ VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [
     }
 }
 
-/* dQ of queries i0..i0+W-1, channels d0..d0+nd-1 (nd <= 16): dS entries
- * past each query's own key are zero. W is a constant at each call, so the
- * accumulators stay in registers. */
+/* dQ of queries i0..i0+W-1, channels d0..d0+nd-1 (nd <= 8), in half
+ * vectors (a head's channels come 8 at a time: 16 lanes would carry 8 idle
+ * ones at full cost). dS entries past each query's own key are zero. W is
+ * a constant at each call, so the accumulators stay in registers. */
 VINLINE void bwd_q(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,tp] */,
                    const float *qkv /* [T,3C], head's q col */, int C, int hs, int tp, int i0, int W,
                    int d0, int nd)
-{
-    const size_t ld3 = 3 * (size_t)C;
-    vf acc[8];
-#pragma GCC unroll 8
-    for (int r = 0; r < W; r++)
-        acc[r] = vzero();
-    for (int j = 0; j < i0 + W; j++) {
-        vf k = vload_n(qkv + j * ld3 + hs + d0, nd);
-#pragma GCC unroll 8
-        for (int r = 0; r < W; r++)
-            acc[r] = vfma(vset(ds[(size_t)(i0 + r) * tp + j]), k, acc[r]);
-    }
-    vf scale = vset(1.0f / sqrtf((float)hs));
-#pragma GCC unroll 8
-    for (int r = 0; r < W; r++)
-        vstore_n(dqkv + (size_t)(i0 + r) * ld3 + d0, vmul(acc[r], scale), nd);
-}
-
-/* bwd_q for nd <= 8 channels, in half vectors: the same operations per
- * element, half the lanes. */
-VINLINE void bwd_q8(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,tp] */,
-                    const float *qkv /* [T,3C], head's q col */, int C, int hs, int tp, int i0,
-                    int W, int d0, int nd)
 {
     const size_t ld3 = 3 * (size_t)C;
     vh acc[8];
@@ -729,13 +684,10 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
         for (int d0 = 0; d0 < hs; d0 += KV_G)
             bwd_kv(dqkv, pr, ds, dout, qkv, T, C, hs, tp, k0, d0, min_int(KV_G, hs - d0));
     }
-    for (int d0 = 0; d0 < hs; d0 += VL) {
-        int nd = min_int(VL, hs - d0), i0 = 0;
+    for (int d0 = 0; d0 < hs; d0 += 8) {
+        int nd = min_int(8, hs - d0), i0 = 0;
         for (; i0 + 8 <= T; i0 += 8)
-            if (nd <= 8)
-                bwd_q8(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
-            else
-                bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
+            bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
         for (; i0 < T; i0++)
             bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 1, d0, nd);
     }
@@ -1012,8 +964,8 @@ static void layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float 
             add_into(db, pb + (size_t)l * c, (size_t)c);
         }
     } else {
-        tree_finish(dw, pw, L, (size_t)c);
-        tree_finish(db, pb, L, (size_t)c);
+        tree_finish(add_into, dw, pw, L, (size_t)c);
+        tree_finish(add_into, db, pb, L, (size_t)c);
     }
     free(pw);
 }
@@ -1189,7 +1141,7 @@ static void sum_rows_seg(float *out /* [q] */, const float *x /* [n,q] */, int n
         for (int l = 0; l < L; l++)
             add_into(out, part + (size_t)l * q, (size_t)q);
     } else {
-        tree_finish(out, part, L, (size_t)q);
+        tree_finish(add_into, out, part, L, (size_t)q);
     }
     free(part);
 }

@@ -17,6 +17,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Below this much work (multiply-adds or elements), waking a second thread
  * costs more than it saves; single-token decoding lives down there. */
@@ -97,6 +98,35 @@ static inline int tree_depth(int m)
 static inline int leaf_split(int nth, int L)
 {
     return nth > 1 && !(nth & (nth - 1)) && L % nth == 0;
+}
+
+/* dst = dst + src, element-wise: the tree's one operation (plain in the
+ * twins, vectors in the kernels: one rounding per element either way). */
+typedef void add_fn(float *restrict dst, const float *restrict src, size_t n);
+
+/* The tree over the arrays part[lo..hi-1] (each len floats, contiguous),
+ * in place: the result lands in part[lo]. */
+static inline void tree_inplace(add_fn *add, float *part /* [hi,len] */, int lo, int hi,
+                                size_t len)
+{
+    if (hi - lo < 2)
+        return;
+    int mid = lo + (hi - lo) / 2;
+    tree_inplace(add, part, lo, mid, len);
+    tree_inplace(add, part, mid, hi, len);
+    add(part + (size_t)lo * len, part + (size_t)mid * len, len);
+}
+
+/* out = the tree over m leaf partials part[m,len] (destroyed); 0 if m = 0. */
+static inline void tree_finish(add_fn *add, float *out /* [len] */, float *part /* [m,len] */,
+                               int m, size_t len)
+{
+    if (m < 1) {
+        memset(out, 0, sizeof(float) * len);
+        return;
+    }
+    tree_inplace(add, part, 0, m, len);
+    memcpy(out, part, sizeof(float) * len);
 }
 
 /* ---- the bf16 scalar model (tensor_ref.c) ---- */

@@ -181,27 +181,6 @@ static void add_plain(float *restrict dst, const float *restrict src, size_t n)
         dst[i] = dst[i] + src[i];
 }
 
-/* out = the tree over m leaf partials part[m,len] (destroyed); 0 if m = 0. */
-static void tree_inplace(float *part /* [hi,len] */, int lo, int hi, size_t len)
-{
-    if (hi - lo < 2)
-        return;
-    int mid = lo + (hi - lo) / 2;
-    tree_inplace(part, lo, mid, len);
-    tree_inplace(part, mid, hi, len);
-    add_plain(part + (size_t)lo * len, part + (size_t)mid * len, len);
-}
-
-static void tree_finish(float *out /* [len] */, float *part /* [m,len] */, int m, size_t len)
-{
-    if (m < 1) {
-        memset(out, 0, sizeof(float) * len);
-        return;
-    }
-    tree_inplace(part, 0, m, len);
-    memcpy(out, part, sizeof(float) * len);
-}
-
 /* out = the tree over parts[lo..hi-1]; out may be parts[lo] itself. */
 static void tree_sum_ref(float *out /* [len] */, const float *const *parts /* m x [len] */, int lo,
                          int hi, size_t len)
@@ -269,7 +248,7 @@ void k_matmul_tn_seg_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
                     ci[j] += aki * bk[j];
             }
         }
-    tree_finish(c, part, L, nc);
+    tree_finish(add_plain, c, part, L, nc);
     free(part);
 }
 
@@ -601,8 +580,8 @@ void k_layernorm_bwd_seg_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *
     for (int l = 0; l < L; l++)
         layernorm_bwd_rows_ref(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd,
                                leaf_lo(l, n, seg), leaf_hi(l, n, seg), c);
-    tree_finish(dw, pw, L, (size_t)c);
-    tree_finish(db, pb, L, (size_t)c);
+    tree_finish(add_plain, dw, pw, L, (size_t)c);
+    tree_finish(add_plain, db, pb, L, (size_t)c);
     free(pw);
 }
 
@@ -728,7 +707,7 @@ void k_sum_rows_seg_ref(float *out /* [q] */, const float *x /* [n,q] */, int n,
             for (int j = 0; j < q; j++)
                 pl[j] += x[(size_t)i * q + j];
     }
-    tree_finish(out, part, L, (size_t)q);
+    tree_finish(add_plain, out, part, L, (size_t)q);
     free(part);
 }
 
@@ -800,7 +779,7 @@ void k_embed_bwd_seg_ref(float *dtable /* [c,v] */, const int32_t *idx /* [n] */
             for (int ch = 0; ch < c; ch++)
                 pl[(size_t)ch * v + idx[i]] += dy[(size_t)i * c + ch];
     }
-    tree_finish(dtable, part, L, cv);
+    tree_finish(add_plain, dtable, part, L, cv);
     free(part);
 }
 
@@ -1028,7 +1007,7 @@ void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
                     bf16_dot(0.0f, ra + (size_t)k0 * n + i, (size_t)n, rb + (size_t)k0 * q + j,
                              (size_t)q, rows);
         }
-    tree_finish(c, part, L, nc);
+    tree_finish(add_plain, c, part, L, nc);
     free(ra);
     free(part);
 }

@@ -281,19 +281,22 @@ static void measure_peaks(void)
     double per_iter = 2.0 * CHAINS * 4; /* an FMA is 2 flops */
     int chains = CHAINS;
     peak.fp32_isa = "plain C";
+    /* the peak of the path the kernels run (GPT_ISA lowers both) */
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f"))
+    if (isa_best() == ISA_AVX512)
         fn = chains_avx512, per_iter = 2.0 * 16 * CHAINS, peak.fp32_isa = "avx512 vfmadd";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    else if (isa_best() == ISA_AVX2)
         fn = chains_avx2, per_iter = 2.0 * 8 * CHAINS, peak.fp32_isa = "avx2 vfmadd";
 #elif defined(__aarch64__)
-    fn = chains_neon, per_iter = 2.0 * 4 * NEON_CHAINS, chains = NEON_CHAINS;
-    peak.fp32_isa = "neon fmla";
+    if (isa_best() == ISA_NEON) {
+        fn = chains_neon, per_iter = 2.0 * 4 * NEON_CHAINS, chains = NEON_CHAINS;
+        peak.fp32_isa = "neon fmla";
+    }
 #endif
     peak.fp32[0] = peak_run(fn, per_iter, 1);
     peak.fp32[1] = peak_run(fn, per_iter, opt.threads);
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512bf16")) {
+    if (bf16_native()) {
         peak.bf16[0] = peak_run(chains_bf16, 4.0 * 16 * CHAINS, 1); /* 2 mul + 2 add */
         peak.bf16[1] = peak_run(chains_bf16, 4.0 * 16 * CHAINS, opt.threads);
     }

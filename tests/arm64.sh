@@ -12,7 +12,12 @@
 # without one.) Each suite runs alone and is timed; the summary line
 # closes the output, and the exit status is 1 if any suite failed.
 #
-# With no SUITE, every suite runs (as `tests/run` does natively).
+# With no SUITE, every suite runs (as `tests/run` does natively) but those
+# named in ARM64_SKIP (space-separated), which `make test-arm64` sets to
+# the two that cannot pass under qemu without binfmt_misc: homework's
+# `gpt sweep` re-executes /proc/self/exe, an arm64 binary the kernel cannot
+# start, and cli's SIGTERM test waits for the handler in /proc's SigCgt,
+# which qemu itself sets before gpt installs its handler.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 QEMU=${QEMU:-qemu-aarch64-static}
@@ -47,6 +52,13 @@ printf 'Makefile: ;\n%%:: FORCE\n\t@$(MAKE) -f %s -o gpt $@\nFORCE: ;\n.PHONY: F
 if [ $# -eq 0 ]; then
     set -- $(grep -o '{"[a-z0-9_]*", *test_' "$top/tests/main.c" | sed 's/{"\([a-z0-9_]*\)".*/\1/')
     [ $# -gt 0 ] || { echo "arm64.sh: no suites found in tests/main.c" >&2; exit 2; }
+    for s in "$@"; do
+        case " ${ARM64_SKIP:-} " in
+        *" $s "*) echo "arm64 suite $s: skipped (ARM64_SKIP)" ;;
+        *) set -- "$@" "$s" ;;
+        esac
+        shift
+    done
 fi
 
 cd "$root" || exit 2

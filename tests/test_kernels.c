@@ -3,13 +3,15 @@
  * 1. The plain-C twins (*_ref) against values worked out by hand, a naive
  *    double-precision attention, and central finite differences of double
  *    forward passes: this is what makes the twins trustworthy oracles.
- * 2. Every SIMD path the CPU has against the twins, on random inputs at
+ * 2. Every kernel path the CPU has against the twins, on random inputs at
  *    awkward shapes (rows not a multiple of the tile, widths not a multiple
  *    of the vector, T = 1, head sizes 8, 12, 16, ignored targets).
  * 3. The determinism contract: the same bits at 1, 2, 3 and 4 threads.
  * 4. Sharding: the *_seg reductions over N = 2, 4, 8 shards of the rows,
  *    combined by k_tree_sum, give the bits of one call over all rows.
- * 5. Backends: every backend this machine can run (plain C, AVX2, AVX-512;
+ * 5. bf16: rounding against the instruction, the matmul's paths against
+ *    each other bit for bit and against exact arithmetic.
+ * 6. Backends: every backend this machine can run (plain C, AVX2, AVX-512;
  *    plain C, NEON) gives every kernel the same bits, at awkward shapes;
  *    tests/test_golden.c then ties the bits to other machines.
  *
@@ -1057,7 +1059,9 @@ static void test_isa_choice(void)
 #endif
 }
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 /* ======================================================================
  * 5. bf16: the rounding against the instruction, the matmul's paths
@@ -1078,6 +1082,7 @@ static uint32_t f_bits(float f)
     return u;
 }
 
+#if defined(__x86_64__)
 static int bf16_cpu(void)
 {
     __builtin_cpu_init();
@@ -1094,6 +1099,10 @@ __attribute__((target("avx512f,avx512bf16"))) static void hw_round_bf16(float *y
         _mm512_storeu_si512(y + i, w);
     }
 }
+#else
+static int bf16_cpu(void) { return 0; } /* the instruction is x86's */
+static void hw_round_bf16(float *y, const float *x, size_t n) { (void)y, (void)x, (void)n; }
+#endif
 
 /* Floats where rounding to bf16 is delicate: ties either side, the bf16
  * grid's neighbours, denormals, the overflow edge, inf, NaNs. */
@@ -1457,7 +1466,7 @@ static void test_bf16_on_load(int B, int T, int C, int H, int seg)
 }
 
 /* ======================================================================
- * 5. Backends: the same bits on every backend
+ * 6. Backends: the same bits on every backend
  * ====================================================================== */
 
 /* Runs `stmt` on every backend; the `n` floats at `buf` must come out with
