@@ -169,9 +169,6 @@ void g_reset(Graph *g)
 }
 
 
-int g_num_nodes(const Graph *g) { return g->n_nodes; }
-const Node *g_node(const Graph *g, int i) { return &g->nodes[i]; }
-
 static Tensor *new_tensor(Graph *g, int kind, int dtype, int rows, int cols)
 {
     Tensor *t = arena_alloc(&g->meta, sizeof *t);
@@ -216,7 +213,6 @@ void g_set_cores(Graph *g, int n)
 int g_cores(const Graph *g) { return g->cores; }
 void g_set_example_rows(Graph *g, int rows) { g->seg = rows; }
 void g_set_precision(Graph *g, int precision) { g->prec = precision; }
-int g_precision(const Graph *g) { return g->prec; }
 
 Tensor *g_param(Graph *g, float *data, int rows, int cols)
 {
@@ -611,7 +607,6 @@ void g_mark_step(Graph *g, Tensor *const *keep, int n)
 }
 
 void g_set_lazy(Graph *g, int lazy) { g->lazy = lazy; }
-int g_is_lazy(const Graph *g) { return g->lazy; }
 
 /* ---- reverse-mode autodiff ---- */
 

@@ -329,7 +329,6 @@ static struct kstat prof[KOP_COUNT];
 static int prof_on;
 
 void xs_profile_enable(int on) { prof_on = on; }
-void xs_profile_reset(void) { memset(prof, 0, sizeof prof); }
 
 static double now_seconds(void)
 {
@@ -773,17 +772,6 @@ void xs_counter_add(int c, long n)
 long xs_counter(int c) { return counters[c]; }
 long xs_metric_samples(int m) { return metrics[m].n; }
 double xs_metric_sum(int m) { return metrics[m].sum; }
-
-void xs_metrics_reset(void)
-{
-    for (int i = 0; i < M_COUNT; i++) {
-        free(metrics[i].v);
-        memset(&metrics[i], 0, sizeof metrics[i]);
-    }
-    memset(counters, 0, sizeof counters);
-    memset(core_busy, 0, sizeof core_busy);
-    cores_seen = 1;
-}
 
 static int cmp_double(const void *a, const void *b)
 {

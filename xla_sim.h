@@ -143,7 +143,6 @@ void xs_exec(const struct kinstr *k);
 /* Per-kernel profile: calls, time and flops per kernel kind. Off by default
  * so that an unprofiled run pays nothing for it. */
 void xs_profile_enable(int on);
-void xs_profile_reset(void);
 void xs_profile_report(FILE *f);
 
 
@@ -228,7 +227,6 @@ long xs_counter(int counter);
 long xs_metric_samples(int metric);
 double xs_metric_sum(int metric); /* seconds in all */
 void xs_metrics_report(FILE *f);
-void xs_metrics_reset(void);
 
 /* The timeline (--profile): from start, every kernel on its core's track
  * (name, attributes, FLOPs) and every metric above on the host's, written
