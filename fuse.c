@@ -127,16 +127,16 @@ static int fuse_matmul_once(struct trace *tr, int i)
         return 0;
     struct tnode *c = &tr->nodes[j];
     int relu = t->op == KOP_MATMUL_EX && t->attr.matmul.relu;
-    int residuals = t->op == KOP_MATMUL_EX ? t->nin - 3 : 0; /* after a, b, bias */
+    int residuals = t->op == KOP_MATMUL_EX ? t->nin - MATMUL_EX_IN_R1 : 0;
     if (c->op == KOP_RELU && !residuals && !relu) {
         absorb(tr, i, j, KOP_MATMUL_EX);
         c->attr.matmul.relu = 1;
-        c->nin = 3;
+        c->nin = MATMUL_NIN;
         return 1;
     }
-    if (c->op == KOP_ADD && !relu && residuals < 2 && !same_ref(c->in[0], c->in[1])) {
+    if (c->op == KOP_ADD && !relu && residuals < 2 && !same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B])) {
         if (t->op == KOP_MATMUL)
-            t->nin = 3; /* the bias operand stays in its place, even when absent */
+            t->nin = MATMUL_NIN; /* BIAS stays in its place, even when absent */
         absorb(tr, i, j, KOP_MATMUL_EX);
         return 1;
     }
@@ -172,11 +172,11 @@ void fuse_adds(struct trace *tr)
         if (j < 0 || tr->nodes[j].op != KOP_ADD || t->nin >= KMAX_IN)
             continue;
         struct tnode *c = &tr->nodes[j];
-        if (same_ref(c->in[0], c->in[1]))
+        if (same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B]))
             continue;
-        if (same_ref(c->in[1], out_ref(i, 0))) {
-            c->in[1] = c->in[0];
-            c->in[0] = out_ref(i, 0);
+        if (same_ref(c->in[ADD_IN_B], out_ref(i, 0))) {
+            c->in[ADD_IN_B] = c->in[ADD_IN_A];
+            c->in[ADD_IN_A] = out_ref(i, 0);
         }
         absorb(tr, i, j, KOP_ADD_N);
         i = -1;

@@ -328,7 +328,7 @@ Tensor *g_all_reduce(Graph *g, Tensor *x)
 
 Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
 {
-    Node *n = new_node(g, KOP_EMBED, IN(idx, table));
+    Node *n = new_node(g, KOP_EMBED, IN([EMBED_IN_IDX] = idx, [EMBED_IN_TABLE] = table));
     n->attr.embed = (struct embed_attr){.n = idx->numel, .c = table->rows, .v = table->cols};
     Tensor *y = add_out(g, n, DT_F32, (int)idx->numel, table->rows, 1);
     run_node(g, n);
@@ -337,7 +337,7 @@ Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
 
 static Tensor *embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
 {
-    Node *n = new_node(g, KOP_EMBED_BWD, IN(idx, dy));
+    Node *n = new_node(g, KOP_EMBED_BWD, IN([EMBED_BWD_IN_IDX] = idx, [EMBED_BWD_IN_DY] = dy));
     n->attr.embed = (struct embed_attr){
         .n = idx->numel, .c = table->rows, .v = table->cols, .seg = g->seg};
     Tensor *d = add_out(g, n, DT_F32, table->rows, table->cols, 0);
@@ -360,7 +360,8 @@ Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias)
 {
     if (a->cols != b->rows || (bias && bias->numel != b->cols))
         shape_fail("matmul", a, b);
-    Node *n = new_node(g, KOP_MATMUL, IN(a, b, bias));
+    Node *n = new_node(g, KOP_MATMUL,
+                       IN([MATMUL_IN_A] = a, [MATMUL_IN_B] = b, [MATMUL_IN_BIAS] = bias));
     n->attr.matmul = (struct matmul_attr){
         .n = a->rows, .p = a->cols, .q = b->cols,
         .bf16 = g->prec != PREC_FP32}; /* the kernel rounds a and b to bf16 */
@@ -387,7 +388,7 @@ Tensor *g_transpose(Graph *g, Tensor *x)
 {
     /* (x^T)^T is x: backward passes through a linear layer ask for it. */
     if (x->node >= 0 && g->nodes[x->node].op == KOP_TRANSPOSE)
-        return g->nodes[x->node].in[0];
+        return g->nodes[x->node].in[TRANSPOSE_IN_X];
     Node *n = new_node(g, KOP_TRANSPOSE, IN(x));
     n->attr.transpose = (struct transpose_attr){.rows = x->rows, .cols = x->cols};
     Tensor *y = add_out(g, n, DT_F32, x->cols, x->rows, 1);
@@ -420,7 +421,7 @@ Tensor *g_relu(Graph *g, Tensor *x)
 
 static Tensor *relu_bwd(Graph *g, Tensor *dy, Tensor *y)
 {
-    Node *n = new_node(g, KOP_RELU_BWD, IN(dy, y));
+    Node *n = new_node(g, KOP_RELU_BWD, IN([RELU_BWD_IN_DY] = dy, [RELU_BWD_IN_Y] = y));
     n->attr.elementwise.n = y->numel;
     Tensor *d = add_out(g, n, DT_F32, y->rows, y->cols, 1);
     run_node(g, n);
@@ -431,28 +432,35 @@ Tensor *g_layernorm(Graph *g, Tensor *x, Tensor *w, Tensor *b)
 {
     if (w->numel != x->cols || b->numel != x->cols)
         shape_fail("layernorm", x, w);
-    Node *n = new_node(g, KOP_LAYERNORM, IN(x, w, b));
+    Node *n = new_node(g, KOP_LAYERNORM,
+                       IN([LAYERNORM_IN_X] = x, [LAYERNORM_IN_W] = w, [LAYERNORM_IN_B] = b));
     n->attr.layernorm = (struct layernorm_attr){.n = x->rows, .c = x->cols};
+    /* outputs in ops.def's order: y, mean, rstd */
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
-    add_out(g, n, DT_F32, x->rows, 1, 0); /* mean */
-    add_out(g, n, DT_F32, x->rows, 1, 0); /* rstd */
+    add_out(g, n, DT_F32, x->rows, 1, 0);
+    add_out(g, n, DT_F32, x->rows, 1, 0);
     run_node(g, n);
     return as_stored(g, y);
 }
 
-/* Fills ln's gradient slots: d[0] for x, d[1] for w, d[2] for b. */
+/* Fills d, by ln's inputs: d[LAYERNORM_IN_X] is dx, and so on. */
 static void layernorm_bwd(Graph *g, const Node *ln, Tensor *dy, Tensor **d)
 {
-    Tensor *x = ln->in[0], *w = ln->in[1];
-    Node *n = new_node(g, KOP_LAYERNORM_BWD, IN(dy, x, w, ln->out[1], ln->out[2]));
+    Tensor *x = ln->in[LAYERNORM_IN_X];
+    Node *n = new_node(g, KOP_LAYERNORM_BWD,
+                       IN([LAYERNORM_BWD_IN_DY] = dy, [LAYERNORM_BWD_IN_X] = x,
+                          [LAYERNORM_BWD_IN_W] = ln->in[LAYERNORM_IN_W],
+                          [LAYERNORM_BWD_IN_MEAN] = ln->out[LAYERNORM_OUT_MEAN],
+                          [LAYERNORM_BWD_IN_RSTD] = ln->out[LAYERNORM_OUT_RSTD]));
     n->attr.layernorm = (struct layernorm_attr){.n = x->rows, .c = x->cols, .seg = g->seg};
-    d[0] = add_out(g, n, DT_F32, x->rows, x->cols, 1);
-    d[1] = add_out(g, n, DT_F32, 1, x->cols, 1);
-    d[2] = add_out(g, n, DT_F32, 1, x->cols, 1);
+    /* outputs in ops.def's order: dx, dw, db */
+    Tensor *dx = add_out(g, n, DT_F32, x->rows, x->cols, 1);
+    Tensor *dw = add_out(g, n, DT_F32, 1, x->cols, 1);
+    Tensor *db = add_out(g, n, DT_F32, 1, x->cols, 1);
     run_node(g, n);
-    d[0] = as_stored(g, d[0]);
-    d[1] = as_stored_partial(g, d[1]);
-    d[2] = as_stored_partial(g, d[2]);
+    d[LAYERNORM_IN_X] = as_stored(g, dx);
+    d[LAYERNORM_IN_W] = as_stored_partial(g, dw);
+    d[LAYERNORM_IN_B] = as_stored_partial(g, db);
 }
 
 Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
@@ -464,17 +472,21 @@ Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
     n->attr.attention = (struct attention_attr){
         .B = B, .T = T, .C = C, .H = H,
         .bf16 = g->prec == PREC_BF16}; /* the kernel rounds q, k, v as it loads them */
-    Tensor *y = add_out(g, n, DT_F32, B * T, C, 1);
-    add_out(g, n, DT_F32, B * H, T, 0); /* lse */
+    Tensor *y = add_out(g, n, DT_F32, B * T, C, 1); /* o, then lse */
+    add_out(g, n, DT_F32, B * H, T, 0);
     run_node(g, n);
     return as_stored(g, y);
 }
 
 static Tensor *attention_bwd(Graph *g, const Node *att, Tensor *dy)
 {
-    Node *n = new_node(g, KOP_ATTENTION_BWD, IN(dy, att->in[0], att->out[0], att->out[1]));
+    Tensor *qkv = att->in[ATTENTION_IN_QKV];
+    Node *n = new_node(g, KOP_ATTENTION_BWD,
+                       IN([ATTENTION_BWD_IN_DO] = dy, [ATTENTION_BWD_IN_QKV] = qkv,
+                          [ATTENTION_BWD_IN_O] = att->out[ATTENTION_OUT_O],
+                          [ATTENTION_BWD_IN_LSE] = att->out[ATTENTION_OUT_LSE]));
     n->attr = att->attr; /* bf16: dy and q, k, v rounded on load */
-    Tensor *d = add_out(g, n, DT_F32, att->in[0]->rows, att->in[0]->cols, 1);
+    Tensor *d = add_out(g, n, DT_F32, qkv->rows, qkv->cols, 1);
     run_node(g, n);
     return as_stored(g, d);
 }
@@ -483,7 +495,8 @@ Tensor *g_dropout(Graph *g, Tensor *x, Tensor *rows, Tensor *key, float p, int s
 {
     if (rows->numel != x->rows || key->numel != 2)
         shape_fail("dropout", x, rows);
-    Node *n = new_node(g, KOP_DROPOUT, IN(x, rows, key));
+    Node *n = new_node(g, KOP_DROPOUT,
+                       IN([DROPOUT_IN_X] = x, [DROPOUT_IN_ROWS] = rows, [DROPOUT_IN_KEY] = key));
     n->attr.dropout = (struct dropout_attr){.n = x->rows, .c = x->cols, .site = site, .p = p};
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     run_node(g, n);
@@ -496,21 +509,28 @@ Tensor *g_attention_drop(Graph *g, Tensor *qkv, Tensor *rows, Tensor *key, int B
     int C = qkv->cols / 3;
     if (qkv->rows != B * T || qkv->cols % 3 || C % H || rows->numel != B * T || key->numel != 2)
         shape_fail("attention_drop", qkv, rows);
-    Node *n = new_node(g, KOP_ATTENTION_DROP, IN(qkv, rows, key));
+    Node *n = new_node(g, KOP_ATTENTION_DROP,
+                       IN([ATTENTION_DROP_IN_QKV] = qkv, [ATTENTION_DROP_IN_ROWS] = rows,
+                          [ATTENTION_DROP_IN_KEY] = key));
     n->attr.attention_drop =
         (struct attention_drop_attr){.B = B, .T = T, .C = C, .H = H, .site = site, .p = p};
-    Tensor *y = add_out(g, n, DT_F32, B * T, C, 1);
-    add_out(g, n, DT_F32, B * H, T, 0); /* lse */
+    Tensor *y = add_out(g, n, DT_F32, B * T, C, 1); /* o, then lse */
+    add_out(g, n, DT_F32, B * H, T, 0);
     run_node(g, n);
     return as_stored(g, y);
 }
 
 static Tensor *attention_drop_bwd(Graph *g, const Node *att, Tensor *dy)
 {
+    Tensor *qkv = att->in[ATTENTION_DROP_IN_QKV];
     Node *n = new_node(g, KOP_ATTENTION_DROP_BWD,
-                       IN(dy, att->in[0], att->out[0], att->out[1], att->in[1], att->in[2]));
+                       IN([ATTENTION_DROP_BWD_IN_DO] = dy, [ATTENTION_DROP_BWD_IN_QKV] = qkv,
+                          [ATTENTION_DROP_BWD_IN_O] = att->out[ATTENTION_DROP_OUT_O],
+                          [ATTENTION_DROP_BWD_IN_LSE] = att->out[ATTENTION_DROP_OUT_LSE],
+                          [ATTENTION_DROP_BWD_IN_ROWS] = att->in[ATTENTION_DROP_IN_ROWS],
+                          [ATTENTION_DROP_BWD_IN_KEY] = att->in[ATTENTION_DROP_IN_KEY]));
     n->attr = att->attr;
-    Tensor *d = add_out(g, n, DT_F32, att->in[0]->rows, att->in[0]->cols, 1);
+    Tensor *d = add_out(g, n, DT_F32, qkv->rows, qkv->cols, 1);
     run_node(g, n);
     return as_stored(g, d);
 }
@@ -535,7 +555,9 @@ Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
     if (kc->cols != C || kc->rows % nb || vc->numel != kc->numel)
         shape_fail("attention_step", qkv, kc);
     qkv = mxu_operand(g, qkv);
-    Node *n = new_node(g, KOP_ATTENTION_STEP, IN(qkv, kc, vc, pos));
+    Node *n = new_node(g, KOP_ATTENTION_STEP,
+                       IN([ATTENTION_STEP_IN_QKV] = qkv, [ATTENTION_STEP_IN_KC] = kc,
+                          [ATTENTION_STEP_IN_VC] = vc, [ATTENTION_STEP_IN_POS] = pos));
     n->attr.decode = (struct decode_attr){.nb = nb, .tmax = kc->rows / nb, .C = C, .H = H};
     Tensor *y = add_out(g, n, DT_F32, nb, C, 0);
     run_node(g, n);
@@ -546,7 +568,7 @@ Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
 {
     if (targets->numel != logits->rows)
         shape_fail("xent", logits, targets);
-    Node *n = new_node(g, KOP_XENT, IN(logits, targets));
+    Node *n = new_node(g, KOP_XENT, IN([XENT_IN_LOGITS] = logits, [XENT_IN_TARGETS] = targets));
     n->attr.xent = (struct xent_attr){.n = logits->rows, .v = logits->cols};
     Tensor *y = add_out(g, n, DT_F32, 1, 1, 1);
     run_node(g, n);
@@ -555,9 +577,13 @@ Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
 
 static Tensor *xent_bwd(Graph *g, const Node *xe, Tensor *dy)
 {
-    Node *n = new_node(g, KOP_XENT_BWD, IN(xe->in[0], xe->in[1], dy));
+    Tensor *logits = xe->in[XENT_IN_LOGITS];
+    Node *n = new_node(g, KOP_XENT_BWD,
+                       IN([XENT_BWD_IN_LOGITS] = logits,
+                          [XENT_BWD_IN_TARGETS] = xe->in[XENT_IN_TARGETS],
+                          [XENT_BWD_IN_DLOSS] = dy));
     n->attr = xe->attr;
-    Tensor *d = add_out(g, n, DT_F32, xe->in[0]->rows, xe->in[0]->cols, 1);
+    Tensor *d = add_out(g, n, DT_F32, logits->rows, logits->cols, 1);
     run_node(g, n);
     return as_stored(g, d);
 }
@@ -577,7 +603,9 @@ void g_adam(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v,
 {
     if (grad->numel != p->numel || m->numel != p->numel || v->numel != p->numel)
         shape_fail("adam", p, grad);
-    Node *n = new_node(g, KOP_ADAM, IN(p, grad, m, v, t, lr));
+    Node *n = new_node(g, KOP_ADAM,
+                       IN([ADAM_IN_P] = p, [ADAM_IN_GRAD] = grad, [ADAM_IN_M] = m, [ADAM_IN_V] = v,
+                          [ADAM_IN_STEP] = t, [ADAM_IN_LR] = lr));
     n->attr.adam = (struct adam_attr){.n = p->numel, .bf16_state = g->prec == PREC_BF16_PURE,
                                       .beta1 = b1, .beta2 = b2, .eps = eps};
     run_node(g, n);
@@ -641,7 +669,7 @@ static int wants(const Tensor *t) { return t && t->requires_grad; }
 
 static void backward_matmul(Graph *g, const Node *n, Tensor *dy)
 {
-    Tensor *a = n->in[0], *b = n->in[1], *bias = n->in[2];
+    Tensor *a = n->in[MATMUL_IN_A], *b = n->in[MATMUL_IN_B], *bias = n->in[MATMUL_IN_BIAS];
     if (wants(a))
         accumulate(g, a, g_matmul(g, dy, g_transpose(g, b), NULL));
     if (wants(b))
@@ -654,29 +682,35 @@ static void backward_matmul(Graph *g, const Node *n, Tensor *dy)
  * rules record nodes, which may move the node array. */
 static void backward_node(Graph *g, Node n, Tensor *dy)
 {
-    Tensor *d[3];
+    Tensor *d[LAYERNORM_NIN];
+    Tensor *const *in = n.in;
     switch (n.op) {
-    case KOP_EMBED: accumulate(g, n.in[1], embed_bwd(g, n.in[0], dy, n.in[1])); break;
+    case KOP_EMBED:
+        accumulate(g, in[EMBED_IN_TABLE], embed_bwd(g, in[EMBED_IN_IDX], dy, in[EMBED_IN_TABLE]));
+        break;
     case KOP_ADD:
-        accumulate(g, n.in[0], dy);
-        accumulate(g, n.in[1], dy);
+        accumulate(g, in[ADD_IN_A], dy);
+        accumulate(g, in[ADD_IN_B], dy);
         break;
     case KOP_MATMUL: backward_matmul(g, &n, dy); break;
-    case KOP_TRANSPOSE: accumulate(g, n.in[0], g_transpose(g, dy)); break;
-    case KOP_ROUND_BF16: accumulate(g, n.in[0], dy); break; /* straight through */
-    case KOP_RELU: accumulate(g, n.in[0], relu_bwd(g, dy, n.out[0])); break;
+    case KOP_TRANSPOSE: accumulate(g, in[TRANSPOSE_IN_X], g_transpose(g, dy)); break;
+    case KOP_ROUND_BF16: accumulate(g, in[ROUND_BF16_IN_X], dy); break; /* straight through */
+    case KOP_RELU: accumulate(g, in[RELU_IN_X], relu_bwd(g, dy, n.out[RELU_OUT_Y])); break;
     case KOP_LAYERNORM:
         layernorm_bwd(g, &n, dy, d);
-        for (int i = 0; i < 3; i++)
-            accumulate(g, n.in[i], d[i]);
+        accumulate(g, in[LAYERNORM_IN_X], d[LAYERNORM_IN_X]);
+        accumulate(g, in[LAYERNORM_IN_W], d[LAYERNORM_IN_W]);
+        accumulate(g, in[LAYERNORM_IN_B], d[LAYERNORM_IN_B]);
         break;
-    case KOP_ATTENTION: accumulate(g, n.in[0], attention_bwd(g, &n, dy)); break;
-    case KOP_ATTENTION_DROP: accumulate(g, n.in[0], attention_drop_bwd(g, &n, dy)); break;
+    case KOP_ATTENTION: accumulate(g, in[ATTENTION_IN_QKV], attention_bwd(g, &n, dy)); break;
+    case KOP_ATTENTION_DROP:
+        accumulate(g, in[ATTENTION_DROP_IN_QKV], attention_drop_bwd(g, &n, dy));
+        break;
     case KOP_DROPOUT: /* linear in x: the same mask on dy */
-        accumulate(g, n.in[0], g_dropout(g, dy, n.in[1], n.in[2], n.attr.dropout.p,
-                                         (int)n.attr.dropout.site));
+        accumulate(g, in[DROPOUT_IN_X], g_dropout(g, dy, in[DROPOUT_IN_ROWS], in[DROPOUT_IN_KEY],
+                                                  n.attr.dropout.p, (int)n.attr.dropout.site));
         break;
-    case KOP_XENT: accumulate(g, n.in[0], xent_bwd(g, &n, dy)); break;
+    case KOP_XENT: accumulate(g, in[XENT_IN_LOGITS], xent_bwd(g, &n, dy)); break;
     default:
         fprintf(stderr, "gpt: internal error: no gradient rule for %s\n",
                 kop_name(n.op));

@@ -12,7 +12,8 @@ static const char *const sources[] = {
     "gpt.c",    "safetensors.c", "data.c",   "loader.c", "watch.c",  "graph.c",  "trace.c",
     "fuse.c",   "plan.c",        "lower.c",  "dump.c",   "xla_sim.c", "comm.c",  "tensor.c",
     "tensor_ref.c", "gpt.h",     "safetensors.h", "data.h", "loader.h", "watch.h", "graph.h",
-    "compiler.h", "xla_sim.h",   "comm.h",   "tensor.h", "tensor_impl.h", "vec.h", "fmath.h"};
+    "compiler.h", "xla_sim.h",   "ops.def",  "comm.h",   "tensor.h", "tensor_impl.h", "vec.h",
+    "fmath.h"};
 #define NSOURCES (int)(sizeof sources / sizeof *sources)
 
 static int ident_char(int c) { return isalnum(c) || c == '_'; }
@@ -129,6 +130,14 @@ static void check_no_slots(const char *path, const char *text)
         int word_start = p == text || !ident_char((unsigned char)p[-1]);
         if (word_start && p[1] == '[' && p[2] >= '0' && p[2] <= '3' && p[3] == ']') {
             CHECK(0, "%s: an op attribute read by slot number: '%.12s'", path, p);
+            return;
+        }
+    }
+    /* operands too are read by name (ops.def's NAME_IN_X), never as in[1] */
+    for (const char *p = text; (p = strstr(p, "in[")); p++) {
+        int word_start = p == text || !ident_char((unsigned char)p[-1]);
+        if (word_start && p[3] >= '0' && p[3] <= '9' && p[4] == ']') {
+            CHECK(0, "%s: an operand read by position: '%.12s'", path, p);
             return;
         }
     }
