@@ -43,7 +43,8 @@ void cse(struct trace *tr)
     free(fwd);
 }
 
-/* Consumers of every node output among live nodes and roots. */
+/* Consumers of every node output among live nodes (the roots not counted:
+ * see is_root). */
 static int *count_uses(const struct trace *tr)
 {
     int *uses = xcalloc((size_t)tr->n * KMAX_OUT, sizeof(int));
@@ -51,10 +52,17 @@ static int *count_uses(const struct trace *tr)
         for (int k = 0; k < KMAX_IN && !tr->nodes[i].dead; k++)
             if (is_out(tr->nodes[i].in[k]))
                 uses[out_index(tr->nodes[i].in[k])]++;
-    for (int r = 0; r < tr->nroots; r++)
-        if (is_out(tr->roots[r]))
-            uses[out_index(tr->roots[r])] += 1000; /* a root is never fused away */
     return uses;
+}
+
+/* A value the host reads after the run: it must stay a buffer of its own,
+ * so it is never fused into its consumer. */
+static int is_root(const struct trace *tr, struct ref r)
+{
+    for (int k = 0; k < tr->nroots; k++)
+        if (same_ref(tr->roots[k], r))
+            return 1;
+    return 0;
 }
 
 /* Dead code: nodes no root and no side effect depends on. */
@@ -78,9 +86,12 @@ void dce(struct trace *tr)
 }
 
 /* The single consumer of node i's output 0 that may absorb it. */
-static int only_consumer(const struct trace *tr, const int *uses, int i)
+static int only_consumer(const struct trace *tr, int i)
 {
-    if (uses[out_index(out_ref(i, 0))] != 1)
+    int *uses = count_uses(tr);
+    int one = uses[out_index(out_ref(i, 0))] == 1;
+    free(uses);
+    if (!one || is_root(tr, out_ref(i, 0)))
         return -1;
     for (int j = i + 1; j < tr->n; j++) {
         if (tr->nodes[j].dead)
@@ -116,13 +127,13 @@ static void absorb(struct trace *tr, int i, int j, int op)
     src->dead = 1;
 }
 
-/* The next matmul fusion for node i, if any: 1 when it fused. */
-static int fuse_matmul_once(struct trace *tr, int i)
+/* Fuses matmul node i into its consumer, if it can: 1 when it did. The
+ * consumer becomes a matmul_ex: a ReLU only onto a plain matmul, and at
+ * most two residual adds (R1, R2), after any ReLU. */
+static int fuse_matmul_into_consumer(struct trace *tr, int i)
 {
     struct tnode *t = &tr->nodes[i];
-    int *uses = count_uses(tr);
-    int j = only_consumer(tr, uses, i);
-    free(uses);
+    int j = only_consumer(tr, i);
     if (j < 0)
         return 0;
     struct tnode *c = &tr->nodes[j];
@@ -134,7 +145,8 @@ static int fuse_matmul_once(struct trace *tr, int i)
         c->nin = MATMUL_NIN;
         return 1;
     }
-    if (c->op == KOP_ADD && !relu && residuals < 2 && !same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B])) {
+    if (c->op == KOP_ADD && !relu && residuals < 2 &&
+        !same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B])) {
         if (t->op == KOP_MATMUL)
             t->nin = MATMUL_NIN; /* BIAS stays in its place, even when absent */
         absorb(tr, i, j, KOP_MATMUL_EX);
@@ -143,42 +155,67 @@ static int fuse_matmul_once(struct trace *tr, int i)
     return 0;
 }
 
-/* Epilogues folded into a matmul: ReLU, and residual adds. Both are exact:
- * the kernel computes the same matmul and then the same additions in the
- * same order (a + b == b + a in IEEE arithmetic). */
-void fuse_matmul(struct trace *tr)
+/* The earliest matmul that can fuse does: 1 when one did. */
+static int fuse_first_matmul(struct trace *tr)
 {
     for (int i = 0; i < tr->n; i++) {
-        struct tnode *t = &tr->nodes[i];
-        if (t->dead || (t->op != KOP_MATMUL && t->op != KOP_MATMUL_EX))
-            continue;
-        if (fuse_matmul_once(tr, i))
-            i = -1; /* the absorbed node may fuse again */
+        const struct tnode *t = &tr->nodes[i];
+        if (!t->dead && (t->op == KOP_MATMUL || t->op == KOP_MATMUL_EX) &&
+            fuse_matmul_into_consumer(tr, i))
+            return 1;
     }
+    return 0;
 }
 
-/* Chains of adds become one pass over memory. Only a left-leaning chain
- * keeps the order of additions, and an add whose second operand is the
- * inner add is swapped first (exact, as addition commutes). */
-void fuse_adds(struct trace *tr)
+/* Epilogues folded into a matmul: ReLU, and residual adds. Both are exact:
+ * the kernel computes the same matmul and then the same additions in the
+ * same order (a + b == b + a in IEEE arithmetic). One fusion at a time,
+ * the earliest first, until none is left: a fused node may fuse again, and
+ * when two matmuls feed one add the earlier one takes it. */
+void fuse_matmul(struct trace *tr)
+{
+    while (fuse_first_matmul(tr))
+        ;
+}
+
+/* Fuses add (or add_n) node i into the add that consumes it: 1 when it
+ * did. The consumer becomes add_n with i's operands first, so the sum
+ * keeps its order; an add whose second operand is i is swapped first
+ * (exact, as addition commutes). */
+static int fuse_add_into_consumer(struct trace *tr, int i)
+{
+    const struct tnode *t = &tr->nodes[i];
+    int j = only_consumer(tr, i);
+    if (j < 0 || tr->nodes[j].op != KOP_ADD || t->nin >= KMAX_IN)
+        return 0;
+    struct tnode *c = &tr->nodes[j];
+    if (same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B]))
+        return 0;
+    if (same_ref(c->in[ADD_IN_B], out_ref(i, 0))) {
+        c->in[ADD_IN_B] = c->in[ADD_IN_A];
+        c->in[ADD_IN_A] = out_ref(i, 0);
+    }
+    absorb(tr, i, j, KOP_ADD_N);
+    return 1;
+}
+
+/* The earliest add that can fuse does: 1 when one did. */
+static int fuse_first_add(struct trace *tr)
 {
     for (int i = 0; i < tr->n; i++) {
-        struct tnode *t = &tr->nodes[i];
-        if (t->dead || (t->op != KOP_ADD && t->op != KOP_ADD_N))
-            continue;
-        int *uses = count_uses(tr);
-        int j = only_consumer(tr, uses, i);
-        free(uses);
-        if (j < 0 || tr->nodes[j].op != KOP_ADD || t->nin >= KMAX_IN)
-            continue;
-        struct tnode *c = &tr->nodes[j];
-        if (same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B]))
-            continue;
-        if (same_ref(c->in[ADD_IN_B], out_ref(i, 0))) {
-            c->in[ADD_IN_B] = c->in[ADD_IN_A];
-            c->in[ADD_IN_A] = out_ref(i, 0);
-        }
-        absorb(tr, i, j, KOP_ADD_N);
-        i = -1;
+        const struct tnode *t = &tr->nodes[i];
+        if (!t->dead && (t->op == KOP_ADD || t->op == KOP_ADD_N) &&
+            fuse_add_into_consumer(tr, i))
+            return 1;
     }
+    return 0;
+}
+
+/* Chains of adds become one pass over memory (add_n). Only a left-leaning
+ * chain keeps the order of additions; one fusion at a time, the earliest
+ * first, as fuse_matmul. */
+void fuse_adds(struct trace *tr)
+{
+    while (fuse_first_add(tr))
+        ;
 }
