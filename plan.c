@@ -1,44 +1,12 @@
 /* plan.c: the memory plan. Every value a program keeps in its arena (a
  * node's output, or an input copied in) lives from the instruction that
  * makes it to the last that reads it; values alive at the same time get
- * disjoint offsets of one arena. */
+ * disjoint offsets of one arena. In order: collect_values (each value
+ * and when it lives), place_values (its offset), check_hbm (the arena and
+ * the resident buffers fit a core). lower.c calls them. */
 #include "compiler.h"
 #include <stdlib.h>
 #include <string.h>
-
-static int by_size_desc(const void *a, const void *b)
-{
-    const struct value *x = a, *y = b;
-    if (x->bytes != y->bytes)
-        return x->bytes < y->bytes ? 1 : -1;
-    return x->first - y->first;
-}
-
-/* Greedy best-known heuristic: biggest buffers first, each at the lowest
- * offset that overlaps no placed buffer alive at the same time. */
-size_t place_values(struct value *v, int n)
-{
-    size_t high = 0;
-    qsort(v, (size_t)n, sizeof *v, by_size_desc);
-    for (int i = 0; i < n; i++) {
-        long off = 0;
-        for (int moved = 1; moved;) {
-            moved = 0;
-            for (int j = 0; j < i; j++) {
-                int alive = v[j].first <= v[i].last && v[i].first <= v[j].last;
-                int clash = off < v[j].off + v[j].bytes && v[j].off < off + v[i].bytes;
-                if (alive && clash) {
-                    off = v[j].off + v[j].bytes;
-                    moved = 1;
-                }
-            }
-        }
-        v[i].off = off;
-        if ((size_t)(off + v[i].bytes) > high)
-            high = (size_t)(off + v[i].bytes);
-    }
-    return high;
-}
 
 static long value_bytes(long rows, long cols) { return (rows * cols * 4 + 63) & ~63L; }
 
@@ -103,6 +71,48 @@ void collect_values(struct emit *e)
         if (is_out(tr->roots[r]))
             e->val[value_of(e, tr->roots[r])].last = e->nk; /* read after the run */
     widen_collectives(e);
+}
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const struct value *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return x->first - y->first;
+}
+
+/* The lowest offset for v[i] that overlaps none of v[0..i), the values
+ * already placed, that is alive at the same time as v[i]: start at 0 and
+ * step past every such value in the way until none is. */
+static long lowest_free_offset(const struct value *v, int i)
+{
+    long off = 0;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int j = 0; j < i; j++) {
+            int alive = v[j].first <= v[i].last && v[i].first <= v[j].last;
+            int clash = off < v[j].off + v[j].bytes && v[j].off < off + v[i].bytes;
+            if (alive && clash) {
+                off = v[j].off + v[j].bytes;
+                moved = 1;
+            }
+        }
+    }
+    return off;
+}
+
+/* Greedy best-known heuristic: biggest values first, each at the lowest
+ * free offset. Sorts v; returns the arena's size. */
+size_t place_values(struct value *v, int n)
+{
+    size_t high = 0;
+    qsort(v, (size_t)n, sizeof *v, by_size_desc);
+    for (int i = 0; i < n; i++) {
+        v[i].off = lowest_free_offset(v, i);
+        if ((size_t)(v[i].off + v[i].bytes) > high)
+            high = (size_t)(v[i].off + v[i].bytes);
+    }
+    return high;
 }
 
 static void fmt_bytes(char *buf, size_t n, double b)
