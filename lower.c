@@ -6,7 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-
+/* Where operand r lives at run time: its value's arena offset, a bound
+ * slot, or nowhere (an absent operand). */
 static struct place place_of(const struct emit *e, const long *off_of, struct ref r)
 {
     long vi = value_of(e, r);
@@ -17,6 +18,8 @@ static struct place place_of(const struct emit *e, const long *off_of, struct re
     return (struct place){PL_NONE, 0};
 }
 
+/* The program: one struct pinstr a surviving node, with the transfers in
+ * (inputs copied to the arena) and out (the roots the host reads). */
 static Program *emit_program(struct emit *e, const long *off_of, size_t arena)
 {
     const struct trace *tr = e->tr;
