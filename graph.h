@@ -46,8 +46,6 @@ Graph *g_new(void);
 void g_free(Graph *g);
 /* Forgets every node and temporary; caller-owned buffers are untouched. */
 void g_reset(Graph *g);
-int g_num_nodes(const Graph *g);
-const Node *g_node(const Graph *g, int i);
 
 Tensor *g_leaf(Graph *g, int kind, int dtype, void *data, int rows, int cols);
 Tensor *g_param(Graph *g, float *data, int rows, int cols);
@@ -97,7 +95,6 @@ Tensor *g_all_reduce(Graph *g, Tensor *x);
 void g_set_example_rows(Graph *g, int rows);
 /* enum precision for the ops recorded from now on. */
 void g_set_precision(Graph *g, int precision);
-int g_precision(const Graph *g);
 
 /* Records the backward pass of y. dy is the upstream gradient (same shape
  * as y), or NULL when y is a scalar loss (seed 1). */
@@ -120,7 +117,6 @@ const void *g_read(Graph *g, Tensor *t);
 /* Lazy mode records nodes without running them; g_read and g_mark_step
  * run them as compiled programs. Eager (the default) runs each at once. */
 void g_set_lazy(Graph *g, int lazy);
-int g_is_lazy(const Graph *g);
 /* Ends a step: compiles and runs everything pending, keeping the values of
  * keep[0..n) for the host. In eager mode it does nothing. */
 void g_mark_step(Graph *g, Tensor *const *keep, int n);

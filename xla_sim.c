@@ -35,7 +35,7 @@ static double flops_attention_bwd(const struct kinstr *k)
 }
 static double flops_decode(const struct kinstr *k) /* the new query against pos+1 keys */
 {
-    long keys = *(const int32_t *)k->in[3] + 1;
+    long keys = *(const int32_t *)k->in[ATTENTION_STEP_IN_POS] + 1;
     return 4.0 * k->attr.decode.nb * keys * k->attr.decode.C;
 }
 static double flops_attention_last(const struct kinstr *k) /* T keys for B queries */
@@ -57,57 +57,36 @@ static double flops_xent(const struct kinstr *k)
 static double flops_adam(const struct kinstr *k) { return 12.0 * k->attr.adam.n; }
 static double flops_elementwise(const struct kinstr *k) { return (double)k->attr.elementwise.n; }
 
+/* Each attribute struct's printable fields, by the union member's name. */
 #define L(family, field) {#field, offsetof(union kattr, family.field), 0}
 #define F(family, field) {#field, offsetof(union kattr, family.field), 1}
-#define EMBED_ATTRS {L(embed, n), L(embed, c), L(embed, v), L(embed, seg)}
-#define N_ATTR {L(elementwise, n)}
-#define MATMUL_ATTRS \
+#define ATTRS_embed {L(embed, n), L(embed, c), L(embed, v), L(embed, seg)}
+#define ATTRS_elementwise {L(elementwise, n)}
+#define ATTRS_matmul \
     {L(matmul, n), L(matmul, p), L(matmul, q), L(matmul, seg), L(matmul, bf16), L(matmul, relu)}
-#define LN_ATTRS {L(layernorm, n), L(layernorm, c), L(layernorm, seg)}
-#define ATT_ATTRS \
+#define ATTRS_transpose {L(transpose, rows), L(transpose, cols)}
+#define ATTRS_sum_rows {L(sum_rows, n), L(sum_rows, q), L(sum_rows, seg)}
+#define ATTRS_layernorm {L(layernorm, n), L(layernorm, c), L(layernorm, seg)}
+#define ATTRS_attention \
     {L(attention, B), L(attention, T), L(attention, C), L(attention, H), L(attention, bf16)}
-#define XENT_ATTRS {L(xent, n), L(xent, v)}
-#define ATT_DROP_ATTRS                                                                      \
+#define ATTRS_decode {L(decode, nb), L(decode, tmax), L(decode, C), L(decode, H)}
+#define ATTRS_xent {L(xent, n), L(xent, v)}
+#define ATTRS_fill {L(fill, n), F(fill, value)}
+#define ATTRS_adam \
+    {L(adam, n), L(adam, bf16_state), F(adam, beta1), F(adam, beta2), F(adam, eps)}
+#define ATTRS_all_reduce {L(all_reduce, n), L(all_reduce, cores)}
+#define ATTRS_dropout {L(dropout, n), L(dropout, c), L(dropout, site), F(dropout, p)}
+#define ATTRS_attention_drop                                                                \
     {L(attention_drop, B), L(attention_drop, T), L(attention_drop, C), L(attention_drop, H), \
      L(attention_drop, site), F(attention_drop, p)}
 
+/* One row per line of ops.def. */
+#define OP(NAME, name, attrs, flops, nin, in, nout, out) \
+    [KOP_##NAME] = {#name, NAME##_NIN, NAME##_NOUT, ATTRS_##attrs, flops},
 static const struct kop_info kop_table[KOP_COUNT] = {
-    [KOP_EMBED] = {"embed", 2, 1, EMBED_ATTRS, flops_none},
-    [KOP_EMBED_BWD] = {"embed_bwd", 2, 1, EMBED_ATTRS, flops_none},
-    [KOP_ADD] = {"add", 2, 1, N_ATTR, flops_elementwise},
-    [KOP_MATMUL] = {"matmul", 3, 1, MATMUL_ATTRS, flops_matmul},
-    [KOP_MATMUL_TN] = {"matmul_tn", 2, 1, MATMUL_ATTRS, flops_matmul},
-    [KOP_TRANSPOSE] = {"transpose", 1, 1, {L(transpose, rows), L(transpose, cols)}, flops_none},
-    [KOP_SUM_ROWS] = {"sum_rows", 1, 1, {L(sum_rows, n), L(sum_rows, q), L(sum_rows, seg)},
-                      flops_none},
-    [KOP_RELU] = {"relu", 1, 1, N_ATTR, flops_elementwise},
-    [KOP_RELU_BWD] = {"relu_bwd", 2, 1, N_ATTR, flops_elementwise},
-    [KOP_LAYERNORM] = {"layernorm", 3, 3, LN_ATTRS, flops_layernorm},
-    [KOP_LAYERNORM_BWD] = {"layernorm_bwd", 5, 3, LN_ATTRS, flops_layernorm_bwd},
-    [KOP_ATTENTION] = {"attention", 1, 2, ATT_ATTRS, flops_attention},
-    [KOP_ATTENTION_BWD] = {"attention_bwd", 4, 1, ATT_ATTRS, flops_attention_bwd},
-    [KOP_ATTENTION_STEP] = {"attention_step", 4, 1,
-                            {L(decode, nb), L(decode, tmax), L(decode, C), L(decode, H)},
-                            flops_decode},
-    [KOP_ATTENTION_LAST] = {"attention_last", 1, 1, ATT_ATTRS, flops_attention_last},
-    [KOP_XENT] = {"xent", 2, 1, XENT_ATTRS, flops_xent},
-    [KOP_XENT_BWD] = {"xent_bwd", 3, 1, XENT_ATTRS, flops_xent},
-    [KOP_FILL] = {"fill", 0, 1, {L(fill, n), F(fill, value)}, flops_none},
-    [KOP_ADAM] = {"adam", 6, 0,
-                  {L(adam, n), L(adam, bf16_state), F(adam, beta1), F(adam, beta2),
-                   F(adam, eps)},
-                  flops_adam},
-    [KOP_ROUND_BF16] = {"round_bf16", 1, 1, N_ATTR, flops_none},
-    [KOP_ALL_REDUCE] = {"all_reduce", 1, 1, {L(all_reduce, n), L(all_reduce, cores)},
-                        flops_none},
-    [KOP_DROPOUT] = {"dropout", 3, 1,
-                     {L(dropout, n), L(dropout, c), L(dropout, site), F(dropout, p)},
-                     flops_none},
-    [KOP_ATTENTION_DROP] = {"attention_drop", 3, 2, ATT_DROP_ATTRS, flops_attention},
-    [KOP_ATTENTION_DROP_BWD] = {"attention_drop_bwd", 6, 1, ATT_DROP_ATTRS, flops_attention_bwd},
-    [KOP_MATMUL_EX] = {"matmul_ex", 5, 1, MATMUL_ATTRS, flops_matmul},
-    [KOP_ADD_N] = {"add_n", KMAX_IN, 1, N_ATTR, flops_elementwise},
+#include "ops.def"
 };
+#undef OP
 #undef L
 #undef F
 
@@ -144,13 +123,15 @@ static void cross_host_sum(float *const *sums, const long *len, int m);
 static void exec_attention(const struct kinstr *k)
 {
     const struct attention_attr *at = &k->attr.attention;
-    void *const *in = k->in;
+    void *const *in = k->in, *const *out = k->out;
     if (k->op == KOP_ATTENTION)
-        (at->bf16 ? k_attention_bf16 : k_attention)(k->out[0], k->out[1], in[0], at->B, at->T,
-                                                    at->C, at->H);
-    else /* dout, qkv, out, lse */
-        (at->bf16 ? k_attention_bwd_bf16 : k_attention_bwd)(k->out[0], in[0], in[1], in[2],
-                                                            in[3], at->B, at->T, at->C, at->H);
+        (at->bf16 ? k_attention_bf16 : k_attention)(out[ATTENTION_OUT_O], out[ATTENTION_OUT_LSE],
+                                                    in[ATTENTION_IN_QKV], at->B, at->T, at->C,
+                                                    at->H);
+    else
+        (at->bf16 ? k_attention_bwd_bf16 : k_attention_bwd)(
+            out[ATTENTION_BWD_OUT_DQKV], in[ATTENTION_BWD_IN_DO], in[ATTENTION_BWD_IN_QKV],
+            in[ATTENTION_BWD_IN_O], in[ATTENTION_BWD_IN_LSE], at->B, at->T, at->C, at->H);
 }
 
 /* Dropout's attention computes in fp32 whatever the precision: an
@@ -158,20 +139,26 @@ static void exec_attention(const struct kinstr *k)
 static void exec_attention_drop(const struct kinstr *k)
 {
     const struct attention_drop_attr *at = &k->attr.attention_drop;
-    void *const *in = k->in;
-    if (k->op == KOP_ATTENTION_DROP) /* qkv, rows, key */
-        k_attention_drop(k->out[0], k->out[1], in[0], in[1], in[2], at->B, at->T, at->C, at->H,
-                         at->site, at->p);
-    else /* dout, qkv, out, lse, rows, key */
-        k_attention_drop_bwd(k->out[0], in[0], in[1], in[2], in[3], in[4], in[5], at->B, at->T,
-                             at->C, at->H, at->site, at->p);
+    void *const *in = k->in, *const *out = k->out;
+    if (k->op == KOP_ATTENTION_DROP)
+        k_attention_drop(out[ATTENTION_DROP_OUT_O], out[ATTENTION_DROP_OUT_LSE],
+                         in[ATTENTION_DROP_IN_QKV], in[ATTENTION_DROP_IN_ROWS],
+                         in[ATTENTION_DROP_IN_KEY], at->B, at->T, at->C, at->H, at->site, at->p);
+    else
+        k_attention_drop_bwd(out[ATTENTION_DROP_BWD_OUT_DQKV], in[ATTENTION_DROP_BWD_IN_DO],
+                             in[ATTENTION_DROP_BWD_IN_QKV], in[ATTENTION_DROP_BWD_IN_O],
+                             in[ATTENTION_DROP_BWD_IN_LSE], in[ATTENTION_DROP_BWD_IN_ROWS],
+                             in[ATTENTION_DROP_BWD_IN_KEY], at->B, at->T, at->C, at->H, at->site,
+                             at->p);
 }
 
-static void exec_decode(const struct kinstr *k) /* qkv, kc, vc, pos */
+static void exec_decode(const struct kinstr *k)
 {
     const struct decode_attr *d = &k->attr.decode;
-    k_attention_step(k->out[0], k->in[1], k->in[2], k->in[0], d->nb, *(const int32_t *)k->in[3],
-                     d->tmax, d->C, d->H);
+    void *const *in = k->in;
+    k_attention_step(k->out[ATTENTION_STEP_OUT_O], in[ATTENTION_STEP_IN_KC],
+                     in[ATTENTION_STEP_IN_VC], in[ATTENTION_STEP_IN_QKV], d->nb,
+                     *(const int32_t *)in[ATTENTION_STEP_IN_POS], d->tmax, d->C, d->H);
 }
 
 static void fill(float *y /* [n] */, long n, float v)
@@ -188,74 +175,99 @@ static void exec_add_n(const struct kinstr *k)
         xs[m] = k->in[m];
         m++;
     }
-    k_add_n(k->out[0], xs, m, k->attr.elementwise.n);
+    k_add_n(k->out[ADD_N_OUT_Y], xs, m, k->attr.elementwise.n);
 }
 
-/* KOP_MATMUL is KOP_MATMUL_EX without residual inputs (in[3], in[4] are
- * NULL for it) and without ReLU. */
+/* KOP_MATMUL is KOP_MATMUL_EX without the residual inputs and without
+ * ReLU; the two share A, B, BIAS and C's places. */
+_Static_assert((int)MATMUL_IN_A == MATMUL_EX_IN_A && (int)MATMUL_IN_B == MATMUL_EX_IN_B &&
+                   (int)MATMUL_IN_BIAS == MATMUL_EX_IN_BIAS && (int)MATMUL_OUT_C == MATMUL_EX_OUT_C,
+               "matmul's operands are matmul_ex's first ones");
 static void exec_matmul(const struct kinstr *k)
 {
     const struct matmul_attr *mm = &k->attr.matmul;
-    const float *a = k->in[0], *b = k->in[1], *bias = k->in[2];
-    const float *r1 = k->op == KOP_MATMUL_EX ? k->in[3] : NULL;
-    const float *r2 = k->op == KOP_MATMUL_EX ? k->in[4] : NULL;
+    void *const *in = k->in;
+    float *c = k->out[MATMUL_EX_OUT_C];
+    const float *a = in[MATMUL_EX_IN_A], *b = in[MATMUL_EX_IN_B], *bias = in[MATMUL_EX_IN_BIAS];
+    const float *r1 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R1] : NULL;
+    const float *r2 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R2] : NULL;
     if (mm->bf16)
-        k_matmul_bf16(k->out[0], a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
+        k_matmul_bf16(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
     else if (k->op == KOP_MATMUL)
-        k_matmul(k->out[0], a, b, bias, mm->n, mm->p, mm->q);
+        k_matmul(c, a, b, bias, mm->n, mm->p, mm->q);
     else
-        k_matmul_ex(k->out[0], a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
+        k_matmul_ex(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
 }
 
 /* a^T b; bf16 inputs with seg 0 are one leaf, k_matmul_tn's order. */
 static void exec_matmul_tn(const struct kinstr *k)
 {
     const struct matmul_attr *mm = &k->attr.matmul;
+    float *c = k->out[MATMUL_TN_OUT_C];
+    const float *a = k->in[MATMUL_TN_IN_A], *b = k->in[MATMUL_TN_IN_B];
     if (mm->bf16)
-        k_matmul_tn_seg_bf16(k->out[0], k->in[0], k->in[1], mm->n, mm->p, mm->q, mm->seg);
+        k_matmul_tn_seg_bf16(c, a, b, mm->n, mm->p, mm->q, mm->seg);
     else if (mm->seg > 0)
-        k_matmul_tn_seg(k->out[0], k->in[0], k->in[1], mm->n, mm->p, mm->q, mm->seg);
+        k_matmul_tn_seg(c, a, b, mm->n, mm->p, mm->q, mm->seg);
     else
-        k_matmul_tn(k->out[0], k->in[0], k->in[1], mm->n, mm->p, mm->q);
+        k_matmul_tn(c, a, b, mm->n, mm->p, mm->q);
 }
 
-static void exec_layernorm_bwd(const struct kinstr *k) /* dy, x, w, mean, rstd */
+static void exec_layernorm(const struct kinstr *k)
 {
     const struct layernorm_attr *ln = &k->attr.layernorm;
     void *const *in = k->in, *const *out = k->out;
-    if (ln->seg > 0)
-        k_layernorm_bwd_seg(out[0], out[1], out[2], in[0], in[1], in[2], in[3], in[4], ln->n,
-                            ln->c, ln->seg);
-    else
-        k_layernorm_bwd(out[0], out[1], out[2], in[0], in[1], in[2], in[3], in[4], ln->n, ln->c);
+    k_layernorm(out[LAYERNORM_OUT_Y], out[LAYERNORM_OUT_MEAN], out[LAYERNORM_OUT_RSTD],
+                in[LAYERNORM_IN_X], in[LAYERNORM_IN_W], in[LAYERNORM_IN_B], ln->n, ln->c);
 }
 
-static void exec_embed_bwd(const struct kinstr *k) /* idx, dy */
+static void exec_layernorm_bwd(const struct kinstr *k)
+{
+    const struct layernorm_attr *ln = &k->attr.layernorm;
+    void *const *in = k->in, *const *out = k->out;
+    float *dx = out[LAYERNORM_BWD_OUT_DX], *dw = out[LAYERNORM_BWD_OUT_DW],
+          *db = out[LAYERNORM_BWD_OUT_DB];
+    const float *dy = in[LAYERNORM_BWD_IN_DY], *x = in[LAYERNORM_BWD_IN_X],
+                *w = in[LAYERNORM_BWD_IN_W], *mean = in[LAYERNORM_BWD_IN_MEAN],
+                *rstd = in[LAYERNORM_BWD_IN_RSTD];
+    if (ln->seg > 0)
+        k_layernorm_bwd_seg(dx, dw, db, dy, x, w, mean, rstd, ln->n, ln->c, ln->seg);
+    else
+        k_layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, ln->n, ln->c);
+}
+
+static void exec_embed_bwd(const struct kinstr *k)
 {
     const struct embed_attr *e = &k->attr.embed;
+    float *dtable = k->out[EMBED_BWD_OUT_DTABLE];
+    const int32_t *idx = k->in[EMBED_BWD_IN_IDX];
+    const float *dy = k->in[EMBED_BWD_IN_DY];
     if (e->seg > 0)
-        k_embed_bwd_seg(k->out[0], k->in[0], k->in[1], e->n, e->c, e->v, e->seg);
+        k_embed_bwd_seg(dtable, idx, dy, e->n, e->c, e->v, e->seg);
     else
-        k_embed_bwd(k->out[0], k->in[0], k->in[1], e->n, e->c, e->v);
+        k_embed_bwd(dtable, idx, dy, e->n, e->c, e->v);
 }
 
 static void exec_sum_rows(const struct kinstr *k)
 {
     const struct sum_rows_attr *s = &k->attr.sum_rows;
+    float *y = k->out[SUM_ROWS_OUT_Y];
+    const float *x = k->in[SUM_ROWS_IN_X];
     if (s->seg > 0)
-        k_sum_rows_seg(k->out[0], k->in[0], s->n, s->q, s->seg);
+        k_sum_rows_seg(y, x, s->n, s->q, s->seg);
     else
-        k_sum_rows(k->out[0], k->in[0], s->n, s->q);
+        k_sum_rows(y, x, s->n, s->q);
 }
 
 /* With bf16_state the parameter and both moments are stored as bf16, as
  * XLA_USE_BF16 stores every float tensor. */
-static void exec_adam(const struct kinstr *k) /* p, g, m, v, t, lr */
+static void exec_adam(const struct kinstr *k)
 {
     const struct adam_attr *ad = &k->attr.adam;
-    float *p = k->in[0], *m = k->in[2], *v = k->in[3];
-    k_adam(p, m, v, k->in[1], ad->n, *(const float *)k->in[5], ad->beta1, ad->beta2, ad->eps,
-           *(const int32_t *)k->in[4]);
+    float *p = k->in[ADAM_IN_P], *m = k->in[ADAM_IN_M], *v = k->in[ADAM_IN_V];
+    const float *grad = k->in[ADAM_IN_GRAD], lr = *(const float *)k->in[ADAM_IN_LR];
+    int32_t step = *(const int32_t *)k->in[ADAM_IN_STEP];
+    k_adam(p, m, v, grad, ad->n, lr, ad->beta1, ad->beta2, ad->eps, step);
     if (ad->bf16_state) {
         k_round_bf16(p, p, ad->n);
         k_round_bf16(m, m, ad->n);
@@ -268,8 +280,9 @@ static void exec_adam(const struct kinstr *k) /* p, g, m, v, t, lr */
 static void exec_all_reduce_alone(const struct kinstr *k)
 {
     long n = k->attr.all_reduce.n;
-    float *y = k->out[0], scale = 1.0f / (float)(k->attr.all_reduce.cores * comm_size());
-    memcpy(y, k->in[0], sizeof(float) * (size_t)n);
+    float *y = k->out[ALL_REDUCE_OUT_Y];
+    float scale = 1.0f / (float)(k->attr.all_reduce.cores * comm_size());
+    memcpy(y, k->in[ALL_REDUCE_IN_X], sizeof(float) * (size_t)n);
     if (comm_size() > 1)
         cross_host_sum(&y, &n, 1);
     for (long i = 0; i < n; i++)
@@ -281,39 +294,51 @@ static void dispatch(const struct kinstr *k)
     const union kattr *a = &k->attr;
     void *const *in = k->in, *const *out = k->out;
     switch (k->op) {
-    case KOP_EMBED: k_embed(out[0], in[0], in[1], a->embed.n, a->embed.c, a->embed.v); break;
+    case KOP_EMBED:
+        k_embed(out[EMBED_OUT_Y], in[EMBED_IN_IDX], in[EMBED_IN_TABLE], a->embed.n, a->embed.c,
+                a->embed.v);
+        break;
     case KOP_EMBED_BWD: exec_embed_bwd(k); break;
-    case KOP_ADD: k_add(out[0], in[0], in[1], a->elementwise.n); break;
+    case KOP_ADD: k_add(out[ADD_OUT_Y], in[ADD_IN_A], in[ADD_IN_B], a->elementwise.n); break;
     case KOP_MATMUL:
     case KOP_MATMUL_EX: exec_matmul(k); break;
     case KOP_MATMUL_TN: exec_matmul_tn(k); break;
-    case KOP_TRANSPOSE: k_transpose(out[0], in[0], a->transpose.rows, a->transpose.cols); break;
-    case KOP_SUM_ROWS: exec_sum_rows(k); break;
-    case KOP_RELU: k_relu(out[0], in[0], a->elementwise.n); break;
-    case KOP_RELU_BWD: k_relu_bwd(out[0], in[0], in[1], a->elementwise.n); break;
-    case KOP_LAYERNORM:
-        k_layernorm(out[0], out[1], out[2], in[0], in[1], in[2], a->layernorm.n, a->layernorm.c);
+    case KOP_TRANSPOSE:
+        k_transpose(out[TRANSPOSE_OUT_Y], in[TRANSPOSE_IN_X], a->transpose.rows, a->transpose.cols);
         break;
+    case KOP_SUM_ROWS: exec_sum_rows(k); break;
+    case KOP_RELU: k_relu(out[RELU_OUT_Y], in[RELU_IN_X], a->elementwise.n); break;
+    case KOP_RELU_BWD:
+        k_relu_bwd(out[RELU_BWD_OUT_DX], in[RELU_BWD_IN_DY], in[RELU_BWD_IN_Y], a->elementwise.n);
+        break;
+    case KOP_LAYERNORM: exec_layernorm(k); break;
     case KOP_LAYERNORM_BWD: exec_layernorm_bwd(k); break;
     case KOP_ATTENTION:
     case KOP_ATTENTION_BWD: exec_attention(k); break;
     case KOP_ATTENTION_STEP: exec_decode(k); break;
     case KOP_ATTENTION_LAST: /* q, k, v already rounded under bf16 (g_attention_last) */
-        k_attention_last(out[0], in[0], a->attention.B, a->attention.T, a->attention.C,
-                         a->attention.H);
+        k_attention_last(out[ATTENTION_LAST_OUT_O], in[ATTENTION_LAST_IN_QKV], a->attention.B,
+                         a->attention.T, a->attention.C, a->attention.H);
         break;
-    case KOP_XENT: k_xent(out[0], in[0], in[1], a->xent.n, a->xent.v); break;
-    case KOP_XENT_BWD: k_xent_bwd(out[0], in[0], in[1], in[2], a->xent.n, a->xent.v); break;
-    case KOP_FILL: fill(out[0], a->fill.n, a->fill.value); break;
+    case KOP_XENT:
+        k_xent(out[XENT_OUT_LOSS], in[XENT_IN_LOGITS], in[XENT_IN_TARGETS], a->xent.n, a->xent.v);
+        break;
+    case KOP_XENT_BWD:
+        k_xent_bwd(out[XENT_BWD_OUT_DLOGITS], in[XENT_BWD_IN_LOGITS], in[XENT_BWD_IN_TARGETS],
+                   in[XENT_BWD_IN_DLOSS], a->xent.n, a->xent.v);
+        break;
+    case KOP_FILL: fill(out[FILL_OUT_Y], a->fill.n, a->fill.value); break;
     case KOP_ADAM: exec_adam(k); break;
-    case KOP_ROUND_BF16: k_round_bf16(out[0], in[0], a->elementwise.n); break;
+    case KOP_ROUND_BF16:
+        k_round_bf16(out[ROUND_BF16_OUT_Y], in[ROUND_BF16_IN_X], a->elementwise.n);
+        break;
     case KOP_ALL_REDUCE: exec_all_reduce_alone(k); break;
     case KOP_ADD_N: exec_add_n(k); break;
     case KOP_DROPOUT:
-        k_dropout(out[0], in[0], in[1], in[2], a->dropout.n, a->dropout.c, a->dropout.site,
-                  a->dropout.p);
+        k_dropout(out[DROPOUT_OUT_Y], in[DROPOUT_IN_X], in[DROPOUT_IN_ROWS], in[DROPOUT_IN_KEY],
+                  a->dropout.n, a->dropout.c, a->dropout.site, a->dropout.p);
         break;
-    case KOP_ATTENTION_DROP: exec_attention_drop(k); break;
+    case KOP_ATTENTION_DROP:
     case KOP_ATTENTION_DROP_BWD: exec_attention_drop(k); break;
     default: break;
     }
@@ -329,7 +354,6 @@ static struct kstat prof[KOP_COUNT];
 static int prof_on;
 
 void xs_profile_enable(int on) { prof_on = on; }
-void xs_profile_reset(void) { memset(prof, 0, sizeof prof); }
 
 static double now_seconds(void)
 {
@@ -618,9 +642,9 @@ static float *board_sum(const struct pinstr *pi, int n, unsigned char **arena,
                         void *const *const *slots)
 {
     const float *parts[XS_MAX_CORES];
-    float *out = resolve(&pi->out[0], arena[0], slots[0]);
+    float *out = resolve(&pi->out[ALL_REDUCE_OUT_Y], arena[0], slots[0]);
     for (int c = 0; c < n; c++)
-        parts[c] = resolve(&pi->in[0], arena[c], slots[c]);
+        parts[c] = resolve(&pi->in[ALL_REDUCE_IN_X], arena[c], slots[c]);
     k_tree_sum(out, parts, n, (size_t)pi->attr.all_reduce.n);
     return out;
 }
@@ -678,7 +702,7 @@ static int run_all_reduces(const Program *p, int i0, int n, unsigned char **aren
         for (long j = 0; j < len[i - i0]; j++)
             sums[i - i0][j] *= scale;
         for (int c = 1; c < n; c++)
-            memcpy(resolve(&p->ins[i].out[0], arena[c], slots[c]), sums[i - i0],
+            memcpy(resolve(&p->ins[i].out[ALL_REDUCE_OUT_Y], arena[c], slots[c]), sums[i - i0],
                    sizeof(float) * (size_t)len[i - i0]);
     }
     xs_counter_add(C_ALL_REDUCE, i1 - i0);
@@ -773,17 +797,6 @@ void xs_counter_add(int c, long n)
 long xs_counter(int c) { return counters[c]; }
 long xs_metric_samples(int m) { return metrics[m].n; }
 double xs_metric_sum(int m) { return metrics[m].sum; }
-
-void xs_metrics_reset(void)
-{
-    for (int i = 0; i < M_COUNT; i++) {
-        free(metrics[i].v);
-        memset(&metrics[i], 0, sizeof metrics[i]);
-    }
-    memset(counters, 0, sizeof counters);
-    memset(core_busy, 0, sizeof core_busy);
-    cores_seen = 1;
-}
 
 static int cmp_double(const void *a, const void *b)
 {

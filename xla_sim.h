@@ -8,48 +8,45 @@
 #include "tensor.h"
 
 /* ---- the kernel instruction set ----
- * Every op the device can run, with its operands (in -> out) and its named
- * attributes. Graph ops map onto these one to one; the compiler's fusion
- * adds the last two. Attributes are named fields of union kattr below:
- * graph.c's builders and fusion set and read them by name, and dispatch (the
- * one switch in xla_sim.c) passes them to the kernels by name. kop_table
- * (xla_sim.c) is the one place that gives each op its name, operand counts,
- * printable attribute list and FLOP count, for the profile and the dumps. */
+ * Every op the device can run is one line of ops.def: its name, its named
+ * operands, the member of union kattr below that holds its attributes, and
+ * its FLOP count. From that line come the op's number (enum kop), its row
+ * of the op table (kop_info(), xla_sim.c) and its operand indices: the
+ * builders (graph.c), the passes (fuse.c) and execution (xla_sim.c) read
+ * LAYERNORM_IN_X, LAYERNORM_OUT_MEAN, ..., never a bare in[1]. */
+#define OP(NAME, name, attrs, flops, nin, in, nout, out) KOP_##NAME,
 enum kop {
-    KOP_EMBED,          /* idx i32[n], table[c,v] -> y[n,c]                      embed */
-    KOP_EMBED_BWD,      /* idx i32[n], dy[n,c] -> dtable[c,v]                    embed */
-    KOP_ADD,            /* a[n], b[n] -> y[n]                                    elementwise */
-    KOP_MATMUL,         /* a[n,p], b[p,q], bias[q]|NULL -> c[n,q]                matmul */
-    KOP_MATMUL_TN,      /* a[p,n], b[p,q] -> c[n,q] = a^T b (weight gradients)   matmul */
-    KOP_TRANSPOSE,      /* x[rows,cols] -> y[cols,rows]                          transpose */
-    KOP_SUM_ROWS,       /* x[n,q] -> y[q]                                        sum_rows */
-    KOP_RELU,           /* x[n] -> y[n]                                          elementwise */
-    KOP_RELU_BWD,       /* dy[n], y[n] -> dx[n]                                  elementwise */
-    KOP_LAYERNORM,      /* x[n,c], w[c], b[c] -> y[n,c], mean[n], rstd[n]        layernorm */
-    KOP_LAYERNORM_BWD,  /* dy, x, w, mean, rstd -> dx[n,c], dw[c], db[c]         layernorm */
-    KOP_ATTENTION,      /* qkv[B*T,3C] -> o[B*T,C], lse[B*H,T]                   attention */
-    KOP_ATTENTION_BWD,  /* do, qkv, o, lse -> dqkv[B*T,3C]                       attention */
-    KOP_ATTENTION_STEP, /* qkv[nb,3C], kc, vc[nb*tmax,C] (written), pos i32[1]
-                           -> o[nb,C]                                            decode */
-    KOP_ATTENTION_LAST, /* qkv[B*T,3C] -> o[B,C], each window's last query       attention */
-    KOP_XENT,           /* logits[n,v], tgt i32[n] -> loss[1]                    xent */
-    KOP_XENT_BWD,       /* logits, tgt, dloss[1] -> dlogits[n,v]                 xent */
-    KOP_FILL,           /* -> y[n] = value                                       fill */
-    KOP_ADAM,           /* p, g, m, v[n] (p, m, v updated in place), t i32[1]    adam */
-    KOP_ROUND_BF16,     /* x[n] -> y[n] = bf16(x)                                elementwise */
-    KOP_ALL_REDUCE,     /* x[n] of every core -> y[n] on every core, the mean    all_reduce */
-    KOP_DROPOUT,        /* x[n,c], rows i32[n], key i32[2] -> y[n,c]             dropout */
-    KOP_ATTENTION_DROP, /* qkv, rows i32[B*T], key i32[2] -> o, lse (dropped P)  attention_drop */
-    KOP_ATTENTION_DROP_BWD, /* do, qkv, o, lse, rows, key -> dqkv                attention_drop */
-    /* fused kernels, made only by the compiler */
-    KOP_MATMUL_EX,      /* a, b, bias|NULL, r1|NULL, r2|NULL -> c[n,q] =
-                           relu?(a@b + bias) + r1 + r2                           matmul */
-    KOP_ADD_N,          /* x0..x5 (NULL-terminated) -> y[n] = ((x0+x1)+x2)+...   elementwise */
+#include "ops.def"
     KOP_COUNT
 };
+#undef OP
 
-/* An op's named attributes: the union member named at the end of its line
- * above. A node is created zeroed and attributes are set by name, so two
+/* The operand indices of each op, from its lists in ops.def: for
+ * OP(LAYERNORM, ..., 3, (X, W, B), 3, (Y, MEAN, RSTD)),
+ *   enum { LAYERNORM_IN_X, LAYERNORM_IN_W, LAYERNORM_IN_B, LAYERNORM_NIN };
+ *   enum { LAYERNORM_OUT_Y, LAYERNORM_OUT_MEAN, LAYERNORM_OUT_RSTD, LAYERNORM_NOUT };
+ * KOP_EACH(n, f, NAME, (a, b, ...)) expands f(NAME, a) f(NAME, b) ...
+ * for a list of n names. */
+#define KOP_UNPACK(...) __VA_ARGS__
+#define KOP_EACH(n, f, op, list) KOP_EACH_(n, f, op, KOP_UNPACK list)
+#define KOP_EACH_(n, f, op, ...) KOP_E##n(f, op, __VA_ARGS__)
+#define KOP_E0(f, op, ...)
+#define KOP_E1(f, op, a) f(op, a)
+#define KOP_E2(f, op, a, ...) f(op, a) KOP_E1(f, op, __VA_ARGS__)
+#define KOP_E3(f, op, a, ...) f(op, a) KOP_E2(f, op, __VA_ARGS__)
+#define KOP_E4(f, op, a, ...) f(op, a) KOP_E3(f, op, __VA_ARGS__)
+#define KOP_E5(f, op, a, ...) f(op, a) KOP_E4(f, op, __VA_ARGS__)
+#define KOP_E6(f, op, a, ...) f(op, a) KOP_E5(f, op, __VA_ARGS__)
+#define KOP_IN_NAME(op, x) op##_IN_##x,
+#define KOP_OUT_NAME(op, x) op##_OUT_##x,
+#define OP(NAME, name, attrs, flops, nin, in, nout, out)      \
+    enum { KOP_EACH(nin, KOP_IN_NAME, NAME, in) NAME##_NIN }; \
+    enum { KOP_EACH(nout, KOP_OUT_NAME, NAME, out) NAME##_NOUT };
+#include "ops.def"
+#undef OP
+
+/* An op's named attributes: the union member its line of ops.def names.
+ * A node is created zeroed and attributes are set by name, so two
  * instructions with equal attributes are equal byte for byte (the compiler
  * compares and hashes them as bytes). */
 struct embed_attr { long n, c, v, seg; };   /* n tokens, table [c,v] */
@@ -143,7 +140,6 @@ void xs_exec(const struct kinstr *k);
 /* Per-kernel profile: calls, time and flops per kernel kind. Off by default
  * so that an unprofiled run pays nothing for it. */
 void xs_profile_enable(int on);
-void xs_profile_reset(void);
 void xs_profile_report(FILE *f);
 
 
@@ -228,7 +224,6 @@ long xs_counter(int counter);
 long xs_metric_samples(int metric);
 double xs_metric_sum(int metric); /* seconds in all */
 void xs_metrics_report(FILE *f);
-void xs_metrics_reset(void);
 
 /* The timeline (--profile): from start, every kernel on its core's track
  * (name, attributes, FLOPs) and every metric above on the host's, written

@@ -9,9 +9,11 @@
 #include "test.h"
 
 static const char *const sources[] = {
-    "gpt.c",   "safetensors.c", "data.c",   "loader.c", "watch.c", "graph.c", "xla_sim.c", "comm.c",
-    "tensor.c", "tensor_ref.c", "gpt.h", "safetensors.h", "data.h", "loader.h", "watch.h", "graph.h",
-    "xla_sim.h", "comm.h", "tensor.h", "tensor_impl.h", "vec.h", "fmath.h"};
+    "gpt.c",    "safetensors.c", "data.c",   "loader.c", "watch.c",  "graph.c",  "trace.c",
+    "fuse.c",   "plan.c",        "lower.c",  "dump.c",   "xla_sim.c", "comm.c",  "tensor.c",
+    "tensor_ref.c", "gpt.h",     "safetensors.h", "data.h", "loader.h", "watch.h", "graph.h",
+    "compiler.h", "xla_sim.h",   "ops.def",  "comm.h",   "tensor.h", "tensor_impl.h", "vec.h",
+    "fmath.h"};
 #define NSOURCES (int)(sizeof sources / sizeof *sources)
 
 static int ident_char(int c) { return isalnum(c) || c == '_'; }
@@ -131,6 +133,14 @@ static void check_no_slots(const char *path, const char *text)
             return;
         }
     }
+    /* operands too are read by name (ops.def's NAME_IN_X), never as in[1] */
+    for (const char *p = text; (p = strstr(p, "in[")); p++) {
+        int word_start = p == text || !ident_char((unsigned char)p[-1]);
+        if (word_start && p[3] >= '0' && p[3] <= '9' && p[4] == ']') {
+            CHECK(0, "%s: an operand read by position: '%.12s'", path, p);
+            return;
+        }
+    }
 }
 
 void test_tour(void)
@@ -145,7 +155,8 @@ void test_tour(void)
         if (!src[i])
             continue;
         check_function_lengths(sources[i], src[i]);
-        if (!strcmp(sources[i], "graph.c") || !strcmp(sources[i], "xla_sim.c") ||
+        if (!strcmp(sources[i], "graph.c") || !strcmp(sources[i], "fuse.c") ||
+            !strcmp(sources[i], "lower.c") || !strcmp(sources[i], "xla_sim.c") ||
             !strcmp(sources[i], "gpt.c"))
             check_no_slots(sources[i], src[i]);
         free(src[i]);

@@ -1,0 +1,147 @@
+/* compiler.h: what the lazy compiler's files share (trace.c, fuse.c,
+ * plan.c, lower.c, dump.c, and graph.c, which calls it at a cut).
+ *
+ * The pipeline of a cut, file by file:
+ *
+ *   graph.c   run_pending: a cut (g_mark_step, or g_read of a pending value)
+ *   trace.c   trace_build -> key_build -> lookup: the cached program, or
+ *   lower.c   compile: the passes of fuse.c, then lower: the memory plan
+ *             of plan.c and the program of places (struct pinstr)
+ *   graph.c   bind_slots -> xs_run_replicated (xla_sim.c)
+ *   dump.c    the trace and program as text or DOT (GPT_SAVE_GRAPHS)
+ *
+ * One instruction at four levels (see graph.c's head comment): Node,
+ * struct tnode (here), struct pinstr and struct kinstr (xla_sim.h). */
+#ifndef COMPILER_H
+#define COMPILER_H
+#include <stdint.h>
+#include <stdio.h>
+#include "graph.h"
+
+/* ---- level 2: the traced node and its operand references ---- */
+
+/* Where a traced operand comes from: nothing, slot s (an external buffer,
+ * bound when the program runs), or output k of traced node i. */
+enum ref_kind { REF_NONE, REF_SLOT, REF_OUT };
+struct ref {
+    int kind; /* enum ref_kind */
+    int at;   /* REF_SLOT: the slot; REF_OUT: the traced node */
+    int out;  /* REF_OUT: which of the node's outputs */
+};
+
+static inline struct ref no_ref(void) { return (struct ref){REF_NONE, 0, 0}; }
+static inline struct ref slot_ref(int slot) { return (struct ref){REF_SLOT, slot, 0}; }
+static inline struct ref out_ref(int node, int out) { return (struct ref){REF_OUT, node, out}; }
+static inline int is_out(struct ref r) { return r.kind == REF_OUT; }
+
+static inline int same_ref(struct ref a, struct ref b)
+{
+    return a.kind == b.kind && a.at == b.at && a.out == b.out;
+}
+
+/* A node output's index in the tables kept per output (uses, forwarding,
+ * values): KMAX_OUT entries per traced node. */
+static inline long out_index(struct ref r) { return (long)r.at * KMAX_OUT + r.out; }
+
+struct tnode {
+    int op, nin, nout, dead;
+    union kattr attr;
+    struct ref in[KMAX_IN];
+    int rows[KMAX_OUT], cols[KMAX_OUT];
+};
+
+struct trace {
+    int n, nslots, nroots;
+    struct tnode *nodes; /* [n] in recording order, a topological order */
+    Tensor **slot;       /* [nslots] external buffers */
+    struct ref *roots;   /* [nroots] the values the host keeps */
+    Tensor **root_t;     /* [nroots] their tensors */
+};
+
+struct cache_entry {
+    uint64_t hash;
+    int64_t *key;
+    long keylen;
+    Program *prog;
+};
+
+/* Ops that write a buffer in place (Adam, the KV cache): always traced,
+ * never merged, never moved past. */
+static inline int side_effect(int op) { return op == KOP_ADAM || op == KOP_ATTENTION_STEP; }
+
+struct cache_entry;
+
+/* What the lazy compiler keeps from one cut to the next (Graph holds one). */
+struct compiler {
+    struct cache_entry *cache; /* [ncache] compiled programs, by structure */
+    int ncache, capcache;
+    struct compile_stats last; /* what the last new compile did */
+    struct plan_buf *plan;     /* [nplan] the last new program's buffers */
+    int nplan;
+    int kernels[KOP_COUNT];    /* the last new program's kernels of each op */
+    /* GPT_XLA_DEBUG's warnings: the counters after the warm-up steps */
+    long warm_compiles, warm_reads;
+    int warned_compiles, warned_reads;
+};
+
+/* calloc that exits on failure: the compiler's tables */
+void *xcalloc(size_t n, size_t size);
+
+/* ---- trace.c: the trace, its key, the cache ---- */
+
+/* The pending work of the record nodes[0..n_nodes) that the roots need,
+ * plus pending side effects; marks those nodes done. */
+void trace_build(Node *nodes, int n_nodes, int n_tensors, Tensor *const *roots, int nroots,
+                 struct trace *tr);
+void trace_free(struct trace *tr);
+/* The cached program for this trace's structure, compiled on a miss. */
+Program *get_program(struct compiler *cc, struct trace *tr, const char *why);
+void cache_free(struct compiler *cc);
+int debug_on(void); /* GPT_XLA_DEBUG */
+void check_rates(struct compiler *cc);
+
+/* ---- fuse.c: the passes, each over the whole trace ---- */
+
+void cse(struct trace *tr);
+void dce(struct trace *tr);
+void fuse_matmul(struct trace *tr);
+void fuse_adds(struct trace *tr);
+
+/* ---- plan.c: the memory plan ---- */
+
+/* A value the program keeps in its arena, and when it is alive. */
+struct value {
+    struct ref ref;  /* a node output, or the slot of a transferred input */
+    long bytes, off;
+    int first, last; /* instruction indices; inputs are born at -1 */
+    int id;          /* its index before the plan sorted the values */
+};
+
+/* What lowering works on: the surviving nodes in run order and the values
+ * they make and read. */
+struct emit {
+    const struct trace *tr;
+    int *order;            /* [nk] live node indices in run order */
+    int nk;
+    struct value *val;     /* [nval] */
+    int nval;
+    long *where;           /* [n*KMAX_OUT] value index of each node output */
+    long *slot_val;        /* [nslots] value index of a transferred input, or -1 */
+};
+
+void collect_values(struct emit *e);
+/* The value an operand reads, or -1 (none, or a slot bound in place). */
+long value_of(const struct emit *e, struct ref r);
+size_t place_values(struct value *v, int n);
+void check_hbm(const struct emit *e, const struct value *by_size, size_t arena);
+
+/* ---- lower.c: compile = passes + lowering ---- */
+
+Program *compile(struct compiler *cc, struct trace *tr);
+
+/* ---- dump.c ---- */
+
+/* The trace as text or DOT; with p, each node's kernel and memory plan. */
+void dump_trace(const struct trace *tr, FILE *f, int dot, const Program *p);
+
+#endif

@@ -1,0 +1,221 @@
+/* fuse.c: the compiler's passes over a trace, in the order compile()
+ * (lower.c) runs them: cse, dce, fuse_matmul, fuse_adds. A pass marks
+ * nodes dead and rewrites operands; none changes a bit of any result:
+ * every fusion keeps the order of floating-point operations. */
+#include "compiler.h"
+#include <stdlib.h>
+#include <string.h>
+
+static int same_node(const struct tnode *a, const struct tnode *b)
+{
+    return a->op == b->op && a->nin == b->nin && a->nout == b->nout &&
+           !memcmp(&a->attr, &b->attr, sizeof a->attr) && !memcmp(a->in, b->in, sizeof a->in);
+}
+
+/* r, or what CSE replaced it with. */
+static struct ref follow(const struct ref *fwd, struct ref r)
+{
+    return is_out(r) ? fwd[out_index(r)] : r;
+}
+
+/* Common subexpressions: a node equal to an earlier one (same op,
+ * attributes and operands) reuses the earlier one's outputs. */
+void cse(struct trace *tr)
+{
+    struct ref *fwd = xcalloc((size_t)tr->n * KMAX_OUT, sizeof *fwd);
+    for (int i = 0; i < tr->n; i++) {
+        struct tnode *t = &tr->nodes[i];
+        for (int k = 0; k < KMAX_IN; k++)
+            t->in[k] = follow(fwd, t->in[k]);
+        for (int k = 0; k < KMAX_OUT; k++)
+            fwd[out_index(out_ref(i, k))] = out_ref(i, k);
+        for (int j = 0; j < i && !side_effect(t->op); j++) {
+            if (!tr->nodes[j].dead && same_node(&tr->nodes[j], t)) {
+                for (int k = 0; k < KMAX_OUT; k++)
+                    fwd[out_index(out_ref(i, k))] = out_ref(j, k);
+                t->dead = 1;
+                break;
+            }
+        }
+    }
+    for (int r = 0; r < tr->nroots; r++)
+        tr->roots[r] = follow(fwd, tr->roots[r]);
+    free(fwd);
+}
+
+/* Consumers of every node output among live nodes (the roots not counted:
+ * see is_root). */
+static int *count_uses(const struct trace *tr)
+{
+    int *uses = xcalloc((size_t)tr->n * KMAX_OUT, sizeof(int));
+    for (int i = 0; i < tr->n; i++)
+        for (int k = 0; k < KMAX_IN && !tr->nodes[i].dead; k++)
+            if (is_out(tr->nodes[i].in[k]))
+                uses[out_index(tr->nodes[i].in[k])]++;
+    return uses;
+}
+
+/* A value the host reads after the run: it must stay a buffer of its own,
+ * so it is never fused into its consumer. */
+static int is_root(const struct trace *tr, struct ref r)
+{
+    for (int k = 0; k < tr->nroots; k++)
+        if (same_ref(tr->roots[k], r))
+            return 1;
+    return 0;
+}
+
+/* Dead code: nodes no root and no side effect depends on. */
+void dce(struct trace *tr)
+{
+    char *need = xcalloc((size_t)tr->n, 1);
+    for (int r = 0; r < tr->nroots; r++)
+        if (is_out(tr->roots[r]))
+            need[tr->roots[r].at] = 1;
+    for (int i = tr->n - 1; i >= 0; i--) {
+        struct tnode *t = &tr->nodes[i];
+        if (t->dead || !(need[i] || side_effect(t->op))) {
+            t->dead = 1;
+            continue;
+        }
+        for (int k = 0; k < KMAX_IN; k++)
+            if (is_out(t->in[k]))
+                need[t->in[k].at] = 1;
+    }
+    free(need);
+}
+
+/* The single consumer of node i's output 0 that may absorb it. */
+static int only_consumer(const struct trace *tr, int i)
+{
+    int *uses = count_uses(tr);
+    int one = uses[out_index(out_ref(i, 0))] == 1;
+    free(uses);
+    if (!one || is_root(tr, out_ref(i, 0)))
+        return -1;
+    for (int j = i + 1; j < tr->n; j++) {
+        if (tr->nodes[j].dead)
+            continue;
+        if (side_effect(tr->nodes[j].op))
+            return -1; /* never move a read past an in-place write */
+        for (int k = 0; k < KMAX_IN; k++)
+            if (same_ref(tr->nodes[j].in[k], out_ref(i, 0)))
+                return j;
+    }
+    return -1;
+}
+
+/* The consumer j takes over node i: j becomes op with i's operands and
+ * attributes, followed by j's other operands, and keeps j's outputs. */
+static void absorb(struct trace *tr, int i, int j, int op)
+{
+    struct tnode *src = &tr->nodes[i], *dst = &tr->nodes[j];
+    struct ref extra[KMAX_IN];
+    int ne = 0;
+    for (int k = 0; k < dst->nin; k++)
+        if (!same_ref(dst->in[k], out_ref(i, 0)))
+            extra[ne++] = dst->in[k];
+    int nin = src->nin;
+    struct ref in[KMAX_IN];
+    memcpy(in, src->in, sizeof in);
+    for (int k = 0; k < ne; k++)
+        in[nin++] = extra[k];
+    memcpy(dst->in, in, sizeof in);
+    dst->nin = nin;
+    dst->op = op;
+    dst->attr = src->attr;
+    src->dead = 1;
+}
+
+/* Fuses matmul node i into its consumer, if it can: 1 when it did. The
+ * consumer becomes a matmul_ex: a ReLU only onto a plain matmul, and at
+ * most two residual adds (R1, R2), after any ReLU. */
+static int fuse_matmul_into_consumer(struct trace *tr, int i)
+{
+    struct tnode *t = &tr->nodes[i];
+    int j = only_consumer(tr, i);
+    if (j < 0)
+        return 0;
+    struct tnode *c = &tr->nodes[j];
+    int relu = t->op == KOP_MATMUL_EX && t->attr.matmul.relu;
+    int residuals = t->op == KOP_MATMUL_EX ? t->nin - MATMUL_EX_IN_R1 : 0;
+    if (c->op == KOP_RELU && !residuals && !relu) {
+        absorb(tr, i, j, KOP_MATMUL_EX);
+        c->attr.matmul.relu = 1;
+        c->nin = MATMUL_NIN;
+        return 1;
+    }
+    if (c->op == KOP_ADD && !relu && residuals < 2 &&
+        !same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B])) {
+        if (t->op == KOP_MATMUL)
+            t->nin = MATMUL_NIN; /* BIAS stays in its place, even when absent */
+        absorb(tr, i, j, KOP_MATMUL_EX);
+        return 1;
+    }
+    return 0;
+}
+
+/* The earliest matmul that can fuse does: 1 when one did. */
+static int fuse_first_matmul(struct trace *tr)
+{
+    for (int i = 0; i < tr->n; i++) {
+        const struct tnode *t = &tr->nodes[i];
+        if (!t->dead && (t->op == KOP_MATMUL || t->op == KOP_MATMUL_EX) &&
+            fuse_matmul_into_consumer(tr, i))
+            return 1;
+    }
+    return 0;
+}
+
+/* Epilogues folded into a matmul: ReLU, and residual adds. Both are exact:
+ * the kernel computes the same matmul and then the same additions in the
+ * same order (a + b == b + a in IEEE arithmetic). One fusion at a time,
+ * the earliest first, until none is left: a fused node may fuse again, and
+ * when two matmuls feed one add the earlier one takes it. */
+void fuse_matmul(struct trace *tr)
+{
+    while (fuse_first_matmul(tr))
+        ;
+}
+
+/* Fuses add (or add_n) node i into the add that consumes it: 1 when it
+ * did. The consumer becomes add_n with i's operands first, so the sum
+ * keeps its order; an add whose second operand is i is swapped first
+ * (exact, as addition commutes). */
+static int fuse_add_into_consumer(struct trace *tr, int i)
+{
+    const struct tnode *t = &tr->nodes[i];
+    int j = only_consumer(tr, i);
+    if (j < 0 || tr->nodes[j].op != KOP_ADD || t->nin >= KMAX_IN)
+        return 0;
+    struct tnode *c = &tr->nodes[j];
+    if (same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B]))
+        return 0;
+    if (same_ref(c->in[ADD_IN_B], out_ref(i, 0))) {
+        c->in[ADD_IN_B] = c->in[ADD_IN_A];
+        c->in[ADD_IN_A] = out_ref(i, 0);
+    }
+    absorb(tr, i, j, KOP_ADD_N);
+    return 1;
+}
+
+/* The earliest add that can fuse does: 1 when one did. */
+static int fuse_first_add(struct trace *tr)
+{
+    for (int i = 0; i < tr->n; i++) {
+        const struct tnode *t = &tr->nodes[i];
+        if (!t->dead && (t->op == KOP_ADD || t->op == KOP_ADD_N) &&
+            fuse_add_into_consumer(tr, i))
+            return 1;
+    }
+    return 0;
+}
+
+/* Chains of adds become one pass over memory (add_n). Only a left-leaning
+ * chain keeps the order of additions; one fusion at a time, the earliest
+ * first, as fuse_matmul. */
+void fuse_adds(struct trace *tr)
+{
+    while (fuse_first_add(tr))
+        ;
+}

@@ -1,0 +1,167 @@
+/* plan.c: the memory plan. Every value a program keeps in its arena (a
+ * node's output, or an input copied in) lives from the instruction that
+ * makes it to the last that reads it; values alive at the same time get
+ * disjoint offsets of one arena. In order: collect_values (each value
+ * and when it lives), place_values (its offset), check_hbm (the arena and
+ * the resident buffers fit a core). lower.c calls them. */
+#include "compiler.h"
+#include <stdlib.h>
+#include <string.h>
+
+static long value_bytes(long rows, long cols) { return (rows * cols * 4 + 63) & ~63L; }
+
+static void add_value(struct emit *e, struct ref ref, long bytes, int first)
+{
+    struct value *v = &e->val[e->nval];
+    *v = (struct value){.ref = ref, .bytes = bytes, .first = first, .last = first,
+                        .id = e->nval};
+    if (ref.kind == REF_SLOT)
+        e->slot_val[ref.at] = e->nval;
+    else
+        e->where[out_index(ref)] = e->nval;
+    e->nval++;
+}
+
+/* The value an operand reads, or -1 (none, or a slot bound in place). */
+long value_of(const struct emit *e, struct ref r)
+{
+    return r.kind == REF_NONE ? -1 : r.kind == REF_SLOT ? e->slot_val[r.at]
+                                                        : e->where[out_index(r)];
+}
+
+/* The device runs a stretch of consecutive all-reduces as one collective,
+ * all at once; so within it no buffer may be reused: every operand lives
+ * from the stretch's first instruction to its last. */
+static void widen_collectives(struct emit *e)
+{
+    for (int k0 = 0; k0 < e->nk;) {
+        int k1 = k0;
+        while (k1 < e->nk && e->tr->nodes[e->order[k1]].op == KOP_ALL_REDUCE)
+            k1++;
+        for (int i = 0; k1 > k0 && i < e->nval; i++) {
+            struct value *v = &e->val[i];
+            if (v->first >= k0 && v->first < k1)
+                v->first = k0;
+            if (v->last >= k0 && v->last < k1)
+                v->last = k1 - 1;
+        }
+        k0 = k1 > k0 ? k1 : k0 + 1;
+    }
+}
+
+void collect_values(struct emit *e)
+{
+    const struct trace *tr = e->tr;
+    for (int s = 0; s < tr->nslots; s++) {
+        e->slot_val[s] = -1;
+        if (tr->slot[s]->kind == TK_INPUT)
+            add_value(e, slot_ref(s), value_bytes(tr->slot[s]->rows, tr->slot[s]->cols), -1);
+    }
+    for (int k = 0; k < e->nk; k++) {
+        const struct tnode *t = &tr->nodes[e->order[k]];
+        for (int o = 0; o < t->nout; o++)
+            add_value(e, out_ref(e->order[k], o), value_bytes(t->rows[o], t->cols[o]), k);
+        for (int i = 0; i < KMAX_IN; i++) {
+            long vi = value_of(e, t->in[i]);
+            if (vi >= 0)
+                e->val[vi].last = k;
+        }
+    }
+    for (int r = 0; r < tr->nroots; r++)
+        if (is_out(tr->roots[r]))
+            e->val[value_of(e, tr->roots[r])].last = e->nk; /* read after the run */
+    widen_collectives(e);
+}
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const struct value *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return x->first - y->first;
+}
+
+/* The lowest offset for v[i] that overlaps none of v[0..i), the values
+ * already placed, that is alive at the same time as v[i]: start at 0 and
+ * step past every such value in the way until none is. */
+static long lowest_free_offset(const struct value *v, int i)
+{
+    long off = 0;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int j = 0; j < i; j++) {
+            int alive = v[j].first <= v[i].last && v[i].first <= v[j].last;
+            int clash = off < v[j].off + v[j].bytes && v[j].off < off + v[i].bytes;
+            if (alive && clash) {
+                off = v[j].off + v[j].bytes;
+                moved = 1;
+            }
+        }
+    }
+    return off;
+}
+
+/* Greedy best-known heuristic: biggest values first, each at the lowest
+ * free offset. Sorts v; returns the arena's size. */
+size_t place_values(struct value *v, int n)
+{
+    size_t high = 0;
+    qsort(v, (size_t)n, sizeof *v, by_size_desc);
+    for (int i = 0; i < n; i++) {
+        v[i].off = lowest_free_offset(v, i);
+        if ((size_t)(v[i].off + v[i].bytes) > high)
+            high = (size_t)(v[i].off + v[i].bytes);
+    }
+    return high;
+}
+
+static void fmt_bytes(char *buf, size_t n, double b)
+{
+    if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, n, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024)
+        snprintf(buf, n, "%.1f MiB", b / (1024.0 * 1024));
+    else
+        snprintf(buf, n, "%.1f KiB", b / 1024.0);
+}
+
+/* "op f32[r,c] 1.5 MiB" for a value of the plan. */
+static void value_name(char *buf, size_t n, const struct emit *e, const struct value *v)
+{
+    char sz[32];
+    fmt_bytes(sz, sizeof sz, (double)v->bytes);
+    if (v->ref.kind == REF_SLOT) {
+        const Tensor *t = e->tr->slot[v->ref.at];
+        snprintf(buf, n, "input %s[%d,%d] %s", t->dtype == DT_I32 ? "s32" : "f32", t->rows,
+                 t->cols, sz);
+        return;
+    }
+    const struct tnode *t = &e->tr->nodes[v->ref.at];
+    snprintf(buf, n, "%s f32[%d,%d] %s", kop_name(t->op), t->rows[v->ref.out],
+             t->cols[v->ref.out], sz);
+}
+
+/* XLA refuses at compile time a program whose buffers do not fit a core's
+ * HBM; so do we, naming the biggest buffers as its RESOURCE_EXHAUSTED
+ * error does. Resident buffers (weights, optimizer state) count too. */
+void check_hbm(const struct emit *e, const struct value *by_size, size_t arena)
+{
+    size_t resident = 0, hbm = xs_hbm();
+    for (int s = 0; s < e->tr->nslots; s++)
+        if (e->tr->slot[s]->kind != TK_INPUT)
+            resident += (size_t)e->tr->slot[s]->numel * 4;
+    if (!hbm || arena + resident <= hbm)
+        return;
+    char need[32], a[32], r[32], have[32], big[3][96] = {"", "", ""};
+    fmt_bytes(need, sizeof need, (double)(arena + resident));
+    fmt_bytes(a, sizeof a, (double)arena);
+    fmt_bytes(r, sizeof r, (double)resident);
+    fmt_bytes(have, sizeof have, (double)hbm);
+    for (int i = 0; i < 3 && i < e->nval; i++)
+        value_name(big[i], sizeof big[i], e, &by_size[i]);
+    fprintf(stderr, "gpt: RESOURCE_EXHAUSTED: compiling a program of %d kernels: it needs "
+            "%s of HBM per core (%s arena + %s weights and state), %s has %s per core "
+            "(--hbm); largest buffers: %s; %s; %s\n", e->nk, need, a, r,
+            xs_device_name(), have, big[0], big[1], big[2]);
+    exit(1);
+}
