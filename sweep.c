@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "watch.h"
 
 #define MAX_RUNS 256
