@@ -9,9 +9,13 @@
 #include "test.h"
 
 static const char *const sources[] = {
-    "gpt.c",   "safetensors.c", "data.c",   "loader.c", "watch.c", "graph.c", "xla_sim.c", "comm.c",
-    "tensor.c", "tensor_ref.c", "gpt.h", "safetensors.h", "data.h", "loader.h", "watch.h", "graph.h",
-    "xla_sim.h", "comm.h", "tensor.h", "tensor_impl.h", "vec.h", "fmath.h"};
+    "gpt.c",      "ckpt.c",    "train.c",   "flags.c",    "text.c",     "pod.c",
+    "rundir.c",   "commands.c", "sweep.c",  "rng.c",      "util.c",     "safetensors.c",
+    "data.c",     "loader.c",  "watch.c",   "graph.c",    "xla_sim.c",  "comm.c",
+    "tensor.c",   "tensor_ref.c", "gpt.h",  "commands.h", "flags.h",    "text.h",
+    "pod.h",      "rundir.h",  "rng.h",     "util.h",     "safetensors.h", "data.h",
+    "loader.h",   "watch.h",   "graph.h",   "xla_sim.h",  "comm.h",     "tensor.h",
+    "tensor_impl.h", "vec.h",  "fmath.h"};
 #define NSOURCES (int)(sizeof sources / sizeof *sources)
 
 static int ident_char(int c) { return isalnum(c) || c == '_'; }
