@@ -318,7 +318,8 @@ static void adam_update(Model *m, Graph *g, Tensor **leaf, Tensor **grad, float 
     Tensor *t = g_leaf(g, TK_STATE, DT_I32, &m->t, 1, 1);
     Tensor *rate = g_leaf(g, TK_INPUT, DT_F32, &m->lr, 1, 1); /* data, so a schedule never recompiles */
     for (int i = 0; i < m->np; i++) {
-        Tensor *mm = moment_leaf(m, g, REPLICA_M, &m->p[i]); /* rows x cols, as the parameter */
+        /* rows x cols, as the parameter */
+        Tensor *mm = moment_leaf(m, g, REPLICA_M, &m->p[i]);
         Tensor *vv = moment_leaf(m, g, REPLICA_V, &m->p[i]);
         g_adam(g, leaf[i], grad[i], mm, vv, t, rate, 0.9f, 0.999f, 1e-8f);
     }
@@ -647,7 +648,6 @@ void batch_finish(Batch *b)
         }
     }
 }
-
 
 /* ==== main ====
  * Left out of the tests (GPT_NO_MAIN), which link everything else. */

@@ -1,5 +1,5 @@
-/* gpt.h: what tests need from gpt.c: the model, its training step, the
- * sampler and its checkpoints (in the format of safetensors.h). */
+/* gpt.h: the model (gpt.c): its parameters, training step and sampler,
+ * and its checkpoints (ckpt.c, in the format of safetensors.h). */
 #ifndef GPT_H
 #define GPT_H
 #include <stddef.h>

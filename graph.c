@@ -42,6 +42,7 @@
  * arenas that g_reset rewinds, so a training step calls malloc only while
  * the arenas are still growing in the first step. */
 #include "graph.h"
+#include "util.h"
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -790,16 +791,6 @@ struct cache_entry {
 
 static int side_effect(int op) { return op == KOP_ADAM || op == KOP_ATTENTION_STEP; }
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) {
-        fprintf(stderr, "gpt: out of memory (compiler)\n");
-        exit(1);
-    }
-    return p;
-}
-
 /* ---- gathering the trace ---- */
 
 static void mark_live(const Graph *g, char *live, int i)
@@ -1338,13 +1329,6 @@ static Program *emit_program(struct emit *e, const long *off_of, size_t arena)
 
 /* ---- compile ---- */
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 static void record_plan(struct compiler *cc, const struct value *v, int n)
 {
     free(cc->plan);
@@ -1471,7 +1455,7 @@ static void save_graph(const struct compiler *cc, const struct trace *tr, const 
 /* The passes, in order, then lowering. */
 static Program *compile(struct compiler *cc, struct trace *tr)
 {
-    double t0 = seconds_now();
+    double t0 = now_seconds();
     cc->last.nodes = tr->n;
     save_graph(cc, tr, "before", NULL);
     cse(tr);
@@ -1479,7 +1463,7 @@ static Program *compile(struct compiler *cc, struct trace *tr)
     fuse_matmul(tr);
     fuse_adds(tr);
     Program *p = lower(cc, tr);
-    cc->last.ms = (seconds_now() - t0) * 1e3;
+    cc->last.ms = (now_seconds() - t0) * 1e3;
     save_graph(cc, tr, "after", p);
     return p;
 }

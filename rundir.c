@@ -1,5 +1,5 @@
-/* rundir.c: a run's directory (--out): its checkpoints ckpt-<step>.safetensors
- * found, pruned and named. */
+/* rundir.c: a run's directory (--out): its checkpoints,
+ * ckpt-<step>.safetensors, found, pruned and named. */
 #include "rundir.h"
 #include "pod.h"
 #include <dirent.h>

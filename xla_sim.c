@@ -3,6 +3,7 @@
  * decides how a single instruction becomes a tensor.c call. */
 #include "xla_sim.h"
 #include "comm.h"
+#include "util.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -330,13 +331,6 @@ static int prof_on;
 
 void xs_profile_enable(int on) { prof_on = on; }
 void xs_profile_reset(void) { memset(prof, 0, sizeof prof); }
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 /* ---- the timeline (--profile): Chrome trace events ----
  * One track per simulated core and one for the host (compiles, transfers,
