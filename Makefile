@@ -8,10 +8,12 @@ CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -ffp-contract=off
 OMP     := -fopenmp
 LDLIBS  := -lm
-SRC     := gpt.c sweep.c safetensors.c data.c loader.c watch.c graph.c trace.c fuse.c plan.c lower.c \
-           dump.c xla_sim.c comm.c tensor_ref.c
-HDR     := gpt.h safetensors.h data.h loader.h watch.h graph.h compiler.h xla_sim.h ops.def comm.h \
-           tensor.h tensor_impl.h vec.h fmath.h
+SRC     := gpt.c ckpt.c train.c flags.c text.c pod.c rundir.c commands.c sweep.c rng.c util.c \
+           safetensors.c data.c loader.c watch.c graph.c trace.c fuse.c plan.c lower.c dump.c \
+           xla_sim.c comm.c tensor_ref.c
+HDR     := gpt.h commands.h flags.h text.h pod.h rundir.h rng.h util.h safetensors.h data.h \
+           loader.h watch.h graph.h compiler.h xla_sim.h ops.def comm.h tensor.h tensor_impl.h \
+           vec.h fmath.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "graph.h"
+#include "util.h"
 
 /* ---- level 2: the traced node and its operand references ---- */
 
@@ -84,8 +85,6 @@ struct compiler {
     int warned_compiles, warned_reads;
 };
 
-/* calloc that exits on failure: the compiler's tables */
-void *xcalloc(size_t n, size_t size);
 
 /* ---- trace.c: the trace, its key, the cache ---- */
 

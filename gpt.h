@@ -1,11 +1,12 @@
-/* gpt.h: what tests need from gpt.c: the model, its training step, the
- * sampler and its checkpoints (in the format of safetensors.h). */
+/* gpt.h: the model (gpt.c): its parameters, training step and sampler,
+ * and its checkpoints (ckpt.c, in the format of safetensors.h). */
 #ifndef GPT_H
 #define GPT_H
 #include <stddef.h>
 #include <stdint.h>
 #include "graph.h"
 #include "safetensors.h"
+#include "rng.h"
 
 #define GPT_VERSION "1.0.0"
 #define GPT_STR_(x) #x
@@ -54,16 +55,8 @@ typedef struct Model {
     uint64_t seed;      /* the run's seed, from model_init: dropout's keys */
     int32_t drop_key[2]; /* the recorded step's dropout key (its leaf reads it) */
     int ncores;         /* simulated cores holding a replica (w, m, v: core 0's) */
-    float *rep;         /* [ncores-1][3][nw]: the other cores' w, m, v */
+    float *rep;         /* [ncores-1][REPLICA_BLOCKS][nw]: the other cores' w, m, v */
 } Model;
-
-/* 64-bit xoshiro256** state; streams are split by seeding. */
-typedef struct Rng {
-    uint64_t s[4];
-} Rng;
-void rng_seed(Rng *r, uint64_t seed, uint64_t stream);
-uint64_t rng_next(Rng *r);
-float rng_float(Rng *r); /* [0,1) */
 
 /* Builds the parameter table and draws PyTorch-style initial weights. */
 int model_init(Model *m, const Config *c, uint64_t seed);
@@ -71,7 +64,8 @@ void model_free(Model *m);
 float *model_param(Model *m, const char *name); /* NULL if no such */
 /* Replicates core 0's weights and Adam state on n cores (n >= 1). */
 void model_set_cores(Model *m, int n);
-/* Core c's weights (which 0), Adam m (1) or v (2): [nw]. */
+/* Core c's weights, Adam m or v (which: enum replica_block): [nw]. */
+enum replica_block { REPLICA_W = 0, REPLICA_M = 1, REPLICA_V = 2, REPLICA_BLOCKS = 3 };
 float *model_replica(const Model *m, int core, int which);
 
 /* Token windows, their positions and next-byte targets. */
@@ -119,10 +113,7 @@ void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, i
 void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
                           const SampleOpts *o, Rng *r);
 
-/* gpt sweep (sweep.c): a grid of training runs at once. */
-int cmd_sweep(int argc, char **argv);
-
-/* Checkpoints: the reference's state_dict names plus _gpt.* training state. */
+/* Checkpoints (ckpt.c): the reference's state_dict names plus _gpt.* training state. */
 int ckpt_save(const Model *m, const char *path, const char *const *mkey,
               const char *const *mval, int nmeta, char *err, size_t elen);
 /* The config a file describes (metadata, else tensor shapes; heads then
@@ -130,7 +121,7 @@ int ckpt_save(const Model *m, const char *path, const char *const *mkey,
 int ckpt_config(const StFile *f, Config *c, int heads);
 /* Loads weights (and, when with_state, Adam state) for m's config. */
 /* The model's tensors (weights, buffers, Adam state) into a writer, for a
- * caller that adds tensors of its own (gpt.c's data loader state). */
+ * caller that adds tensors of its own (train.c's data loader state). */
 void ckpt_put(StWriter *w, const Model *m);
 int ckpt_load_weights(Model *m, const StFile *f, int with_state, char *err, size_t elen);
 

@@ -11,6 +11,7 @@
  * steps made ahead on a copy, newest first; this costs a step a few bytes
  * a window, however large the buffer. */
 #include "loader.h"
+#include "util.h"
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -363,16 +364,9 @@ static void *loader_main(void *arg)
     }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 const unsigned char *loader_next(Loader *l, double *waited, char *err, size_t elen)
 {
-    double t0 = now_s();
+    double t0 = now_seconds();
     pthread_mutex_lock(&l->mu);
     if (l->taken > 0) /* the previous step's slot is free again */
         l->slot[(l->taken - 1) % SLOTS].ready = 0;
@@ -382,7 +376,7 @@ const unsigned char *loader_next(Loader *l, double *waited, char *err, size_t el
     l->taken++;
     pthread_mutex_unlock(&l->mu);
     if (waited)
-        *waited = now_s() - t0;
+        *waited = now_seconds() - t0;
     /* now the thread may make the next step; woken only after the clock
      * stopped, since on a busy machine the wake-up may run it in our place */
     pthread_cond_broadcast(&l->cv);
@@ -467,16 +461,6 @@ StreamStats loader_stats(Loader *l, int i)
 }
 
 /* ---- starting and stopping ---- */
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) {
-        fputs("gpt: out of memory\n", stderr);
-        exit(1);
-    }
-    return p;
-}
 
 static void free_all(Loader *l)
 {

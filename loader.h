@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "data.h"
-#include "gpt.h" /* Rng */
+#include "rng.h"
 
 #define LOADER_MAX_STREAMS 64
 

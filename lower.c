@@ -53,13 +53,6 @@ static Program *emit_program(struct emit *e, const long *off_of, size_t arena)
 
 /* ---- compile ---- */
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 static void record_plan(struct compiler *cc, const struct value *v, int n)
 {
     free(cc->plan);
@@ -134,7 +127,7 @@ static void save_graph(const struct compiler *cc, const struct trace *tr, const 
 /* The passes, in order, then lowering. */
 Program *compile(struct compiler *cc, struct trace *tr)
 {
-    double t0 = seconds_now();
+    double t0 = now_seconds();
     cc->last.nodes = tr->n;
     save_graph(cc, tr, "before", NULL);
     cse(tr);
@@ -142,7 +135,7 @@ Program *compile(struct compiler *cc, struct trace *tr)
     fuse_matmul(tr);
     fuse_adds(tr);
     Program *p = lower(cc, tr);
-    cc->last.ms = (seconds_now() - t0) * 1e3;
+    cc->last.ms = (now_seconds() - t0) * 1e3;
     save_graph(cc, tr, "after", p);
     return p;
 }

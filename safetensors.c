@@ -6,6 +6,7 @@
  * data. Everything a hostile file could lie about is checked: lengths,
  * nesting, number ranges, offsets, overlaps, holes and duplicate names. */
 #include "safetensors.h"
+#include "util.h"
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +17,7 @@
 #include <unistd.h>
 
 /* Out of memory is the one error this file does not report to its caller:
- * one line on stderr and exit 1, as everywhere in gpt. */
+ * one line on stderr and exit 1, as everywhere in gpt (util.h's xcalloc). */
 static _Noreturn void out_of_memory(const char *fmt, ...)
 {
     va_list ap;
@@ -26,14 +27,6 @@ static _Noreturn void out_of_memory(const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     exit(1);
-}
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p)
-        out_of_memory("out of memory (%zu x %zu bytes)", n, size);
-    return p;
 }
 
 /* ---- reading ---- */

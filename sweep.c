@@ -26,10 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
+#include "util.h"
 #include "watch.h"
 
 #define MAX_RUNS 256
 #define MAX_ARGS 128
+#define MAX_AXES 16 /* swept flags */
 
 /* One run of the grid. */
 struct run {
@@ -52,13 +55,6 @@ struct progress {
 
 static volatile sig_atomic_t stop_signal;
 static void on_stop(int sig) { stop_signal = sig; }
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static int usage_error(const char *fmt, const char *what)
 {
@@ -126,7 +122,7 @@ static void print_table(const struct run *r, int n, int final)
            "ms/step", "wall s");
     for (int i = 0; i < n; i++) {
         struct progress p = read_progress(r[i].dir);
-        double wall = r[i].state == 1 ? now_s() - r[i].t0 : r[i].wall;
+        double wall = r[i].state == 1 ? now_seconds() - r[i].t0 : r[i].wall;
         printf("%-34s %-8s %9d %10.4f %8.4f %9.2f %9.0f\n", r[i].name, state_name[r[i].state],
                p.step, p.test_loss, p.test_loss / log(2.0), p.ms, wall);
     }
@@ -188,7 +184,7 @@ static int start_run(struct run *r, int threads, int user_threads)
     close(fd);
     r->pid = pid;
     r->state = 1;
-    r->t0 = now_s();
+    r->t0 = now_seconds();
     return 0;
 }
 
@@ -223,11 +219,22 @@ static void help(void)
            "A flag without a value (--no-mlp) is swept as 0,1: without it and with it.\n");
 }
 
-int cmd_sweep(int argc, char **argv)
+/* A sweep: its flags, its grid of runs and, while they run, the count. */
+struct sweep {
+    const char *out, *tpu;
+    const char *fixed[MAX_ARGS];                 /* flags every run gets */
+    const char *axis_flag[MAX_AXES], *axis_val[MAX_AXES]; /* swept: "--lr", "3e-4,1e-3" */
+    int nfixed, naxes, every, user_threads;
+    int n, parallel, threads;                    /* runs, at once, threads each */
+    struct run runs[MAX_RUNS];
+    char values[MAX_RUNS][MAX_AXES][64];         /* run i's value on axis a */
+    int running, next, failed, forwarded;
+};
+
+/* Reads the sweep's own flags and sorts gpt train's into fixed and swept.
+ * Returns -1 to go on, else the exit code (0 after --help). */
+static int parse_sweep(struct sweep *sw, int argc, char **argv)
 {
-    const char *out = "sweep", *tpu = NULL, *fixed[MAX_ARGS], *axis_flag[16], *axis_val[16];
-    int nfixed = 0, naxes = 0, every = 30, user_threads = 0;
-    static struct run runs[MAX_RUNS];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -245,162 +252,216 @@ int cmd_sweep(int argc, char **argv)
             if (!has_value)
                 return usage_error("%s needs a value", a);
             if (!strcmp(a, "--out"))
-                out = v;
+                sw->out = v;
             else if (!strcmp(a, "--tpu"))
-                tpu = v;
-            else if ((every = atoi(v)) < 1)
+                sw->tpu = v;
+            else if ((sw->every = atoi(v)) < 1)
                 return usage_error("--every must be a whole number of seconds >= 1, got '%s'", v);
             i++;
         } else if (has_value && strchr(v, ',')) {
-            if (naxes == 16)
+            if (sw->naxes == MAX_AXES)
                 return usage_error("more than 16 swept flags (at %s)", a);
-            axis_flag[naxes] = a, axis_val[naxes++] = v;
+            sw->axis_flag[sw->naxes] = a, sw->axis_val[sw->naxes++] = v;
             i++;
         } else {
-            if (nfixed + 2 > MAX_ARGS / 2)
+            if (sw->nfixed + 2 > MAX_ARGS / 2)
                 return usage_error("too many flags (at %s)", a);
-            user_threads |= !strcmp(a, "--threads");
-            fixed[nfixed++] = a;
+            sw->user_threads |= !strcmp(a, "--threads");
+            sw->fixed[sw->nfixed++] = a;
             if (has_value)
-                fixed[nfixed++] = argv[++i];
+                sw->fixed[sw->nfixed++] = argv[++i];
         }
     }
-    int parallel = 0;
-    if (tpu && (parallel = board_devices(tpu)) < 0)
-        return usage_error("--tpu must be v2-8, v3-8, v4-8, v5e-8, v5p-8 or v6e-8, got '%s'", tpu);
+    if (sw->tpu && (sw->parallel = board_devices(sw->tpu)) < 0)
+        return usage_error("--tpu must be v2-8, v3-8, v4-8, v5e-8, v5p-8 or v6e-8, got '%s'",
+                           sw->tpu);
+    return -1;
+}
 
-    /* the grid: the cartesian product of the axes, first axis slowest */
-    int n = 1, count[16];
-    for (int a = 0; a < naxes; a++) {
+/* Run i's value on each axis: i's digits in the mixed radix of the axes'
+ * counts, the last axis fastest. Returns 0 or the exit code. */
+static int pick_values(struct sweep *sw, int i, const int *count)
+{
+    int rest = i;
+    for (int a = sw->naxes - 1; a >= 0; a--) {
+        int pick = rest % count[a];
+        rest /= count[a];
+        const char *c = sw->axis_val[a];
+        for (int k = 0; k < pick; k++)
+            c = strchr(c, ',') + 1;
+        size_t len = strcspn(c, ",");
+        if (len == 0 || len >= sizeof sw->values[i][a])
+            return usage_error("%s has an empty or overlong value in its list", sw->axis_flag[a]);
+        memcpy(sw->values[i][a], c, len);
+        sw->values[i][a][len] = 0;
+    }
+    return 0;
+}
+
+/* Run i's gpt train arguments, name, directory and steps. Returns 0 or
+ * the exit code. */
+static int make_run(struct sweep *sw, int i)
+{
+    struct run *r = &sw->runs[i];
+    int used = 0;
+    r->steps = 50000;
+    for (int k = 0; k < sw->nfixed; k++) {
+        r->arg[r->narg++] = sw->fixed[k];
+        if (!strcmp(sw->fixed[k], "--steps") && k + 1 < sw->nfixed)
+            r->steps = atoi(sw->fixed[k + 1]);
+    }
+    for (int a = 0; a < sw->naxes; a++) {
+        const char *flag = sw->axis_flag[a], *value = sw->values[i][a];
+        if (is_switch(flag)) { /* --no-mlp 0,1: without it, with it */
+            if (strcmp(value, "0") && strcmp(value, "1"))
+                return usage_error("%s takes the values 0 and 1 in a sweep", flag);
+            if (!strcmp(value, "1"))
+                r->arg[r->narg++] = flag;
+        } else {
+            r->arg[r->narg++] = flag;
+            r->arg[r->narg++] = value;
+        }
+        used += snprintf(r->name + used, sizeof r->name - (size_t)used, "%s%s=%s",
+                         a ? "," : "", flag + 2, value);
+        if (!strcmp(flag, "--steps"))
+            r->steps = atoi(value);
+    }
+    if (!sw->naxes)
+        snprintf(r->name, sizeof r->name, "run");
+    char name[sizeof r->name]; /* a copy: snprintf may not read what it writes beside */
+    memcpy(name, r->name, sizeof name);
+    snprintf(r->dir, sizeof r->dir, "%.3000s/%s", sw->out, name);
+    return 0;
+}
+
+/* The grid: the cartesian product of the axes, first axis slowest.
+ * Returns 0 or the exit code. */
+static int make_grid(struct sweep *sw)
+{
+    int count[MAX_AXES], rc;
+    sw->n = 1;
+    for (int a = 0; a < sw->naxes; a++) {
         count[a] = 1;
-        for (const char *c = axis_val[a]; *c; c++)
+        for (const char *c = sw->axis_val[a]; *c; c++)
             count[a] += *c == ',';
-        n *= count[a];
-        if (n > MAX_RUNS)
+        sw->n *= count[a];
+        if (sw->n > MAX_RUNS)
             return usage_error("the grid has more than %s runs", "256");
     }
-    static char values[MAX_RUNS][16][64];
-    for (int i = 0; i < n; i++) {
-        struct run *r = &runs[i];
-        int rest = i, used = 0;
-        r->steps = 50000;
-        for (int k = 0; k < nfixed; k++) {
-            r->arg[r->narg++] = fixed[k];
-            if (!strcmp(fixed[k], "--steps") && k + 1 < nfixed)
-                r->steps = atoi(fixed[k + 1]);
-        }
-        for (int a = naxes - 1; a >= 0; a--) { /* digit a of i in the mixed radix */
-            int pick = rest % count[a];
-            rest /= count[a];
-            const char *c = axis_val[a];
-            for (int k = 0; k < pick; k++)
-                c = strchr(c, ',') + 1;
-            size_t len = strcspn(c, ",");
-            if (len == 0 || len >= sizeof values[i][a])
-                return usage_error("%s has an empty or overlong value in its list", axis_flag[a]);
-            memcpy(values[i][a], c, len);
-            values[i][a][len] = 0;
-        }
-        for (int a = 0; a < naxes; a++) {
-            if (is_switch(axis_flag[a])) { /* --no-mlp 0,1: without it, with it */
-                if (strcmp(values[i][a], "0") && strcmp(values[i][a], "1"))
-                    return usage_error("%s takes the values 0 and 1 in a sweep", axis_flag[a]);
-                if (!strcmp(values[i][a], "1"))
-                    r->arg[r->narg++] = axis_flag[a];
-            } else {
-                r->arg[r->narg++] = axis_flag[a];
-                r->arg[r->narg++] = values[i][a];
-            }
-            used += snprintf(r->name + used, sizeof r->name - (size_t)used, "%s%s=%s",
-                             a ? "," : "", axis_flag[a] + 2, values[i][a]);
-            if (!strcmp(axis_flag[a], "--steps"))
-                r->steps = atoi(values[i][a]);
-        }
-        if (!naxes)
-            snprintf(r->name, sizeof r->name, "run");
-        char name[sizeof r->name]; /* a copy: snprintf may not read what it writes beside */
-        memcpy(name, r->name, sizeof name);
-        snprintf(r->dir, sizeof r->dir, "%.3000s/%s", out, name);
-    }
-    if (!parallel || parallel > n)
-        parallel = n;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores / parallel > 1 ? (int)(cores / parallel) : 1;
-    if (mkdir(out, 0755) && errno != EEXIST) {
-        fprintf(stderr, "gpt: %s: cannot create the sweep's directory (%s)\n", out,
-                strerror(errno));
-        return 1;
-    }
-    printf("gpt sweep: %d run%s in %s, %d at once%s, %d thread%s each\n", n, n > 1 ? "s" : "",
-           out, parallel, tpu ? " (one per device of the board)" : "", threads,
-           threads > 1 ? "s" : "");
-    fflush(stdout);
+    for (int i = 0; i < sw->n; i++)
+        if ((rc = pick_values(sw, i, count)) || (rc = make_run(sw, i)))
+            return rc;
+    return 0;
+}
 
+/* Starts runs while there is room; a run finished before is kept. */
+static void start_runs(struct sweep *sw)
+{
+    while (sw->running < sw->parallel && sw->next < sw->n && !stop_signal) {
+        struct run *r = &sw->runs[sw->next++];
+        if (newest_ckpt(r->dir) >= r->steps) {
+            r->state = 2; /* finished before: kept as it is */
+            continue;
+        }
+        if (start_run(r, sw->threads, sw->user_threads)) {
+            r->state = 3, sw->failed++;
+            continue;
+        }
+        sw->running++;
+    }
+}
+
+/* Run pid ended with status. */
+static void reap_run(struct sweep *sw, pid_t pid, int status)
+{
+    for (int i = 0; i < sw->n; i++)
+        if (sw->runs[i].pid == pid && sw->runs[i].state == 1) {
+            struct run *r = &sw->runs[i];
+            r->pid = 0, r->wall = now_seconds() - r->t0, sw->running--;
+            r->rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            r->state = r->rc == 0 ? 2 : 3;
+            if (r->rc && !stop_signal) {
+                sw->failed++;
+                fprintf(stderr, "gpt: run %s failed (exit %d); see %s/log.txt\n", r->name,
+                        r->rc, r->dir);
+            }
+        }
+}
+
+/* Runs the grid, sw->parallel at once, with a live table every sw->every
+ * seconds; a signal is passed on to the runs, which checkpoint and exit. */
+static void run_grid(struct sweep *sw)
+{
     struct sigaction sa = {.sa_handler = on_stop};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    int running = 0, next = 0, failed = 0, forwarded = 0;
-    double last_table = now_s();
-    while (next < n || running) {
-        while (running < parallel && next < n && !stop_signal) {
-            struct run *r = &runs[next++];
-            if (newest_ckpt(r->dir) >= r->steps) {
-                r->state = 2; /* finished before: kept as it is */
-                continue;
-            }
-            if (start_run(r, threads, user_threads)) {
-                r->state = 3, failed++;
-                continue;
-            }
-            running++;
-        }
-        if (!running)
+    double last_table = now_seconds();
+    while (sw->next < sw->n || sw->running) {
+        start_runs(sw);
+        if (!sw->running)
             break;
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid > 0) {
-            for (int i = 0; i < n; i++)
-                if (runs[i].pid == pid && runs[i].state == 1) {
-                    struct run *r = &runs[i];
-                    r->pid = 0, r->wall = now_s() - r->t0, running--;
-                    r->rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-                    r->state = r->rc == 0 ? 2 : 3;
-                    if (r->rc && !stop_signal) {
-                        failed++;
-                        fprintf(stderr, "gpt: run %s failed (exit %d); see %s/log.txt\n", r->name,
-                                r->rc, r->dir);
-                    }
-                }
+            reap_run(sw, pid, status);
             continue;
         }
-        if (stop_signal && !forwarded) { /* once: the runs checkpoint and exit */
-            for (int i = 0; i < n; i++)
-                if (runs[i].state == 1)
-                    kill(runs[i].pid, SIGINT);
+        if (stop_signal && !sw->forwarded) { /* once: the runs checkpoint and exit */
+            for (int i = 0; i < sw->n; i++)
+                if (sw->runs[i].state == 1)
+                    kill(sw->runs[i].pid, SIGINT);
             fprintf(stderr, "gpt: sweep stopped by signal %d: the runs save checkpoints; the same "
                     "command resumes them\n", (int)stop_signal);
-            forwarded = 1;
+            sw->forwarded = 1;
             continue;
         }
-        if (now_s() - last_table >= every) {
-            print_table(runs, n, 0);
-            last_table = now_s();
+        if (now_seconds() - last_table >= sw->every) {
+            print_table(sw->runs, sw->n, 0);
+            last_table = now_seconds();
         }
         usleep(200 * 1000);
     }
-    if (stop_signal)
-        return 130;
+}
+
+/* The final table and every run's losses on one chart. */
+static int finish_sweep(struct sweep *sw)
+{
     printf("\nfinal (test loss: the last eval line's; bpb = bits per byte; ms/step: the median "
            "step; wall: this sweep's time for the run)\n");
-    print_table(runs, n, 1);
+    print_table(sw->runs, sw->n, 1);
     const char *dirs[MAX_RUNS];
     char svg[4400], err[1024];
-    for (int i = 0; i < n; i++)
-        dirs[i] = runs[i].dir;
-    snprintf(svg, sizeof svg, "%.3000s/loss.svg", out);
-    if (plot_runs(dirs, n, svg, err, sizeof err))
+    for (int i = 0; i < sw->n; i++)
+        dirs[i] = sw->runs[i].dir;
+    snprintf(svg, sizeof svg, "%.3000s/loss.svg", sw->out);
+    if (plot_runs(dirs, sw->n, svg, err, sizeof err))
         fprintf(stderr, "gpt: %s\n", err);
     else
         printf("wrote %s\n", svg);
-    return failed ? 1 : 0;
+    return sw->failed ? 1 : 0;
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    static struct sweep sweep = {.out = "sweep", .every = 30};
+    struct sweep *sw = &sweep;
+    int rc = parse_sweep(sw, argc, argv);
+    if (rc >= 0 || (rc = make_grid(sw)))
+        return rc;
+    if (!sw->parallel || sw->parallel > sw->n)
+        sw->parallel = sw->n;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    sw->threads = cores / sw->parallel > 1 ? (int)(cores / sw->parallel) : 1;
+    if (mkdir(sw->out, 0755) && errno != EEXIST) {
+        fprintf(stderr, "gpt: %s: cannot create the sweep's directory (%s)\n", sw->out,
+                strerror(errno));
+        return 1;
+    }
+    printf("gpt sweep: %d run%s in %s, %d at once%s, %d thread%s each\n", sw->n,
+           sw->n > 1 ? "s" : "", sw->out, sw->parallel,
+           sw->tpu ? " (one per device of the board)" : "", sw->threads,
+           sw->threads > 1 ? "s" : "");
+    fflush(stdout);
+    run_grid(sw);
+    return stop_signal ? 130 : finish_sweep(sw);
 }

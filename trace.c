@@ -13,16 +13,6 @@
 
 uint64_t g_hash_mask = ~(uint64_t)0;
 
-void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) {
-        fprintf(stderr, "gpt: out of memory (compiler)\n");
-        exit(1);
-    }
-    return p;
-}
-
 /* ---- gathering the trace ---- */
 
 static void mark_live(const Node *nodes, char *live, int i)

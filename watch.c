@@ -278,7 +278,7 @@ static uint32_t crc32c(const unsigned char *p, size_t n)
     return c ^ 0xFFFFFFFFu;
 }
 
-unsigned tfrecord_masked_crc(const void *p, size_t n)
+static unsigned tfrecord_masked_crc(const void *p, size_t n)
 {
     uint32_t c = crc32c(p, n);
     return ((c >> 15) | (c << 17)) + 0xA282EAD8u;

@@ -47,7 +47,4 @@ int runlog_close(RunLog *l, char *err, size_t elen);
 /* Draws the logs of n run directories on one chart into out (SVG). */
 int plot_runs(const char *const *dirs, int n, const char *out, char *err, size_t elen);
 
-/* The masked CRC-32C of TFRecord framing (exposed for the tests). */
-unsigned tfrecord_masked_crc(const void *p, size_t n);
-
 #endif

@@ -3,6 +3,7 @@
  * decides how a single instruction becomes a tensor.c call. */
 #include "xla_sim.h"
 #include "comm.h"
+#include "util.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -354,13 +355,6 @@ static struct kstat prof[KOP_COUNT];
 static int prof_on;
 
 void xs_profile_enable(int on) { prof_on = on; }
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 /* ---- the timeline (--profile): Chrome trace events ----
  * One track per simulated core and one for the host (compiles, transfers,

@@ -45,9 +45,9 @@ static float train(Model *m, int cores, int prec, int steps)
 static int same_state(const Model *a, const Model *b, int core)
 {
     size_t n = a->nw * sizeof(float);
-    return !memcmp(a->w, model_replica(b, core, 0), n) &&
-           !memcmp(a->m, model_replica(b, core, 1), n) &&
-           !memcmp(a->v, model_replica(b, core, 2), n);
+    return !memcmp(a->w, model_replica(b, core, REPLICA_W), n) &&
+           !memcmp(a->m, model_replica(b, core, REPLICA_M), n) &&
+           !memcmp(a->v, model_replica(b, core, REPLICA_V), n);
 }
 
 /* One precision: the eager device on one core is the reference; every

@@ -1,0 +1,68 @@
+/* flags.h: the settings of every command and the flags that set them
+ * (flags.c). */
+#ifndef FLAGS_H
+#define FLAGS_H
+#include <stddef.h>
+#include "gpt.h"
+#include "graph.h"
+
+enum { O_INT, O_REAL, O_STR, O_FLAG };
+
+/* One flag: --name sets *ptr, of the type's C type. */
+struct opt {
+    const char *name;
+    int type;
+    void *ptr; /* int *, double * or const char ** */
+    const char *help;
+};
+
+/* Every setting of every command, with the reference's values. */
+struct settings {
+    int embed, mlp, heads, layers, context;
+    int steps, batch, seq, eval_every, eval_batch, eval_bytes, final_bytes;
+    int threads, bytes, top_k, metrics, naive, ckpt_every, keep, cores, num_samples;
+    int vocab, streams, shuffle_buffer, verbose, profile_steps;
+    int no_mlp, warmup;
+    double lr, temperature, seed, dropout, min_lr;
+    const char *residual, *decay;
+    const char *data, *test_data, *out, *init, *prompt, *device, *ckpt, *resume, *profile;
+    const char *tpu, *hbm, *precision;
+};
+
+/* The reference's values: every command starts from them. */
+extern const struct settings defaults;
+
+/* The arguments that are not flags, for a command that takes some (gpt
+ * shard's FILES); v has room for argc of them. After "--" every argument
+ * is one. */
+struct operands {
+    const char **v;
+    int n;
+};
+
+/* Parses argc flags of command cmd (what: its line in --help) against the
+ * table o[n]; operands go to rest (NULL: a command that takes none). */
+void parse_opts(const char *cmd, const char *what, int argc, char **argv,
+                const struct opt *o, int n, struct operands *rest);
+int was_given(const char *name); /* on the command line, not by default */
+
+/* Each refuses, with a usage error (exit 2), what cannot run. */
+void check_prompt(const char *p, int vocab);
+void apply_common_flags(const struct settings *s); /* --device, --threads, --precision */
+void check_train_flags(const struct settings *s);
+/* What the settings ask that the reference model cannot be, or NULL. */
+const char *reference_cannot(const struct settings *s);
+/* The learning rate of update number step (0-based). */
+double rate_at(const struct settings *s, int step);
+int precision_of(const char *name);                   /* enum precision */
+size_t parse_size(const char *flag, const char *v); /* "16G", "512M", bytes */
+
+/* From settings to a run: the simulated board (hosts: processes training
+ * together), a graph on --device, weights rounded to --precision, and the
+ * metrics report of --metrics and GPT_METRICS_FILE. */
+void setup_board(const struct settings *s, int hosts);
+Graph *new_graph(const struct settings *s);
+void round_to_precision(Model *m, const struct settings *s);
+void report_metrics(const struct settings *s);
+
+#endif

@@ -1,0 +1,199 @@
+/* pod.c: one run over several processes, and the program's errors.
+ * gpt-mpi under mpirun runs one process per host of a pod. Every process
+ * runs the same command on the same flags and data, with --cores simulated
+ * cores of its own. In PyTorch/XLA's words: the world is every core of
+ * every host, a core's ordinal is host * cores + core, and the master
+ * ordinal 0 (on host 0) alone prints, logs and writes checkpoints. Every
+ * host draws the same global batch from the same seed and trains on its
+ * share; the all-reduce joins them (xla_sim.c over comm.c). With one
+ * process (the static gpt) all of this reduces to nothing. */
+#include "pod.h"
+#include "comm.h"
+#include "util.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int is_master(void) { return comm_rank() == 0; }
+
+/* Set just before a planned exit: every rank leaves the pod together. Any
+ * other exit (an error in a lower layer) aborts the pod, so the other
+ * ranks do not wait for this one. */
+static int planned_exit;
+
+static void leave_pod(void)
+{
+    if (planned_exit)
+        comm_finalize();
+    else if (comm_size() > 1)
+        comm_abort(1);
+}
+
+_Noreturn void exit_planned(int code)
+{
+    planned_exit = 1;
+    fflush(stdout);
+    exit(code);
+}
+
+/* Usage errors exit 2, runtime errors 1; both are one line on stderr. In
+ * a pod a usage error is every rank's (they run the same flags), so the
+ * master alone says it while the others wait for it to; a runtime error is
+ * said, with its rank, by the rank that meets it. Either way every rank
+ * stops. */
+static _Noreturn void vdie(int code, const char *fmt, va_list ap)
+{
+    int waited = 0;
+    if (code == 2 && !is_master() && comm_size() > 1) {
+        /* the master's abort ends this wait; aborting first could cut its line */
+        comm_set_timeout(30);
+        comm_barrier();
+        waited = 1; /* the master met no such error: say it here */
+    }
+    if (code != 2 || is_master() || waited) {
+        fputs("gpt: ", stderr);
+        if (comm_size() > 1 && (code != 2 || waited))
+            fprintf(stderr, "rank %d: ", comm_rank());
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
+    if (comm_size() > 1)
+        comm_abort(code);
+    exit(code);
+}
+
+_Noreturn void die(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(code, fmt, ap);
+}
+
+/* A usage error unless ok: for the checks of flags. */
+void need(int ok, const char *fmt, ...)
+{
+    if (ok)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(2, fmt, ap);
+}
+
+/* An error every rank meets at the same point from the same bytes (a
+ * diverged loss, a bad checkpoint): the master says it once and every rank
+ * leaves the pod together. */
+_Noreturn void die_all(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (comm_size() == 1)
+        vdie(code, fmt, ap);
+    if (is_master()) {
+        fputs("gpt: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
+    va_end(ap);
+    comm_barrier();
+    exit_planned(code);
+}
+
+/* Every rank must be started with the same command and flags. The ranks
+ * compare a hash of their whole command line; on a mismatch a differing
+ * rank names itself and both command lines, and every rank exits 2. */
+static void check_same_flags(int argc, char **argv)
+{
+    uint64_t mine = FNV1A64_START, all[COMM_MAX_RANKS];
+    if (comm_size() == 1)
+        return;
+    for (int i = 1; i < argc; i++) /* NUL-joined: "a b" and "a" "b" differ */
+        mine = fnv1a64_more(mine, (const unsigned char *)argv[i], strlen(argv[i]) + 1);
+    comm_allgather(&mine, all, sizeof mine);
+    int differ = 0;
+    for (int r = 1; r < comm_size(); r++)
+        differ |= all[r] != all[0];
+    if (!differ)
+        return;
+    char line[4096] = "", master[4096];
+    for (int i = 1; i < argc; i++)
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i > 1 ? " " : "",
+                 argv[i]);
+    memcpy(master, line, sizeof master);
+    comm_broadcast(master, sizeof master, 0); /* for the message only */
+    if (mine != all[0])
+        fprintf(stderr, "gpt: rank %d was started as 'gpt %s' but rank 0 as 'gpt %s'; every "
+                "rank needs the same command and flags\n", comm_rank(), line, master);
+    exit_planned(2);
+}
+
+/* Every host must train on the same bytes. */
+void check_same_data(uint64_t hash, const char *path)
+{
+    uint64_t all[COMM_MAX_RANKS];
+    if (comm_size() == 1)
+        return;
+    comm_allgather(&hash, all, sizeof hash);
+    if (hash != all[0])
+        die(1, "%s differs from the master's --data (fnv1a64 %016llx, rank 0 has %016llx); "
+            "every host needs the same file", path, (unsigned long long)hash,
+            (unsigned long long)all[0]);
+}
+
+/* This host's share of a global batch: its B/hosts consecutive windows,
+ * which its cores split among them in ordinal order. */
+Batch host_share(const Batch *b)
+{
+    int B = b->B / comm_size();
+    size_t first = (size_t)comm_rank() * (size_t)B * (size_t)b->T;
+    return (Batch){B, b->T, b->tok + first, b->pos + first, b->tgt + first, b->row + first};
+}
+
+/* The mean over hosts of a value each computed on an equal share. */
+float pod_mean(float x)
+{
+    comm_all_reduce(&x, 1);
+    return x * (1.0f / (float)comm_size());
+}
+
+/* The master reads a file the other hosts may not have (no shared file
+ * system is assumed) and sends its bytes to every rank. */
+int load_on_master(StFile *f, const char *path, char *err, size_t elen)
+{
+    if (comm_size() == 1)
+        return st_load(f, path, err, elen);
+    long long size = -1;
+    if (is_master() && !st_load(f, path, err, elen))
+        size = (long long)f->size;
+    comm_broadcast(&size, sizeof size, 0);
+    if (size < 0) { /* the master says why and ends the run */
+        if (is_master())
+            return -1;
+        comm_barrier();
+        exit(1);
+    }
+    unsigned char *buf = is_master() ? f->buf : xcalloc((size_t)size, 1);
+    comm_broadcast(buf, (size_t)size, 0);
+    return is_master() ? 0 : st_parse(f, buf, (size_t)size, err, elen);
+}
+
+/* Joins the pod (with one process: nothing), and keeps the other ranks
+ * quiet: they speak only to report an error. */
+void join_pod(int *argc, char ***argv)
+{
+    comm_init(argc, argv);
+    atexit(leave_pod);
+    need(comm_size() <= COMM_MAX_RANKS, "a pod has at most %d processes, got %d",
+         COMM_MAX_RANKS, comm_size());
+    const char *t = getenv("GPT_COMM_TIMEOUT");
+    if (t && *t) {
+        char *end;
+        double seconds = strtod(t, &end);
+        need(*end == 0 && seconds > 0, "GPT_COMM_TIMEOUT must be a number of seconds > 0, "
+             "got '%s'", t);
+        comm_set_timeout(seconds);
+    }
+    if (!is_master() && !freopen("/dev/null", "w", stdout))
+        die(1, "cannot silence stdout on rank %d", comm_rank());
+    check_same_flags(*argc, *argv);
+}

@@ -1,0 +1,15 @@
+/* rundir.h: a run's directory and its checkpoints (rundir.c). */
+#ifndef RUNDIR_H
+#define RUNDIR_H
+#include <stddef.h>
+
+#define MAX_CKPTS 4096 /* checkpoints of one directory that list_ckpts sees */
+
+/* The steps of dir's ckpt-*.safetensors, newest first; returns the count. */
+int list_ckpts(const char *dir, int *steps, int max);
+void prune_ckpts(const char *dir, int keep, int newest); /* keeps the newest keep */
+void make_out_dir(const char *dir); /* or dies */
+/* A checkpoint file, or a directory standing for its newest, into path. */
+void resolve_ckpt(const char *arg, char *path, size_t n);
+
+#endif
