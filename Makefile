@@ -10,7 +10,7 @@ OMP     := -fopenmp
 LDLIBS  := -lm
 SRC     := gpt.c ckpt.c train.c flags.c text.c pod.c rundir.c commands.c sweep.c rng.c util.c \
            safetensors.c data.c loader.c watch.c graph.c trace.c fuse.c plan.c lower.c dump.c \
-           xla_sim.c comm.c tensor_ref.c
+           xla_sim.c metrics.c comm.c tensor_ref.c tensor_bf16.c
 HDR     := gpt.h commands.h flags.h text.h pod.h rundir.h rng.h util.h safetensors.h data.h \
            loader.h watch.h graph.h compiler.h xla_sim.h ops.def comm.h tensor.h tensor_impl.h \
            vec.h fmath.h
@@ -123,8 +123,8 @@ bench-flavours: bench/gpt-gcc gpt-llvm
 # TCP on loopback (as between hosts) and over shared memory.
 MPIRUN := mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
           --mca btl_vader_single_copy_mechanism none
-bench/comm_bench: comm.c comm.h tensor_ref.c $(KOBJ) $(HDR) bench/comm_bench.c
-	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor_ref.c bench/comm_bench.c $(KOBJ) $(LDLIBS)
+bench/comm_bench: comm.c comm.h tensor_ref.c util.c $(KOBJ) $(HDR) bench/comm_bench.c
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor_ref.c util.c bench/comm_bench.c $(KOBJ) $(LDLIBS)
 
 bench-mpi: bench/comm_bench
 	$(MPIRUN) --mca btl self,tcp -np 2 ./bench/comm_bench "TCP on loopback"

@@ -18,13 +18,13 @@ static void node_plan(const struct trace *tr, const Program *p, int i, int *k, l
     *k = 0;
     for (int j = 0; j < i; j++)
         *k += !tr->nodes[j].dead;
-    *off = p && *k < p->n ? p->ins[*k].out[0].at : -1;
+    *off = p && *k < p->n ? p->ins[*k].out[KOUT_FIRST].at : -1;
     *last = *k;
     for (int j = i + 1, kj = *k + 1; j < tr->n; j++) {
         if (tr->nodes[j].dead)
             continue;
         for (int q = 0; q < KMAX_IN; q++)
-            if (same_ref(tr->nodes[j].in[q], out_ref(i, 0)))
+            if (same_ref(tr->nodes[j].in[q], out_ref(i, KOUT_FIRST)))
                 *last = kj;
         kj++;
     }

@@ -726,7 +726,7 @@ void g_backward(Graph *g, Tensor *y, Tensor *dy)
     }
     *grad_slot(g, y) = dy;
     for (int i = y->node; i >= 0; i--) {
-        Tensor *out = g->nodes[i].out[0];
+        Tensor *out = g->nodes[i].out[KOUT_FIRST];
         if (!g->nodes[i].nout || !out->requires_grad)
             continue;
         Tensor *d = *grad_slot(g, out);

@@ -103,6 +103,7 @@ static inline int leaf_split(int nth, int L)
 /* dst = dst + src, element-wise: the tree's one operation (plain in the
  * twins, vectors in the kernels: one rounding per element either way). */
 typedef void add_fn(float *restrict dst, const float *restrict src, size_t n);
+add_fn add_plain; /* the twins' (tensor_ref.c) */
 
 /* The tree over the arrays part[lo..hi-1] (each len floats, contiguous),
  * in place: the result lands in part[lo]. */

@@ -103,6 +103,9 @@ enum precision {
 
 #define KMAX_IN 6
 #define KMAX_OUT 3
+/* The output generic code (autodiff, dumps) speaks of: an op's first, its
+ * only one unless ops.def names more (layernorm's mean and rstd, ...). */
+#define KOUT_FIRST 0
 
 /* An instruction at the device: op, attributes, and its operands as
  * pointers (level 4 of 4; graph.c's head comment shows the other three). */
@@ -230,5 +233,11 @@ void xs_metrics_report(FILE *f);
  * by xs_timeline_write as Chrome trace-event JSON; 0, or -1 if it fails. */
 void xs_timeline_start(void);
 int xs_timeline_write(const char *path);
+
+/* What the device (xla_sim.c) tells metrics.c as it runs. */
+int xs_watching(void); /* a profile or a timeline is recording kernels */
+void xs_kernel_ran(const struct kinstr *k, int core, double t0, double t1);
+void xs_core_ran(int core, double seconds); /* a stretch of kernels, one core */
+void xs_arena_grew(int core, size_t bytes);
 
 #endif
