@@ -123,8 +123,8 @@ bench-flavours: bench/gpt-gcc gpt-llvm
 # TCP on loopback (as between hosts) and over shared memory.
 MPIRUN := mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
           --mca btl_vader_single_copy_mechanism none
-bench/comm_bench: comm.c comm.h tensor_ref.c util.c $(KOBJ) $(HDR) bench/comm_bench.c
-	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor_ref.c util.c bench/comm_bench.c $(KOBJ) $(LDLIBS)
+bench/comm_bench: comm.c comm.h tensor_ref.c tensor_bf16.c util.c $(KOBJ) $(HDR) bench/comm_bench.c
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor_ref.c tensor_bf16.c util.c bench/comm_bench.c $(KOBJ) $(LDLIBS)
 
 bench-mpi: bench/comm_bench
 	$(MPIRUN) --mca btl self,tcp -np 2 ./bench/comm_bench "TCP on loopback"

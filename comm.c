@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tensor.h"
+#include "util.h"
 
 static double timeout_s = 300;
 
@@ -37,13 +38,6 @@ _Noreturn void comm_abort(int code) { exit(code); }
 #include <time.h>
 
 static int rank, size = 1;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 int comm_init(int *argc, char ***argv)
 {
@@ -84,12 +78,12 @@ static void finish(MPI_Request *req, int err, const char *what)
 {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0, done = 0;
-    double t0 = now_s();
+    double t0 = now_seconds();
     for (long polls = 0; !err; polls++) {
         err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done || err)
             break;
-        if (now_s() - t0 > timeout_s) {
+        if (now_seconds() - t0 > timeout_s) {
             snprintf(msg, sizeof msg, "no answer for %.0f s", timeout_s);
             lost(what, msg);
         }
