@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int is_master(void) { return comm_rank() == 0; }
 
@@ -160,10 +161,17 @@ float pod_mean(float x)
  * system is assumed) and sends its bytes to every rank. */
 int load_on_master(StFile *f, const char *path, char *err, size_t elen)
 {
+    return share_from_master(f, is_master() ? st_load(f, path, err, elen) : 0, err, elen);
+}
+
+/* The file the master has loaded (failed: its st_load's result), sent to
+ * every rank; when the master failed, it says why and the others leave. */
+int share_from_master(StFile *f, int failed, char *err, size_t elen)
+{
     if (comm_size() == 1)
-        return st_load(f, path, err, elen);
+        return failed;
     long long size = -1;
-    if (is_master() && !st_load(f, path, err, elen))
+    if (is_master() && !failed)
         size = (long long)f->size;
     comm_broadcast(&size, sizeof size, 0);
     if (size < 0) { /* the master says why and ends the run */
@@ -175,6 +183,27 @@ int load_on_master(StFile *f, const char *path, char *err, size_t elen)
     unsigned char *buf = is_master() ? f->buf : xcalloc((size_t)size, 1);
     comm_broadcast(buf, (size_t)size, 0);
     return is_master() ? 0 : st_parse(f, buf, (size_t)size, err, elen);
+}
+
+/* Whether stdout reaches a terminal, where a person watches. Under mpirun
+ * a rank's stdout is a pseudo-terminal whatever mpirun's own output is
+ * (Open MPI forwards a local rank's output through one, even to a file),
+ * so there the launcher's stdout decides: mpirun (or orted, on another
+ * host) is the rank's parent, and its fd 1 is a terminal device
+ * (/dev/pts/N, /dev/ttyN) only when a person watches it. */
+int stdout_reaches_terminal(void)
+{
+    char link[64], target[256];
+    if (!isatty(STDOUT_FILENO))
+        return 0;
+    if (!getenv("OMPI_COMM_WORLD_SIZE")) /* set by Open MPI's launcher for its ranks */
+        return 1;
+    snprintf(link, sizeof link, "/proc/%d/fd/1", (int)getppid());
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n < 0)
+        return 0;
+    target[n] = 0;
+    return !strncmp(target, "/dev/pts/", 9) || !strncmp(target, "/dev/tty", 8);
 }
 
 /* Joins the pod (with one process: nothing), and keeps the other ranks
