@@ -361,8 +361,6 @@ static void decide_auto_resume(struct settings *s)
     if (found) {
         s->resume = "";
         s->init = NULL;
-    } else {
-        printf("gpt: --auto-resume: %s holds no checkpoint, so this is a fresh run\n", s->out);
     }
 }
 
@@ -411,8 +409,6 @@ static void open_resume(struct trainer *tr, StFile *f, char *path, size_t n)
         die(1, "%s: %s", path, err);
     if (!is_training_ckpt(f))
         die_all(1, "%s: not a gpt training checkpoint (no format or step in the metadata)", path);
-    if (tr->s.auto_resume)
-        printf("gpt: --auto-resume: continuing from %s\n", path);
     set_from_meta(&tr->s, f);
 }
 
@@ -430,15 +426,22 @@ static void resume_state(struct trainer *tr, const StFile *f, const char *path)
         die_all(2, "%s is at step %d, past --steps %d", path, tr->start, tr->s.steps);
 }
 
-/* --auto-resume of a run already at --steps: it is done. A babysitter
- * reruns its command until it exits 0, so this rerun says so and exits 0
- * at once: no final passage again, --out left as it is. */
-static int run_is_done(struct trainer *tr, StFile *rf, const char *path)
+/* What --auto-resume chose, said once the flags are accepted (an error
+ * stays one line). A run already at --steps is done: a babysitter reruns
+ * its command until it exits 0, so this rerun says so and returns 1, to
+ * exit 0 at once, with no final passage again and --out left as it is. */
+static int auto_resumed_done(struct trainer *tr, StFile *rf, const char *path)
 {
-    if (!tr->s.auto_resume || tr->start < tr->s.steps)
+    const struct settings *s = &tr->s;
+    if (!s->auto_resume)
         return 0;
-    printf("gpt: %s is step %d of --steps %d: the run is done\n", path, tr->start,
-           tr->s.steps);
+    if (!s->resume)
+        printf("gpt: --auto-resume: %s holds no checkpoint: a fresh run\n", s->out);
+    else if (tr->start < s->steps)
+        printf("gpt: --auto-resume: continuing from %s (step %d)\n", path, tr->start);
+    if (!s->resume || tr->start < s->steps)
+        return 0;
+    printf("gpt: %s is step %d of --steps %d: the run is done\n", path, tr->start, s->steps);
     data_source_free(&tr->corpus);
     model_free(&tr->model);
     free(tr->data.bytes);
@@ -876,7 +879,7 @@ int cmd_train(int argc, char **argv)
     init_weights(&tr);
     if (s->resume)
         resume_state(&tr, &rf, rpath);
-    if (run_is_done(&tr, &rf, rpath))
+    if (auto_resumed_done(&tr, &rf, rpath))
         return 0;
     round_to_precision(&tr.model, s);
     model_set_cores(&tr.model, xs_cores());
