@@ -116,6 +116,11 @@ static void check_refusals(void)
         {"./gpt sample --ckpt tests/tmp/t1 --precision bf8", 2, "--precision"},
         {"./gpt sample --ckpt tests/tmp/t1 --num-samples 0", 2, "--num-samples"},
         {"./gpt sample --ckpt tests/tmp/t1 --num-samples 2 --naive", 2, "--naive"},
+        {"./gpt train " SMALL " --out tests/tmp/t1 --auto-resume --resume", 2, "exclude"},
+        {"./gpt train " SMALL " --out tests/tmp/t1 --auto-resume --lr 0.5", 2,
+         "--lr 0.5 conflicts with the checkpoint's 0.001"},
+        {"./gpt train " SMALL " --out tests/tmp/t1 --auto-resume --steps 20", 2, "past --steps 20"},
+        {"./gpt train --live sometimes", 2, "--live must be auto, on or off"},
     };
     write_file("tests/tmp/empty.txt", "", 0);
     write_file("tests/tmp/short.txt", "only forty bytes of text, not enough....", 40);
@@ -178,6 +183,79 @@ static void check_kill_resume(void)
                "tests/tmp/k0.log", out, sizeof out);
     CHECK(rc == 0 && atoi(out) > 400, "after %d SIGKILLs (seed %u) the resumed run's log differs "
           "from the straight run's: %s", kills, seed, out);
+}
+
+#define AUTO_FLAGS SMALL " --steps 1000 --ckpt-every 3 --threads 1"
+#define AUTORUN "./gpt train " AUTO_FLAGS " --keep 2 --auto-resume --out tests/tmp/k3"
+
+/* A .tmp beside dir's checkpoints: a write the kill cut short. */
+static int has_tmp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir(d)))
+        found |= strstr(e->d_name, ".tmp") != NULL;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* What a babysitter does: the same --auto-resume command, SIGKILLed at
+ * moments drawn from a fixed seed (most land in one of the checkpoint
+ * writes, one every 3 steps), then left to finish. Damage from outside,
+ * a truncated newest checkpoint, falls back to the one before. The end is
+ * the straight run's checkpoint and log; one more rerun exits 0 at once. */
+static void check_auto_resume(void)
+{
+    char out[65536];
+    srand(2026);
+    t_run("rm -rf tests/tmp/k3 tests/tmp/k4 && ./gpt train " AUTO_FLAGS " --out tests/tmp/k4",
+          out, sizeof out);
+    int kills = 0, cut = 0, st;
+    for (int round = 0; round < 10; round++) {
+        pid_t pid = spawn("exec " AUTORUN " >/dev/null 2>&1");
+        usleep((useconds_t)(30000 + rand() % 150000));
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        kills += WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+        cut += has_tmp("tests/tmp/k3");
+    }
+    int rc = t_run("cd tests/tmp/k3 && f=$(ls ckpt-*.safetensors | tail -1) && head -c 5000 $f "
+                   "> x && mv x $f", out, sizeof out);
+    CHECK(rc == 0 && kills >= 5, "%d of 10 runs killed, no checkpoint to damage: %s", kills, out);
+    rc = t_run(AUTORUN, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "--auto-resume takes the checkpoint before it") &&
+              t_same_file("tests/tmp/k4/ckpt-00001000.safetensors",
+                          "tests/tmp/k3/ckpt-00001000.safetensors"),
+          "after %d SIGKILLs (%d cut a write) and a damaged checkpoint, --auto-resume did not "
+          "end with the straight run's checkpoint (rc %d): %.2000s", kills, cut, rc, out);
+    rc = t_run("for d in k3 k4; do sed 's/,\"time\":{[^}]*}}$/}/' tests/tmp/$d/metrics.jsonl > "
+               "tests/tmp/$d.log; done; cmp tests/tmp/k3.log tests/tmp/k4.log", out, sizeof out);
+    CHECK(rc == 0, "after %d SIGKILLs the --auto-resume run's log differs: %s", kills, out);
+    rc = t_run(AUTORUN, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "the run is done") && !strstr(out, "step  ") &&
+              t_same_file("tests/tmp/k4/ckpt-00001000.safetensors",
+                          "tests/tmp/k3/ckpt-00001000.safetensors"),
+          "a finished --auto-resume run, rerun, did not just exit 0 (rc %d): %s", rc, out);
+}
+
+/* docs/babysit.sh reruns until 0, and stops on a usage error (2) or after
+ * its tries. */
+static void check_babysit(void)
+{
+    char out[4096];
+    int rc = t_run("(echo 0 > tests/tmp/n && BABYSIT_DELAY=0 docs/babysit.sh sh -c 'n=$(cat "
+                   "tests/tmp/n); echo $((n + 1)) > tests/tmp/n; [ $n -ge 2 ]' && cat tests/tmp/n)",
+                   out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "try 2 of 20 exited 1") && strstr(out, "\n3\n"),
+          "babysit.sh did not rerun a failing command until it exited 0 (rc %d): %s", rc, out);
+    rc = t_run("BABYSIT_DELAY=0 BABYSIT_TRIES=2 docs/babysit.sh sh -c 'exit 7'", out, sizeof out);
+    CHECK(rc == 7 && strstr(out, "try 2 of 2 exited 7; giving up"), "babysit.sh's limit of "
+          "tries (rc %d): %s", rc, out);
+    rc = t_run("BABYSIT_DELAY=0 docs/babysit.sh ./gpt train --steps 0", out, sizeof out);
+    CHECK(rc == 2 && strstr(out, "not rerunning") && !strstr(out, "try 1"),
+          "babysit.sh reran a usage error (rc %d): %s", rc, out);
 }
 
 static int catches_sigterm(pid_t pid)
@@ -260,6 +338,8 @@ void test_cli(void)
     make_data();
     check_determinism();
     check_kill_resume();
+    check_auto_resume();
+    check_babysit();
     check_sigterm();
     check_learning();
     check_sample_eval();
