@@ -387,7 +387,8 @@ static int load_newest_whole(const char *dir, StFile *f, char *path, size_t n, c
         st_free(f);
         fprintf(stderr, "gpt: %s: %s; --auto-resume takes the checkpoint before it\n", path, why);
     }
-    snprintf(err, elen, "none of the %d checkpoints in %s loads", count, dir);
+    snprintf(path, n, "%s", dir);
+    snprintf(err, elen, "none of its %d checkpoints loads (the lines above say why)", count);
     return -1;
 }
 
@@ -800,6 +801,44 @@ static void run_training(struct trainer *tr)
     free(tr->test_set.bytes);
 }
 
+/* gpt train once its flags are read: set up (fresh, or from a checkpoint),
+ * train, save. */
+static int start_run(struct trainer *tr)
+{
+    struct settings *s = &tr->s;
+    catch_signals(); /* early: a signal during set-up still ends in a checkpoint */
+    StFile rf = {0};
+    char rpath[4096];
+    if (s->auto_resume)
+        decide_auto_resume(s);
+    if (s->resume)
+        open_resume(tr, &rf, rpath, sizeof rpath);
+    check_train_flags(s);
+    apply_common_flags(s);
+    setup_board(s, comm_size());
+    need(s->eval_batch % comm_size() == 0, "--eval-batch %d does not split evenly over %d "
+         "hosts", s->eval_batch, comm_size());
+    open_data(tr);
+    if (tr->corpus.parts.n)
+        plan_streams(tr);
+    check_same_data(tr->data_hash, s->data);
+    if (is_master()) {
+        make_out_dir(s->out);
+        refuse_overwrite(s);
+    }
+    init_weights(tr);
+    if (s->resume)
+        resume_state(tr, &rf, rpath);
+    if (auto_resumed_done(tr, &rf, rpath))
+        return 0;
+    round_to_precision(&tr->model, s);
+    model_set_cores(&tr->model, xs_cores());
+    start_loader(tr, s->resume ? &rf : NULL, rpath);
+    run_training(tr);
+    st_free(&rf);
+    return 0;
+}
+
 int cmd_train(int argc, char **argv)
 {
     struct trainer tr = {.s = defaults};
@@ -856,35 +895,5 @@ int cmd_train(int argc, char **argv)
     };
     parse_opts("train", "Trains the model and writes a checkpoint.", argc, argv, o,
                (int)(sizeof o / sizeof *o), NULL);
-    catch_signals(); /* early: a signal during set-up still ends in a checkpoint */
-    StFile rf = {0};
-    char rpath[4096];
-    if (s->auto_resume)
-        decide_auto_resume(s);
-    if (s->resume)
-        open_resume(&tr, &rf, rpath, sizeof rpath);
-    check_train_flags(s);
-    apply_common_flags(s);
-    setup_board(s, comm_size());
-    need(s->eval_batch % comm_size() == 0, "--eval-batch %d does not split evenly over %d "
-         "hosts", s->eval_batch, comm_size());
-    open_data(&tr);
-    if (tr.corpus.parts.n)
-        plan_streams(&tr);
-    check_same_data(tr.data_hash, s->data);
-    if (is_master()) {
-        make_out_dir(s->out);
-        refuse_overwrite(s);
-    }
-    init_weights(&tr);
-    if (s->resume)
-        resume_state(&tr, &rf, rpath);
-    if (auto_resumed_done(&tr, &rf, rpath))
-        return 0;
-    round_to_precision(&tr.model, s);
-    model_set_cores(&tr.model, xs_cores());
-    start_loader(&tr, s->resume ? &rf : NULL, rpath);
-    run_training(&tr);
-    st_free(&rf);
-    return 0;
+    return start_run(&tr);
 }
