@@ -385,7 +385,7 @@ static int load_newest_whole(const char *dir, StFile *f, char *path, size_t n, c
                 return 0;
         }
         st_free(f);
-        fprintf(stderr, "gpt: %s: %s; --auto-resume takes the checkpoint before it\n", path, why);
+        fprintf(stderr, "gpt: %s: %s; --auto-resume passes it over\n", path, why);
     }
     snprintf(path, n, "%s", dir);
     snprintf(err, elen, "none of its %d checkpoints loads (the lines above say why)", count);
