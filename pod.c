@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 int is_master(void) { return comm_rank() == 0; }
@@ -185,25 +186,55 @@ int share_from_master(StFile *f, int failed, char *err, size_t elen)
     return is_master() ? 0 : st_parse(f, buf, (size_t)size, err, elen);
 }
 
+/* Where process pid's fd 1 points: "/dev/pts/3", "/home/a/log", "pipe:[12]". */
+static int stdout_of(pid_t pid, char *target, size_t n)
+{
+    char link[64];
+    snprintf(link, sizeof link, "/proc/%d/fd/1", (int)pid);
+    ssize_t len = readlink(link, target, n - 1);
+    if (len < 0)
+        return -1;
+    target[len] = 0;
+    return 0;
+}
+
+/* Process pid's parent (0 if unknown), from /proc/pid/stat: "pid (comm) state ppid". */
+static pid_t parent_of(pid_t pid)
+{
+    char path[64], line[512];
+    int ppid = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(line, sizeof line, f) && strrchr(line, ')'))
+        sscanf(strrchr(line, ')') + 1, " %*c %d", &ppid);
+    if (f)
+        fclose(f);
+    return ppid;
+}
+
 /* Whether stdout reaches a terminal, where a person watches. Under mpirun
  * a rank's stdout is a pseudo-terminal whatever mpirun's own output is
  * (Open MPI forwards a local rank's output through one, even to a file),
- * so there the launcher's stdout decides: mpirun (or orted, on another
- * host) is the rank's parent, and its fd 1 is a terminal device
- * (/dev/pts/N, /dev/ttyN) only when a person watches it. */
+ * so there the launcher's stdout decides: the nearest ancestor whose fd 1
+ * is not ours (mpirun, or orted on another host; a shell between them,
+ * as in mpirun sh -c '...', shares ours) is a terminal device (/dev/pts/N,
+ * /dev/ttyN) only when a person watches it. */
 int stdout_reaches_terminal(void)
 {
-    char link[64], target[256];
+    char mine[256], theirs[256];
     if (!isatty(STDOUT_FILENO))
         return 0;
     if (!getenv("OMPI_COMM_WORLD_SIZE")) /* set by Open MPI's launcher for its ranks */
         return 1;
-    snprintf(link, sizeof link, "/proc/%d/fd/1", (int)getppid());
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    if (n < 0)
+    if (stdout_of(getpid(), mine, sizeof mine))
         return 0;
-    target[n] = 0;
-    return !strncmp(target, "/dev/pts/", 9) || !strncmp(target, "/dev/tty", 8);
+    for (pid_t p = getppid(); p > 1; p = parent_of(p)) {
+        if (stdout_of(p, theirs, sizeof theirs))
+            return 0; /* out of sight: take it for a log */
+        if (strcmp(theirs, mine))
+            return !strncmp(theirs, "/dev/pts/", 9) || !strncmp(theirs, "/dev/tty", 8);
+    }
+    return 0;
 }
 
 /* Joins the pod (with one process: nothing), and keeps the other ranks

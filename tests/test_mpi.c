@@ -262,6 +262,8 @@ static int has_byte(const char *path, const char *set)
 }
 
 #define LOGRUN "./gpt-mpi train " TINY " --steps 30 --final-bytes 0"
+/* a shell between mpirun and the rank (it forks: the command is not its last) */
+#define LOGRUN_SH "sh -c \"" LOGRUN " --out tests/tmp/m-wrap && :\""
 
 /* mpirun gives a rank's stdout a pseudo-terminal even when its own goes to
  * a file: the log must still read like one process's (no live line, the
@@ -276,12 +278,16 @@ static void check_pod_log(void)
                    "tests/tmp/m-log.ev", out, sizeof out);
     CHECK(rc == 0 && !has_byte("tests/tmp/m-log.txt", "\r\033"), "a pod's log in a file has the live "
           "line, or other eval lines than one process's (rc %d): %s", rc, out);
+    rc = t_run("rm -rf tests/tmp/m-wrap && " MPIRUN "-np 2 " LOGRUN_SH " > tests/tmp/m-wrap.txt",
+               out, sizeof out);
+    CHECK(rc == 0 && !has_byte("tests/tmp/m-wrap.txt", "\r\033"), "a pod's log in a file, the "
+          "ranks under a shell, has the live line (rc %d): %s", rc, out);
     if (t_run("command -v script", out, sizeof out)) {
         fprintf(stderr, "mpi: the live line on a terminal not checked (no script(1))\n");
         return;
     }
-    rc = t_run("TERM=xterm script -qec '" MPIRUN "-np 2 " LOGRUN " --out tests/tmp/m-tty' "
-               "/dev/null > tests/tmp/m-tty.txt", out, sizeof out);
+    rc = t_run("rm -rf tests/tmp/m-wrap && TERM=xterm script -qec '" MPIRUN "-np 2 " LOGRUN_SH
+               "' /dev/null > tests/tmp/m-tty.txt", out, sizeof out);
     unsigned char *tty = t_slurp("tests/tmp/m-tty.txt", NULL);
     CHECK(rc == 0 && tty && strstr((char *)tty, "\r\033[Kstep "), "a pod on a terminal shows "
           "no live line (rc %d): %s", rc, tty ? (char *)tty : out);
