@@ -185,7 +185,7 @@ static void check_kill_resume(void)
           "from the straight run's: %s", kills, seed, out);
 }
 
-#define AUTO_FLAGS SMALL " --steps 1000 --ckpt-every 3 --threads 1"
+#define AUTO_FLAGS SMALL " --steps 1500 --ckpt-every 3 --threads 1"
 #define AUTORUN "./gpt train " AUTO_FLAGS " --keep 2 --auto-resume --out tests/tmp/k3"
 
 /* A .tmp beside dir's checkpoints: a write the kill cut short. */
@@ -215,7 +215,7 @@ static void check_auto_resume(void)
     int kills = 0, cut = 0, st;
     for (int round = 0; round < 10; round++) {
         pid_t pid = spawn("exec " AUTORUN " >/dev/null 2>&1");
-        usleep((useconds_t)(30000 + rand() % 150000));
+        usleep((useconds_t)(20000 + rand() % 130000));
         kill(pid, SIGKILL);
         waitpid(pid, &st, 0);
         kills += WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
@@ -226,8 +226,8 @@ static void check_auto_resume(void)
     CHECK(rc == 0 && kills >= 5, "%d of 10 runs killed, no checkpoint to damage: %s", kills, out);
     rc = t_run(AUTORUN, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "--auto-resume passes it over") &&
-              t_same_file("tests/tmp/k4/ckpt-00001000.safetensors",
-                          "tests/tmp/k3/ckpt-00001000.safetensors"),
+              t_same_file("tests/tmp/k4/ckpt-00001500.safetensors",
+                          "tests/tmp/k3/ckpt-00001500.safetensors"),
           "after %d SIGKILLs (%d cut a write) and a damaged checkpoint, --auto-resume did not "
           "end with the straight run's checkpoint (rc %d): %.2000s", kills, cut, rc, out);
     rc = t_run("for d in k3 k4; do sed 's/,\"time\":{[^}]*}}$/}/' tests/tmp/$d/metrics.jsonl > "
@@ -235,8 +235,8 @@ static void check_auto_resume(void)
     CHECK(rc == 0, "after %d SIGKILLs the --auto-resume run's log differs: %s", kills, out);
     rc = t_run(AUTORUN, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "the run is done") && !strstr(out, "step  ") &&
-              t_same_file("tests/tmp/k4/ckpt-00001000.safetensors",
-                          "tests/tmp/k3/ckpt-00001000.safetensors"),
+              t_same_file("tests/tmp/k4/ckpt-00001500.safetensors",
+                          "tests/tmp/k3/ckpt-00001500.safetensors"),
           "a finished --auto-resume run, rerun, did not just exit 0 (rc %d): %s", rc, out);
 }
 
