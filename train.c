@@ -436,12 +436,14 @@ static int auto_resumed_done(struct trainer *tr, StFile *rf, const char *path)
     const struct settings *s = &tr->s;
     if (!s->auto_resume)
         return 0;
-    if (!s->resume)
+    if (!s->resume) {
         printf("gpt: --auto-resume: %s holds no checkpoint: a fresh run\n", s->out);
-    else if (tr->start < s->steps)
-        printf("gpt: --auto-resume: continuing from %s (step %d)\n", path, tr->start);
-    if (!s->resume || tr->start < s->steps)
         return 0;
+    }
+    if (tr->start < s->steps) {
+        printf("gpt: --auto-resume: continuing from %s (step %d)\n", path, tr->start);
+        return 0;
+    }
     printf("gpt: %s is step %d of --steps %d: the run is done\n", path, tr->start, s->steps);
     data_source_free(&tr->corpus);
     model_free(&tr->model);
