@@ -590,8 +590,8 @@ static void refuse_overwrite(const struct settings *s)
 {
     static int steps[MAX_CKPTS];
     if (!s->resume && list_ckpts(s->out, steps, MAX_CKPTS) > 0)
-        die(2, "%s already holds checkpoints (newest ckpt-%08d); --resume continues that run, "
-            "or choose another --out", s->out, steps[0]);
+        die(2, "%s already holds checkpoints (newest ckpt-%08d); --resume or --auto-resume "
+            "continues that run, or choose another --out", s->out, steps[0]);
 }
 
 /* Each host's ms/step and its part spent in the cross-host all-reduce: a

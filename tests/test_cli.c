@@ -249,6 +249,35 @@ static void check_babysit(void)
           "babysit.sh reran a usage error (rc %d): %s", rc, out);
 }
 
+/* The live line shows on a terminal (script's), not with TERM=dumb (a
+ * terminal that cannot erase a line) nor --live off; --live on puts it
+ * even in a file. */
+static void check_live_line(void)
+{
+    static const struct {
+        const char *cmd;
+        int live;
+    } runs[] = {
+        {"TERM=xterm script -qec './gpt train " SMALL " --steps 20 --out tests/tmp/l1' /dev/null", 1},
+        {"TERM=dumb script -qec './gpt train " SMALL " --steps 20 --out tests/tmp/l2' /dev/null", 0},
+        {"TERM=xterm script -qec './gpt train " SMALL " --steps 20 --live off --out tests/tmp/l3' "
+         "/dev/null", 0},
+        {"./gpt train " SMALL " --steps 20 --live on --out tests/tmp/l4", 1},
+    };
+    char out[65536];
+    if (t_run("command -v script", out, sizeof out)) {
+        fprintf(stderr, "cli: the live line on a terminal not checked (no script(1))\n");
+        return;
+    }
+    t_run("rm -rf tests/tmp/l?", out, sizeof out);
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        int rc = t_run(runs[i].cmd, out, sizeof out);
+        CHECK(rc == 0 && !strstr(out, "\r\033[Kstep ") == !runs[i].live,
+              "%s: the live line should %sshow (rc %d)", runs[i].cmd, runs[i].live ? "" : "not ",
+              rc);
+    }
+}
+
 static int catches_sigterm(pid_t pid)
 {
     char path[64], line[256];
@@ -331,6 +360,7 @@ void test_cli(void)
     check_kill_resume();
     check_auto_resume();
     check_babysit();
+    check_live_line();
     check_sigterm();
     check_learning();
     check_sample_eval();
