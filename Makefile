@@ -160,6 +160,10 @@ check-mem: gpt debug
 	    --out tests/tmp/mem-pure
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --bytes 48
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt
+	rm -rf tests/tmp/mem-auto && ./gpt train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
+	head -c 4000 tests/tmp/mem/ckpt-00000010.safetensors > tests/tmp/mem-auto/ckpt-00000010.safetensors
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
 	rm -rf tests/tmp/mem-in tests/tmp/mem-sh tests/tmp/mem-st && mkdir -p tests/tmp/mem-in
 	split -b 4000 tests/tmp/mem.txt tests/tmp/mem-in/part-
 	./gpt shard --out tests/tmp/mem-sh --max-bytes 9K tests/tmp/mem-in > /dev/null

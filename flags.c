@@ -27,6 +27,7 @@ const struct settings defaults = {
     .data = "data/sherlock-ascii.txt", .out = "out", .init = NULL,
     .prompt = "\"Elementary, my dear", .device = "xla", .ckpt = "out",
     .precision = "fp32", .residual = "twice", .decay = "none",
+    .live = "auto",
 };
 
 static void print_default(const struct opt *o)
@@ -210,6 +211,8 @@ void check_train_flags(const struct settings *s)
     need(s->ckpt_every >= 1, "--ckpt-every must be >= 1, got %d", s->ckpt_every);
     need(s->keep >= 1, "--keep must be >= 1, got %d", s->keep);
     need(!(s->init && s->resume), "--init and --resume exclude each other");
+    need(!strcmp(s->live, "auto") || !strcmp(s->live, "on") || !strcmp(s->live, "off"),
+         "--live must be auto, on or off, got '%s'", s->live);
     need(s->seed >= 0 && s->seed < 9007199254740992.0 && s->seed == floor(s->seed),
          "--seed must be a whole number >= 0, got %g", s->seed);
     need(s->vocab == 128 || s->vocab == 256, "--vocab must be 128 (ASCII) or 256 (any byte), "

@@ -27,6 +27,8 @@ struct settings {
     const char *residual, *decay;
     const char *data, *test_data, *out, *init, *prompt, *device, *ckpt, *resume, *profile;
     const char *tpu, *hbm, *precision;
+    int auto_resume;  /* train: --resume when --out holds a checkpoint, else a fresh run */
+    const char *live; /* train: the live line, auto (where a person watches), on or off */
 };
 
 /* The reference's values: every command starts from them. */

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 int is_master(void) { return comm_rank() == 0; }
 
@@ -160,10 +162,17 @@ float pod_mean(float x)
  * system is assumed) and sends its bytes to every rank. */
 int load_on_master(StFile *f, const char *path, char *err, size_t elen)
 {
+    return share_from_master(f, is_master() ? st_load(f, path, err, elen) : 0, err, elen);
+}
+
+/* The file the master has loaded (failed: its st_load's result), sent to
+ * every rank; when the master failed, it says why and the others leave. */
+int share_from_master(StFile *f, int failed, char *err, size_t elen)
+{
     if (comm_size() == 1)
-        return st_load(f, path, err, elen);
+        return failed;
     long long size = -1;
-    if (is_master() && !st_load(f, path, err, elen))
+    if (is_master() && !failed)
         size = (long long)f->size;
     comm_broadcast(&size, sizeof size, 0);
     if (size < 0) { /* the master says why and ends the run */
@@ -175,6 +184,57 @@ int load_on_master(StFile *f, const char *path, char *err, size_t elen)
     unsigned char *buf = is_master() ? f->buf : xcalloc((size_t)size, 1);
     comm_broadcast(buf, (size_t)size, 0);
     return is_master() ? 0 : st_parse(f, buf, (size_t)size, err, elen);
+}
+
+/* Where process pid's fd 1 points: "/dev/pts/3", "/home/a/log", "pipe:[12]". */
+static int stdout_of(pid_t pid, char *target, size_t n)
+{
+    char link[64];
+    snprintf(link, sizeof link, "/proc/%d/fd/1", (int)pid);
+    ssize_t len = readlink(link, target, n - 1);
+    if (len < 0)
+        return -1;
+    target[len] = 0;
+    return 0;
+}
+
+/* Process pid's parent (0 if unknown), from /proc/pid/stat: "pid (comm) state ppid". */
+static pid_t parent_of(pid_t pid)
+{
+    char path[64], line[512];
+    int ppid = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(line, sizeof line, f) && strrchr(line, ')'))
+        sscanf(strrchr(line, ')') + 1, " %*c %d", &ppid);
+    if (f)
+        fclose(f);
+    return ppid;
+}
+
+/* Whether stdout reaches a terminal, where a person watches. Under mpirun
+ * a rank's stdout is a pseudo-terminal whatever mpirun's own output is
+ * (Open MPI forwards a local rank's output through one, even to a file),
+ * so there the launcher's stdout decides: the nearest ancestor whose fd 1
+ * is not ours (mpirun, or orted on another host; a shell between them,
+ * as in mpirun sh -c '...', shares ours) is a terminal device (/dev/pts/N,
+ * /dev/ttyN) only when a person watches it. */
+int stdout_reaches_terminal(void)
+{
+    char mine[256], theirs[256];
+    if (!isatty(STDOUT_FILENO))
+        return 0;
+    if (!getenv("OMPI_COMM_WORLD_SIZE")) /* set by Open MPI's launcher for its ranks */
+        return 1;
+    if (stdout_of(getpid(), mine, sizeof mine))
+        return 0;
+    for (pid_t p = getppid(); p > 1; p = parent_of(p)) {
+        if (stdout_of(p, theirs, sizeof theirs))
+            return 0; /* out of sight: take it for a log */
+        if (strcmp(theirs, mine))
+            return !strncmp(theirs, "/dev/pts/", 9) || !strncmp(theirs, "/dev/tty", 8);
+    }
+    return 0;
 }
 
 /* Joins the pod (with one process: nothing), and keeps the other ranks

@@ -33,6 +33,12 @@ int list_ckpts(const char *dir, int *steps, int max)
     return n;
 }
 
+/* The checkpoint of step `step` in dir. */
+void ckpt_name(char *path, size_t n, const char *dir, int step)
+{
+    snprintf(path, n, "%s/ckpt-%08d.safetensors", dir, step);
+}
+
 /* Keeps the newest `keep` checkpoints up to step newest. */
 void prune_ckpts(const char *dir, int keep, int newest)
 {
@@ -42,7 +48,7 @@ void prune_ckpts(const char *dir, int keep, int newest)
     for (int i = 0; i < n; i++) {
         if (steps[i] > newest || kept++ < keep)
             continue;
-        snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", dir, steps[i]);
+        ckpt_name(path, sizeof path, dir, steps[i]);
         unlink(path);
     }
 }
@@ -68,5 +74,5 @@ void resolve_ckpt(const char *arg, char *path, size_t n)
     else if (list_ckpts(arg, steps, MAX_CKPTS) < 1)
         die(1, "%s: no ckpt-*.safetensors in this directory", arg);
     else
-        snprintf(path, n, "%s/ckpt-%08d.safetensors", arg, steps[0]);
+        ckpt_name(path, n, arg, steps[0]);
 }

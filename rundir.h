@@ -7,6 +7,7 @@
 
 /* The steps of dir's ckpt-*.safetensors, newest first; returns the count. */
 int list_ckpts(const char *dir, int *steps, int max);
+void ckpt_name(char *path, size_t n, const char *dir, int step); /* dir/ckpt-<step>... */
 void prune_ckpts(const char *dir, int keep, int newest); /* keeps the newest keep */
 void make_out_dir(const char *dir); /* or dies */
 /* A checkpoint file, or a directory standing for its newest, into path. */

@@ -120,6 +120,18 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
     free(text);
 }
 
+/* --live: the live line's carriage returns and escape code belong on a
+ * terminal a person watches, never in a log. auto asks whether stdout
+ * reaches a terminal (under mpirun: mpirun's own stdout) that can erase a
+ * line (TERM=dumb, as in Emacs's shell, cannot). */
+static int want_live_line(const char *live)
+{
+    const char *term = getenv("TERM");
+    if (strcmp(live, "auto"))
+        return !strcmp(live, "on");
+    return stdout_reaches_terminal() && !(term && !strcmp(term, "dumb"));
+}
+
 static void print_progress(struct trainer *tr, int step, float loss)
 {
     static double last;
@@ -232,7 +244,7 @@ static void save_checkpoint(struct trainer *tr, int steps_done)
     const char *val[MAX_META];
     for (int i = 0; i < m.n; i++)
         val[i] = m.val[i];
-    snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", tr->s.out, steps_done);
+    ckpt_name(path, sizeof path, tr->s.out, steps_done);
     StWriter w = {{0}, {0}};
     ckpt_put(&w, &tr->model);
     if (streams) /* where every data stream is: a resume continues mid-part */
@@ -327,18 +339,76 @@ static void set_from_meta(struct settings *s, const StFile *f)
         s->precision = st_meta(f, "precision");
 }
 
+/* A file of ours that a resume can continue from. */
+static int is_training_ckpt(const StFile *f)
+{
+    const char *fmt = st_meta(f, "format");
+    return fmt && !strcmp(fmt, "gpt-ckpt-1") && st_meta(f, "step");
+}
+
+/* --auto-resume, for a babysitter that reruns one command until it exits 0
+ * (Composer's autoresume, Lightning's ckpt_path="last"): --resume when
+ * --out holds a checkpoint, a fresh run when it holds none. The master
+ * decides, as only it writes --out. --init seeds the fresh run alone: a
+ * checkpoint holds the weights. */
+static void decide_auto_resume(struct settings *s)
+{
+    static int steps[MAX_CKPTS];
+    need(!s->resume, "--auto-resume and --resume exclude each other (--auto-resume resumes "
+         "--out's newest checkpoint when there is one)");
+    int found = is_master() && list_ckpts(s->out, steps, MAX_CKPTS) > 0;
+    comm_broadcast(&found, sizeof found, 0);
+    if (found) {
+        s->resume = "";
+        s->init = NULL;
+    }
+}
+
+/* --auto-resume's checkpoint: the newest in dir that loads whole. Writes
+ * are atomic (a temporary file, fsynced, renamed), so a kill never leaves
+ * half a checkpoint; only harm from outside (a disk, a copy cut short)
+ * can. Then the checkpoint before it is taken, with a warning: the run
+ * replays the same steps bit for bit, where an error would have the
+ * babysitter fail on every try. Returns 0, or -1 when none loads. */
+static int load_newest_whole(const char *dir, StFile *f, char *path, size_t n, char *err,
+                             size_t elen)
+{
+    static int steps[MAX_CKPTS];
+    char why[512];
+    int count = list_ckpts(dir, steps, MAX_CKPTS);
+    for (int i = 0; i < count; i++) {
+        ckpt_name(path, n, dir, steps[i]);
+        if (!st_load(f, path, why, sizeof why)) {
+            if (!is_training_ckpt(f))
+                snprintf(why, sizeof why, "not a gpt training checkpoint");
+            else if (!st_check_checksum(f, why, sizeof why))
+                return 0;
+        }
+        st_free(f);
+        fprintf(stderr, "gpt: %s: %s; --auto-resume passes it over\n", path, why);
+    }
+    snprintf(path, n, "%s", dir);
+    snprintf(err, elen, "none of its %d checkpoints loads (the lines above say why)", count);
+    return -1;
+}
+
 /* The checkpoint to resume, opened before the flags are checked because it
- * supplies their values. Kept open: the prompt points into it. */
+ * supplies their values. Kept open: the prompt points into it. The master
+ * reads it and sends it to the other ranks. */
 static void open_resume(struct trainer *tr, StFile *f, char *path, size_t n)
 {
     char err[512];
-    if (is_master())
+    int failed = 0;
+    if (is_master() && tr->s.auto_resume) {
+        failed = load_newest_whole(tr->s.out, f, path, n, err, sizeof err);
+    } else if (is_master()) {
         resolve_ckpt(*tr->s.resume ? tr->s.resume : tr->s.out, path, n);
+        failed = st_load(f, path, err, sizeof err);
+    }
     comm_broadcast(path, n, 0);
-    if (load_on_master(f, path, err, sizeof err))
+    if (share_from_master(f, failed, err, sizeof err))
         die(1, "%s: %s", path, err);
-    const char *fmt = st_meta(f, "format"), *step = st_meta(f, "step");
-    if (!fmt || strcmp(fmt, "gpt-ckpt-1") || !step)
+    if (!is_training_ckpt(f))
         die_all(1, "%s: not a gpt training checkpoint (no format or step in the metadata)", path);
     set_from_meta(&tr->s, f);
 }
@@ -355,6 +425,32 @@ static void resume_state(struct trainer *tr, const StFile *f, const char *path)
     parse_rng(&tr->rng_eval, st_meta(f, "rng_eval"), path);
     if (tr->start > tr->s.steps)
         die_all(2, "%s is at step %d, past --steps %d", path, tr->start, tr->s.steps);
+}
+
+/* What --auto-resume chose, said once the flags are accepted (an error
+ * stays one line). A run already at --steps is done: a babysitter reruns
+ * its command until it exits 0, so this rerun says so and returns 1, to
+ * exit 0 at once, with no final passage again and --out left as it is. */
+static int auto_resumed_done(struct trainer *tr, StFile *rf, const char *path)
+{
+    const struct settings *s = &tr->s;
+    if (!s->auto_resume)
+        return 0;
+    if (!s->resume) {
+        printf("gpt: --auto-resume: %s holds no checkpoint: a fresh run\n", s->out);
+        return 0;
+    }
+    if (tr->start < s->steps) {
+        printf("gpt: --auto-resume: continuing from %s (step %d)\n", path, tr->start);
+        return 0;
+    }
+    printf("gpt: %s is step %d of --steps %d: the run is done\n", path, tr->start, s->steps);
+    data_source_free(&tr->corpus);
+    model_free(&tr->model);
+    free(tr->data.bytes);
+    free(tr->test_set.bytes);
+    st_free(rf);
+    return 1;
 }
 
 static void init_weights(struct trainer *tr)
@@ -494,8 +590,8 @@ static void refuse_overwrite(const struct settings *s)
 {
     static int steps[MAX_CKPTS];
     if (!s->resume && list_ckpts(s->out, steps, MAX_CKPTS) > 0)
-        die(2, "%s already holds checkpoints (newest ckpt-%08d); --resume continues that run, "
-            "or choose another --out", s->out, steps[0]);
+        die(2, "%s already holds checkpoints (newest ckpt-%08d); --resume or --auto-resume "
+            "continues that run, or choose another --out", s->out, steps[0]);
 }
 
 /* Each host's ms/step and its part spent in the cross-host all-reduce: a
@@ -660,7 +756,7 @@ static void run_training(struct trainer *tr)
     batch_alloc(&tr->train, s->batch, s->seq);
     batch_alloc(&tr->test_batch, s->eval_batch, s->seq);
     tr->g = new_graph(s);
-    tr->tty = isatty(STDOUT_FILENO);
+    tr->tty = want_live_line(s->live);
     printf("gpt: %zu parameters, %s device, %s, %s kernels, %d threads, ", tr->model.nw,
            s->device, s->precision, isa_name(isa_get()), omp_get_max_threads());
     if (!tr->spec.text)
@@ -707,6 +803,44 @@ static void run_training(struct trainer *tr)
     free(tr->test_set.bytes);
 }
 
+/* gpt train once its flags are read: set up (fresh, or from a checkpoint),
+ * train, save. */
+static int start_run(struct trainer *tr)
+{
+    struct settings *s = &tr->s;
+    catch_signals(); /* early: a signal during set-up still ends in a checkpoint */
+    StFile rf = {0};
+    char rpath[4096];
+    if (s->auto_resume)
+        decide_auto_resume(s);
+    if (s->resume)
+        open_resume(tr, &rf, rpath, sizeof rpath);
+    check_train_flags(s);
+    apply_common_flags(s);
+    setup_board(s, comm_size());
+    need(s->eval_batch % comm_size() == 0, "--eval-batch %d does not split evenly over %d "
+         "hosts", s->eval_batch, comm_size());
+    open_data(tr);
+    if (tr->corpus.parts.n)
+        plan_streams(tr);
+    check_same_data(tr->data_hash, s->data);
+    if (is_master()) {
+        make_out_dir(s->out);
+        refuse_overwrite(s);
+    }
+    init_weights(tr);
+    if (s->resume)
+        resume_state(tr, &rf, rpath);
+    if (auto_resumed_done(tr, &rf, rpath))
+        return 0;
+    round_to_precision(&tr->model, s);
+    model_set_cores(&tr->model, xs_cores());
+    start_loader(tr, s->resume ? &rf : NULL, rpath);
+    run_training(tr);
+    st_free(&rf);
+    return 0;
+}
+
 int cmd_train(int argc, char **argv)
 {
     struct trainer tr = {.s = defaults};
@@ -744,10 +878,14 @@ int cmd_train(int argc, char **argv)
         {"out", O_STR, &s->out, "directory for checkpoints"},
         {"init", O_STR, &s->init, "start from this safetensors file's weights"},
         {"resume", O_STR, &s->resume, "continue a run from a checkpoint (FILE, DIR, or --out)"},
+        {"auto-resume", O_FLAG, &s->auto_resume, "continue --out's newest checkpoint if it has "
+         "one, else start fresh; at --steps, exit 0 (for a command rerun until it succeeds)"},
         {"ckpt-every", O_INT, &s->ckpt_every, "steps between checkpoints (also at the end and on ^C)"},
         {"keep", O_INT, &s->keep, "checkpoints kept in --out, newest first"},
         {"device", O_STR, &s->device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s->metrics, "print the XLA metrics and kernel profile at the end"},
+        {"live", O_STR, &s->live, "the live progress line: auto (on a terminal a person "
+         "watches), on or off"},
         {"verbose", O_FLAG, &s->verbose, "per-core throughput lines at each eval (PyTorch/XLA's)"},
         {"profile", O_STR, &s->profile, "write a timeline of the first steps (Chrome trace JSON)"},
         {"profile-steps", O_INT, &s->profile_steps, "steps --profile records"},
@@ -759,31 +897,5 @@ int cmd_train(int argc, char **argv)
     };
     parse_opts("train", "Trains the model and writes a checkpoint.", argc, argv, o,
                (int)(sizeof o / sizeof *o), NULL);
-    catch_signals(); /* early: a signal during set-up still ends in a checkpoint */
-    StFile rf = {0};
-    char rpath[4096];
-    if (s->resume)
-        open_resume(&tr, &rf, rpath, sizeof rpath);
-    check_train_flags(s);
-    apply_common_flags(s);
-    setup_board(s, comm_size());
-    need(s->eval_batch % comm_size() == 0, "--eval-batch %d does not split evenly over %d "
-         "hosts", s->eval_batch, comm_size());
-    open_data(&tr);
-    if (tr.corpus.parts.n)
-        plan_streams(&tr);
-    check_same_data(tr.data_hash, s->data);
-    if (is_master()) {
-        make_out_dir(s->out);
-        refuse_overwrite(s);
-    }
-    init_weights(&tr);
-    if (s->resume)
-        resume_state(&tr, &rf, rpath);
-    round_to_precision(&tr.model, s);
-    model_set_cores(&tr.model, xs_cores());
-    start_loader(&tr, s->resume ? &rf : NULL, rpath);
-    run_training(&tr);
-    st_free(&rf);
-    return 0;
+    return start_run(&tr);
 }

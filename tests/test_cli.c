@@ -116,6 +116,11 @@ static void check_refusals(void)
         {"./gpt sample --ckpt tests/tmp/t1 --precision bf8", 2, "--precision"},
         {"./gpt sample --ckpt tests/tmp/t1 --num-samples 0", 2, "--num-samples"},
         {"./gpt sample --ckpt tests/tmp/t1 --num-samples 2 --naive", 2, "--naive"},
+        {"./gpt train " SMALL " --out tests/tmp/t1 --auto-resume --resume", 2, "exclude"},
+        {"./gpt train " SMALL " --out tests/tmp/t1 --auto-resume --lr 0.5", 2,
+         "--lr 0.5 conflicts with the checkpoint's 0.001"},
+        {"./gpt train " SMALL " --out tests/tmp/t1 --auto-resume --steps 20", 2, "past --steps 20"},
+        {"./gpt train --live sometimes", 2, "--live must be auto, on or off"},
     };
     write_file("tests/tmp/empty.txt", "", 0);
     write_file("tests/tmp/short.txt", "only forty bytes of text, not enough....", 40);
@@ -136,17 +141,21 @@ static pid_t spawn(const char *cmd)
     return pid;
 }
 
-static int has_ckpt(const char *dir)
+/* Has dir a checkpoint (tmp 0), or the temporary file of one being
+ * written, which a kill leaves behind (tmp 1)? */
+static int has_ckpt_file(const char *dir, int tmp)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
     int found = 0;
     while (d && (e = readdir(d)))
-        found |= !strncmp(e->d_name, "ckpt-", 5) && !strstr(e->d_name, ".tmp");
+        found |= !strncmp(e->d_name, "ckpt-", 5) && !strstr(e->d_name, ".tmp") == !tmp;
     if (d)
         closedir(d);
     return found;
 }
+
+static int has_ckpt(const char *dir) { return has_ckpt_file(dir, 0); }
 
 #define KILLRUN "exec ./gpt train " SMALL " --steps 400 --ckpt-every 3 --keep 2 --out tests/tmp/k1 " \
                 ">/dev/null 2>&1"
@@ -178,6 +187,95 @@ static void check_kill_resume(void)
                "tests/tmp/k0.log", out, sizeof out);
     CHECK(rc == 0 && atoi(out) > 400, "after %d SIGKILLs (seed %u) the resumed run's log differs "
           "from the straight run's: %s", kills, seed, out);
+}
+
+#define AUTO_FLAGS SMALL " --steps 1500 --ckpt-every 3 --threads 1"
+#define AUTORUN "./gpt train " AUTO_FLAGS " --keep 2 --auto-resume --out tests/tmp/k3"
+
+/* What a babysitter does: the same --auto-resume command, SIGKILLed at
+ * moments drawn from a fixed seed (most land in one of the checkpoint
+ * writes, one every 3 steps), then left to finish. Damage from outside,
+ * a truncated newest checkpoint, falls back to the one before. The end is
+ * the straight run's checkpoint and log; one more rerun exits 0 at once. */
+static void check_auto_resume(void)
+{
+    char out[65536];
+    srand(2026);
+    t_run("rm -rf tests/tmp/k3 tests/tmp/k4 && ./gpt train " AUTO_FLAGS " --out tests/tmp/k4",
+          out, sizeof out);
+    int kills = 0, cut = 0, st;
+    for (int round = 0; round < 10; round++) {
+        pid_t pid = spawn("exec " AUTORUN " >/dev/null 2>&1");
+        usleep((useconds_t)(20000 + rand() % 130000));
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        kills += WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+        cut += has_ckpt_file("tests/tmp/k3", 1);
+    }
+    int rc = t_run("cd tests/tmp/k3 && f=$(ls ckpt-*.safetensors | tail -1) && head -c 5000 $f "
+                   "> x && mv x $f", out, sizeof out);
+    CHECK(rc == 0 && kills >= 5, "%d of 10 runs killed, no checkpoint to damage: %s", kills, out);
+    rc = t_run(AUTORUN, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "--auto-resume passes it over") &&
+              t_same_file("tests/tmp/k4/ckpt-00001500.safetensors",
+                          "tests/tmp/k3/ckpt-00001500.safetensors"),
+          "after %d SIGKILLs (%d cut a write) and a damaged checkpoint, --auto-resume did not "
+          "end with the straight run's checkpoint (rc %d): %.2000s", kills, cut, rc, out);
+    rc = t_run("for d in k3 k4; do sed 's/,\"time\":{[^}]*}}$/}/' tests/tmp/$d/metrics.jsonl > "
+               "tests/tmp/$d.log; done; cmp tests/tmp/k3.log tests/tmp/k4.log", out, sizeof out);
+    CHECK(rc == 0, "after %d SIGKILLs the --auto-resume run's log differs: %s", kills, out);
+    rc = t_run(AUTORUN, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "the run is done") && !strstr(out, "step  ") &&
+              t_same_file("tests/tmp/k4/ckpt-00001500.safetensors",
+                          "tests/tmp/k3/ckpt-00001500.safetensors"),
+          "a finished --auto-resume run, rerun, did not just exit 0 (rc %d): %s", rc, out);
+}
+
+/* docs/babysit.sh reruns until 0, and stops on a usage error (2) or after
+ * its tries. */
+static void check_babysit(void)
+{
+    char out[4096];
+    int rc = t_run("(echo 0 > tests/tmp/n && BABYSIT_DELAY=0 docs/babysit.sh sh -c 'n=$(cat "
+                   "tests/tmp/n); echo $((n + 1)) > tests/tmp/n; [ $n -ge 2 ]' && cat tests/tmp/n)",
+                   out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "try 2 of 20 exited 1") && strstr(out, "\n3\n"),
+          "babysit.sh did not rerun a failing command until it exited 0 (rc %d): %s", rc, out);
+    rc = t_run("BABYSIT_DELAY=0 BABYSIT_TRIES=2 docs/babysit.sh sh -c 'exit 7'", out, sizeof out);
+    CHECK(rc == 7 && strstr(out, "try 2 of 2 exited 7; giving up"), "babysit.sh's limit of "
+          "tries (rc %d): %s", rc, out);
+    rc = t_run("BABYSIT_DELAY=0 docs/babysit.sh ./gpt train --steps 0", out, sizeof out);
+    CHECK(rc == 2 && strstr(out, "not rerunning") && !strstr(out, "try 1"),
+          "babysit.sh reran a usage error (rc %d): %s", rc, out);
+}
+
+/* The live line shows on a terminal (script's), not with TERM=dumb (a
+ * terminal that cannot erase a line) nor --live off; --live on puts it
+ * even in a file. */
+static void check_live_line(void)
+{
+    static const struct {
+        const char *cmd;
+        int live;
+    } runs[] = {
+        {"TERM=xterm script -qec './gpt train " SMALL " --steps 20 --out tests/tmp/l1' /dev/null", 1},
+        {"TERM=dumb script -qec './gpt train " SMALL " --steps 20 --out tests/tmp/l2' /dev/null", 0},
+        {"TERM=xterm script -qec './gpt train " SMALL " --steps 20 --live off --out tests/tmp/l3' "
+         "/dev/null", 0},
+        {"./gpt train " SMALL " --steps 20 --live on --out tests/tmp/l4", 1},
+    };
+    char out[65536];
+    if (t_run("command -v script", out, sizeof out)) {
+        fprintf(stderr, "cli: the live line on a terminal not checked (no script(1))\n");
+        return;
+    }
+    t_run("rm -rf tests/tmp/l?", out, sizeof out);
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        int rc = t_run(runs[i].cmd, out, sizeof out);
+        CHECK(rc == 0 && !strstr(out, "\r\033[Kstep ") == !runs[i].live,
+              "%s: the live line should %sshow (rc %d)", runs[i].cmd, runs[i].live ? "" : "not ",
+              rc);
+    }
 }
 
 static int catches_sigterm(pid_t pid)
@@ -260,6 +358,9 @@ void test_cli(void)
     make_data();
     check_determinism();
     check_kill_resume();
+    check_auto_resume();
+    check_babysit();
+    check_live_line();
     check_sigterm();
     check_learning();
     check_sample_eval();

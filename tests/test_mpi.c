@@ -227,6 +227,77 @@ static void check_resume_layouts(void)
           "2x2 resumed as 1x4 differs from a straight run");
 }
 
+/* --auto-resume in a pod: the master looks in --out and every rank
+ * follows. A fresh run, a rerun of a finished one (exit 0, nothing
+ * trained), then more steps past a damaged newest checkpoint, from the
+ * one before it: a straight run's bytes. */
+static void check_auto_resume(void)
+{
+    char out[65536];
+    int rc = train(2, 2, "--steps 20 --ckpt-every 10 --auto-resume", "tests/tmp/m-auto", out,
+                   sizeof out);
+    CHECK(rc == 0 && strstr(out, "no checkpoint: a fresh run"), "a fresh --auto-resume pod: "
+          "rc %d: %s", rc, out);
+    rc = train(2, 2, "--steps 20 --ckpt-every 10 --auto-resume", "tests/tmp/m-auto", out,
+               sizeof out);
+    CHECK(rc == 0 && strstr(out, "the run is done") && !strstr(out, "step     "),
+          "a finished --auto-resume pod, rerun: rc %d: %s", rc, out);
+    t_run("head -c 4000 " CKPT("m-auto", "20") " > tests/tmp/m-x && mv tests/tmp/m-x "
+          CKPT("m-auto", "20"), out, sizeof out);
+    rc = train(2, 2, "--steps 40 --ckpt-every 10 --auto-resume", "tests/tmp/m-auto", out,
+               sizeof out);
+    CHECK(rc == 0 && strstr(out, "continuing from tests/tmp/m-auto/ckpt-00000010") &&
+              t_same_file(CKPT("m-straight", "40"), CKPT("m-auto", "40")),
+          "a pod's --auto-resume past a damaged checkpoint differs from a straight run (rc %d): "
+          "%s", rc, out);
+}
+
+/* Has file path one of the bytes of set (an unreadable file counts)? */
+static int has_byte(const char *path, const char *set)
+{
+    unsigned char *s = t_slurp(path, NULL);
+    int found = !s || strpbrk((char *)s, set);
+    free(s);
+    return found;
+}
+
+#define LOGRUN "./gpt-mpi train " TINY " --steps 30 --final-bytes 0"
+/* a shell between mpirun and the rank (it forks: the command is not its last) */
+#define LOGRUN_SH "sh -c \"" LOGRUN " --out tests/tmp/m-wrap && :\""
+
+/* mpirun gives a rank's stdout a pseudo-terminal even when its own goes to
+ * a file: the log must still read like one process's (no live line, the
+ * same eval lines), and on a terminal (script's) the live line shows. */
+static void check_pod_log(void)
+{
+    char out[65536];
+    int rc = t_run(MPIRUN "-np 2 " LOGRUN " --out tests/tmp/m-log > tests/tmp/m-log.txt && "
+                   "./gpt train " TINY " --steps 30 --final-bytes 0 --cores 2 --out "
+                   "tests/tmp/m-log1 > tests/tmp/m-log1.txt && grep '^step' tests/tmp/m-log.txt "
+                   "> tests/tmp/m-log.ev && grep '^step' tests/tmp/m-log1.txt | cmp - "
+                   "tests/tmp/m-log.ev", out, sizeof out);
+    CHECK(rc == 0 && !has_byte("tests/tmp/m-log.txt", "\r\033"), "a pod's log in a file has the live "
+          "line, or other eval lines than one process's (rc %d): %s", rc, out);
+    rc = t_run("rm -rf tests/tmp/m-wrap && " MPIRUN "-np 2 " LOGRUN_SH " > tests/tmp/m-wrap.txt",
+               out, sizeof out);
+    CHECK(rc == 0 && !has_byte("tests/tmp/m-wrap.txt", "\r\033"), "a pod's log in a file, the "
+          "ranks under a shell, has the live line (rc %d): %s", rc, out);
+    if (t_run("command -v script", out, sizeof out)) {
+        fprintf(stderr, "mpi: the live line on a terminal not checked (no script(1))\n");
+        return;
+    }
+    rc = t_run("rm -rf tests/tmp/m-wrap && TERM=xterm script -qec '" MPIRUN "-np 2 " LOGRUN_SH
+               "' /dev/null > tests/tmp/m-tty.txt", out, sizeof out);
+    unsigned char *tty = t_slurp("tests/tmp/m-tty.txt", NULL);
+    CHECK(rc == 0 && tty && strstr((char *)tty, "\r\033[Kstep "), "a pod on a terminal shows "
+          "no live line (rc %d): %s", rc, tty ? (char *)tty : out);
+    free(tty);
+    rc = t_run("TERM=xterm script -qec '" MPIRUN "-np 2 " LOGRUN " --live off --out "
+               "tests/tmp/m-off' /dev/null > tests/tmp/m-off.txt", out, sizeof out);
+    CHECK(rc == 0 && !has_byte("tests/tmp/m-off.txt", "\033"), "--live off on a terminal still "
+          "shows the live line (rc %d)", rc);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -318,5 +389,7 @@ void test_mpi(void)
     check_shards();
     check_rank_failures();
     check_resume_layouts();
+    check_auto_resume();
+    check_pod_log();
     check_kill();
 }
