@@ -66,9 +66,12 @@ struct cache_entry {
     Program *prog;
 };
 
-/* Ops that write a buffer in place (Adam, the KV cache): always traced,
- * never merged, never moved past. */
-static inline int side_effect(int op) { return op == KOP_ADAM || op == KOP_ATTENTION_STEP; }
+/* Ops that write a buffer in place (Adam, the KV cache, a store): always
+ * traced, never merged, never moved past. */
+static inline int side_effect(int op)
+{
+    return op == KOP_ADAM || op == KOP_ATTENTION_STEP || op == KOP_STORE;
+}
 
 struct cache_entry;
 

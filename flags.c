@@ -27,7 +27,7 @@ const struct settings defaults = {
     .data = "data/sherlock-ascii.txt", .out = "out", .init = NULL,
     .prompt = "\"Elementary, my dear", .device = "xla", .ckpt = "out",
     .precision = "fp32", .residual = "twice", .decay = "none",
-    .live = "auto",
+    .live = "auto", .grad_accum = 1,
 };
 
 static void print_default(const struct opt *o)
@@ -196,6 +196,9 @@ void check_train_flags(const struct settings *s)
     check_model_flags(s);
     need(s->steps >= 1, "--steps must be >= 1, got %d", s->steps);
     need(s->batch >= 1 && s->batch <= 65536, "--batch must be 1..65536, got %d", s->batch);
+    need(s->grad_accum >= 1 && s->grad_accum <= 65536 / s->batch, "--grad-accum must be "
+         "1..%d (--batch x --grad-accum at most 65536 windows), got %d", 65536 / s->batch,
+         s->grad_accum);
     need(s->seq >= 2 && s->seq <= s->context, "--seq must be 2..--context (%d), got %d",
          s->context, s->seq);
     need(s->lr > 0 && s->lr < 1e3, "--lr must be above 0 and below 1000, got %g", s->lr);
@@ -219,8 +222,9 @@ void check_train_flags(const struct settings *s)
          "got %d", s->vocab);
     check_prompt(s->prompt, s->vocab);
     need(s->streams == 0 || (s->streams <= LOADER_MAX_STREAMS && !(s->streams & (s->streams - 1))
-         && s->batch % s->streams == 0), "--streams must be 0 or a power of two up to %d that "
-         "divides --batch %d, got %d", LOADER_MAX_STREAMS, s->batch, s->streams);
+         && step_windows(s) % s->streams == 0), "--streams must be 0 or a power of two up to "
+         "%d that divides --batch x --grad-accum (%d), got %d", LOADER_MAX_STREAMS,
+         step_windows(s), s->streams);
     need(s->shuffle_buffer >= 1 && s->shuffle_buffer <= 1 << 24, "--shuffle-buffer must be "
          "1..16777216 windows, got %d", s->shuffle_buffer);
     need(s->profile_steps >= 1, "--profile-steps must be >= 1, got %d", s->profile_steps);

@@ -29,7 +29,11 @@ struct settings {
     const char *tpu, *hbm, *precision;
     int auto_resume;  /* train: --resume when --out holds a checkpoint, else a fresh run */
     const char *live; /* train: the live line, auto (where a person watches), on or off */
+    int grad_accum;   /* train: micro-batches of --batch windows an optimizer step */
 };
+
+/* Windows an optimizer step takes, all hosts together: --batch x --grad-accum. */
+static inline int step_windows(const struct settings *s) { return s->batch * s->grad_accum; }
 
 /* The reference's values: every command starts from them. */
 extern const struct settings defaults;

@@ -56,6 +56,9 @@ typedef struct Model {
     int32_t drop_key[2]; /* the recorded step's dropout key (its leaf reads it) */
     int ncores;         /* simulated cores holding a replica (w, m, v: core 0's) */
     float *rep;         /* [ncores-1][REPLICA_BLOCKS][nw]: the other cores' w, m, v */
+    int accum;          /* micro-batches a step (--grad-accum), 1: none */
+    float *acc;         /* [levels][ncores][nw+1] their partial sums of gradients
+                         * and loss, on the device between micro-batches */
 } Model;
 
 /* Builds the parameter table and draws PyTorch-style initial weights. */
@@ -64,6 +67,9 @@ void model_free(Model *m);
 float *model_param(Model *m, const char *name); /* NULL if no such */
 /* Replicates core 0's weights and Adam state on n cores (n >= 1). */
 void model_set_cores(Model *m, int n);
+/* Splits each step's batch into n micro-batches (n >= 1; after
+ * model_set_cores): see model_train_step. */
+void model_set_accum(Model *m, int n);
 /* Core c's weights, Adam m or v (which: enum replica_block): [nw]. */
 enum replica_block { REPLICA_W = 0, REPLICA_M = 1, REPLICA_V = 2, REPLICA_BLOCKS = 3 };
 float *model_replica(const Model *m, int core, int which);
@@ -88,7 +94,10 @@ Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
 /* Forward, backward and Adam update; returns the batch loss before it. On
  * the xla device with m->ncores > 1 the batch is split over the cores: each
  * computes its shard's gradients, an all-reduce averages them, and every
- * replica applies the same update. The weights do not depend on ncores. */
+ * replica applies the same update. The weights do not depend on ncores.
+ * With m->accum = N > 1, b holds N micro-batches: each core's windows of
+ * b, in N consecutive parts, one per forward and backward pass. The
+ * weights are those of one step on all of b when N is a power of two. */
 float model_train_step(Model *m, Graph *g, const Batch *b, float lr);
 
 /* Sampling with a KV cache; each new byte is handed to emit (may be NULL).

@@ -315,12 +315,15 @@ static int is_rounded(const Graph *g, const Tensor *x)
     return x->node >= 0 && g->nodes[x->node].op == KOP_ROUND_BF16;
 }
 
-Tensor *g_all_reduce(Graph *g, Tensor *x)
+Tensor *g_all_reduce(Graph *g, Tensor *x) { return g_all_reduce_micro(g, x, 1); }
+
+Tensor *g_all_reduce_micro(Graph *g, Tensor *x, int micro)
 {
-    if (g->cores == 1 && xs_hosts() == 1)
+    if (g->cores == 1 && xs_hosts() == 1 && micro == 1)
         return is_rounded(g, x) ? x : as_stored(g, x);
     Node *n = new_node(g, KOP_ALL_REDUCE, IN(x));
-    n->attr.all_reduce = (struct all_reduce_attr){.n = x->numel, .cores = g->cores};
+    n->attr.all_reduce =
+        (struct all_reduce_attr){.n = x->numel, .cores = g->cores, .micro = micro};
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 0);
     run_node(g, n);
     return as_stored(g, y);
@@ -345,7 +348,7 @@ static Tensor *embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
     return as_stored_partial(g, d);
 }
 
-Tensor *g_add(Graph *g, Tensor *a, Tensor *b)
+static Tensor *add_node(Graph *g, Tensor *a, Tensor *b)
 {
     if (a->numel != b->numel)
         shape_fail("add", a, b);
@@ -353,7 +356,25 @@ Tensor *g_add(Graph *g, Tensor *a, Tensor *b)
     n->attr.elementwise.n = a->numel;
     Tensor *y = add_out(g, n, DT_F32, a->rows, a->cols, 1);
     run_node(g, n);
-    return as_stored(g, y);
+    return y;
+}
+
+Tensor *g_add(Graph *g, Tensor *a, Tensor *b) { return as_stored(g, add_node(g, a, b)); }
+
+/* a + b for two partial sums of a batch reduction (gradient accumulation):
+ * like the tree inside a kernel, kept in fp32 until the all-reduce. */
+Tensor *g_add_partial(Graph *g, Tensor *a, Tensor *b)
+{
+    return as_stored_partial(g, add_node(g, a, b));
+}
+
+void g_store(Graph *g, Tensor *dst, Tensor *x)
+{
+    if (dst->numel != x->numel || dst->kind != TK_STATE)
+        shape_fail("store", dst, x);
+    Node *n = new_node(g, KOP_STORE, IN([STORE_IN_DST] = dst, [STORE_IN_X] = x));
+    n->attr.elementwise.n = x->numel;
+    run_node(g, n);
 }
 
 Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias)

@@ -52,6 +52,8 @@ Tensor *g_param(Graph *g, float *data, int rows, int cols);
 
 Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table);
 Tensor *g_add(Graph *g, Tensor *a, Tensor *b);
+/* a + b for partial sums of gradients, kept in fp32 like a kernel's tree */
+Tensor *g_add_partial(Graph *g, Tensor *a, Tensor *b);
 Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias);
 Tensor *g_transpose(Graph *g, Tensor *x);
 /* x @ w^T + b, with w in PyTorch's [out,in] layout; b may be NULL. */
@@ -89,6 +91,12 @@ int g_cores(const Graph *g);
 Tensor *g_leaf_rep(Graph *g, int kind, int dtype, void *const *data, int rows, int cols);
 /* The mean over cores of x, on every core; x itself with one core. */
 Tensor *g_all_reduce(Graph *g, Tensor *x);
+/* The same for x the sum of micro micro-batches' values (gradient
+ * accumulation): the mean is over the micro-batches too. */
+Tensor *g_all_reduce_micro(Graph *g, Tensor *x, int micro);
+/* Writes x into dst, a TK_STATE leaf, in place (as Adam writes its state):
+ * a value kept on the device from one step's graph to the next. */
+void g_store(Graph *g, Tensor *dst, Tensor *x);
 /* Rows per example (0: off): the backward reductions over rows then sum
  * per-example leaves in a fixed tree, so gradients do not depend on how
  * the batch is split over cores. */

@@ -321,8 +321,9 @@ static int make_run(struct sweep *sw, int i)
             r->arg[r->narg++] = flag;
             r->arg[r->narg++] = value;
         }
-        used += snprintf(r->name + used, sizeof r->name - (size_t)used, "%s%s=%s",
-                         a ? "," : "", flag + 2, value);
+        char part[sizeof r->name]; /* formatted apart: flag and value may live in r */
+        snprintf(part, sizeof part, "%s%s=%s", a ? "," : "", flag + 2, value);
+        used += snprintf(r->name + used, sizeof r->name - (size_t)used, "%s", part);
         if (!strcmp(flag, "--steps"))
             r->steps = atoi(value);
     }

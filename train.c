@@ -77,7 +77,7 @@ static void report_rates(struct trainer *tr, int step, float loss)
     const struct settings *s = &tr->s;
     int world = comm_size() * xs_cores(), steps = step + 1 - tr->start;
     int since = step + 1 - tr->rate_step;
-    double per_replica = (double)s->batch / world;
+    double per_replica = (double)step_windows(s) / world;
     double rate = since > 0 && tr->t_steps > tr->t_rate
                       ? per_replica * since / (tr->t_steps - tr->t_rate) : 0;
     double global = steps > 0 && tr->t_steps > 0 ? per_replica * steps / tr->t_steps : 0;
@@ -143,7 +143,7 @@ static void print_progress(struct trainer *tr, int step, float loss)
     double per = tr->t_steps / ran;
     double eta = (now - tr->t_start) / ran * left;
     printf("\r\033[Kstep %d/%d | %.2f ms/step | %.0f tok/s | ETA %d:%02d | loss %.4f",
-           done, tr->s.steps, per * 1e3, tr->s.batch * tr->s.seq / per,
+           done, tr->s.steps, per * 1e3, step_windows(&tr->s) * tr->s.seq / per,
            (int)eta / 60, (int)eta % 60, loss);
     fflush(stdout);
 }
@@ -187,6 +187,8 @@ static void run_meta(const struct trainer *tr, struct meta *m)
     meta_add(m, "heads", "%d", c->heads);
     meta_add(m, "layers", "%d", c->layers);
     meta_add(m, "batch", "%d", s->batch);
+    if (s->grad_accum > 1) /* absent means 1: a default run's file is as before */
+        meta_add(m, "grad-accum", "%d", s->grad_accum);
     meta_add(m, "seq", "%d", s->seq);
     meta_add(m, "lr", "%.9g", s->lr);
     meta_add(m, "warmup", "%d", s->warmup);
@@ -277,7 +279,8 @@ static const char *older_default(const char *key)
 {
     static const char *const table[][2] = {
         {"warmup", "0"}, {"decay", "none"}, {"min-lr", "0"}, {"dropout", "0"},
-        {"no-mlp", "0"}, {"residual", "twice"}, {"pytorch_reference", "loads"}};
+        {"no-mlp", "0"}, {"residual", "twice"}, {"pytorch_reference", "loads"},
+        {"grad-accum", "1"}};
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(key, table[i][0]))
             return table[i][1];
@@ -310,11 +313,11 @@ static void set_from_meta(struct settings *s, const StFile *f)
 {
     int *ints[] = {&s->context, &s->embed, &s->mlp, &s->heads, &s->layers, &s->batch,
                    &s->seq, &s->eval_every, &s->eval_batch, &s->eval_bytes, &s->vocab,
-                   &s->streams, &s->shuffle_buffer};
+                   &s->streams, &s->shuffle_buffer, &s->grad_accum};
     const char *keys[] = {"context", "embed", "mlp", "heads", "layers", "batch",
                           "seq", "eval-every", "eval-batch", "eval-bytes", "vocab",
-                          "streams", "shuffle-buffer"};
-    for (int i = 0; i < 13; i++)
+                          "streams", "shuffle-buffer", "grad-accum"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (st_meta(f, keys[i]) && !was_given(keys[i]))
             *ints[i] = atoi(st_meta(f, keys[i]));
     if (st_meta(f, "lr") && !was_given("lr"))
@@ -546,7 +549,7 @@ static void train_loop(struct trainer *tr)
         tr->t_steps += dt;
         if (tr->log)
             runlog_step(tr->log, &(StepFigures){step, loss, lr, dt * 1e3,
-                                                s->batch * s->seq / dt, xs_counter(C_UNCACHED),
+                                                step_windows(s) * s->seq / dt, xs_counter(C_UNCACHED),
                                                 xs_counter(C_CACHED), xs_counter(C_HOST_READ)});
         if (!isfinite(loss))
             die_all(1, "training diverged at step %d (loss %g); try a smaller --lr", step, loss);
@@ -647,14 +650,14 @@ static void plan_streams(struct trainer *tr)
     struct settings *s = &tr->s;
     int parts = tr->corpus.parts.n, hosts = comm_size();
     if (!s->streams)
-        s->streams = loader_default_streams(parts, s->batch);
+        s->streams = loader_default_streams(parts, step_windows(s));
     need(s->streams <= parts, "--streams %d needs as many parts; '%s' has %d", s->streams,
          s->data, parts);
     need(s->streams % hosts == 0, "'%s' gives %d data streams (%d parts), which do not split "
          "over %d hosts: each host reads parts of its own; add parts or set --streams",
          s->data, s->streams, parts, hosts);
     int S = s->streams;
-    tr->spec = (LoaderSpec){.T = s->seq, .B = s->batch, .streams = S,
+    tr->spec = (LoaderSpec){.T = s->seq, .B = step_windows(s), .streams = S,
                             .first = comm_rank() * (S / hosts), .count = S / hosts,
                             .buffer = s->shuffle_buffer, .vocab = s->vocab,
                             .seed = (uint64_t)s->seed};
@@ -666,7 +669,7 @@ static void start_loader(struct trainer *tr, const StFile *rf, const char *path)
     const struct settings *s = &tr->s;
     const unsigned char *state = NULL;
     if (!tr->corpus.parts.n) /* one text file: random windows of its train split */
-        tr->spec = (LoaderSpec){.T = s->seq, .B = s->batch, .streams = 1, .count = 1,
+        tr->spec = (LoaderSpec){.T = s->seq, .B = step_windows(s), .streams = 1, .count = 1,
                                 .vocab = s->vocab, .seed = (uint64_t)s->seed,
                                 .text = tr->data.bytes, .text_len = tr->data.n_train,
                                 .rng = tr->rng_data};
@@ -753,7 +756,7 @@ static void open_run_log(struct trainer *tr)
 static void run_training(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
-    batch_alloc(&tr->train, s->batch, s->seq);
+    batch_alloc(&tr->train, step_windows(s), s->seq);
     batch_alloc(&tr->test_batch, s->eval_batch, s->seq);
     tr->g = new_graph(s);
     tr->tty = want_live_line(s->live);
@@ -774,6 +777,10 @@ static void run_training(struct trainer *tr)
     if (hosts > 1)
         printf("gpt: pod of %d hosts x %d cores over %s: world size %d (ordinals 0..%d), "
                "master ordinal 0\n", hosts, xs_cores(), comm_name(), world, world - 1);
+    if (s->grad_accum > 1)
+        printf("gpt: gradient accumulation: %d micro-batches of %d windows, one optimizer "
+               "step of %d windows (%d tokens)\n", s->grad_accum, s->batch, step_windows(s),
+               step_windows(s) * s->seq);
     tr->t_start = now_seconds();
     tr->rate_step = tr->start;
     open_run_log(tr);
@@ -835,6 +842,7 @@ static int start_run(struct trainer *tr)
         return 0;
     round_to_precision(&tr->model, s);
     model_set_cores(&tr->model, xs_cores());
+    model_set_accum(&tr->model, s->grad_accum);
     start_loader(tr, s->resume ? &rf : NULL, rpath);
     run_training(tr);
     st_free(&rf);
@@ -847,7 +855,9 @@ int cmd_train(int argc, char **argv)
     struct settings *s = &tr.s;
     const struct opt o[] = {
         {"steps", O_INT, &s->steps, "training steps"},
-        {"batch", O_INT, &s->batch, "windows per batch"},
+        {"batch", O_INT, &s->batch, "windows per batch (per micro-batch with --grad-accum)"},
+        {"grad-accum", O_INT, &s->grad_accum, "micro-batches of --batch windows per optimizer "
+         "step, their gradients summed"},
         {"seq", O_INT, &s->seq, "bytes per training window (<= context)"},
         {"lr", O_REAL, &s->lr, "Adam learning rate (the peak, with a schedule)"},
         {"warmup", O_INT, &s->warmup, "steps of linear warm-up to --lr"},

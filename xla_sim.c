@@ -77,7 +77,7 @@ static double flops_elementwise(const struct kinstr *k) { return (double)k->attr
 #define ATTRS_fill {L(fill, n), F(fill, value)}
 #define ATTRS_adam \
     {L(adam, n), L(adam, bf16_state), F(adam, beta1), F(adam, beta2), F(adam, eps)}
-#define ATTRS_all_reduce {L(all_reduce, n), L(all_reduce, cores)}
+#define ATTRS_all_reduce {L(all_reduce, n), L(all_reduce, cores), L(all_reduce, micro)}
 #define ATTRS_dropout {L(dropout, n), L(dropout, c), L(dropout, site), F(dropout, p)}
 #define ATTRS_attention_drop                                                                \
     {L(attention_drop, B), L(attention_drop, T), L(attention_drop, C), L(attention_drop, H), \
@@ -284,7 +284,7 @@ static void exec_all_reduce_alone(const struct kinstr *k)
 {
     long n = k->attr.all_reduce.n;
     float *y = k->out[ALL_REDUCE_OUT_Y];
-    float scale = 1.0f / (float)(k->attr.all_reduce.cores * comm_size());
+    float scale = 1.0f / (float)(k->attr.all_reduce.cores * k->attr.all_reduce.micro * comm_size());
     memcpy(y, k->in[ALL_REDUCE_IN_X], sizeof(float) * (size_t)n);
     if (comm_size() > 1)
         cross_host_sum(&y, &n, 1);
@@ -336,6 +336,9 @@ static void dispatch(const struct kinstr *k)
         k_round_bf16(out[ROUND_BF16_OUT_Y], in[ROUND_BF16_IN_X], a->elementwise.n);
         break;
     case KOP_ALL_REDUCE: exec_all_reduce_alone(k); break;
+    case KOP_STORE:
+        memcpy(in[STORE_IN_DST], in[STORE_IN_X], sizeof(float) * (size_t)a->elementwise.n);
+        break;
     case KOP_ADD_N: exec_add_n(k); break;
     case KOP_DROPOUT:
         k_dropout(out[DROPOUT_OUT_Y], in[DROPOUT_IN_X], in[DROPOUT_IN_ROWS], in[DROPOUT_IN_KEY],
@@ -563,7 +566,8 @@ static int run_all_reduces(const Program *p, int i0, int n, unsigned char **aren
     if (comm_size() > 1)
         cross_host_sum(sums, len, i1 - i0);
     for (int i = i0; i < i1; i++) {
-        float scale = 1.0f / (float)(p->ins[i].attr.all_reduce.cores * comm_size());
+        const struct all_reduce_attr *ar = &p->ins[i].attr.all_reduce;
+        float scale = 1.0f / (float)(ar->cores * ar->micro * comm_size());
         for (long j = 0; j < len[i - i0]; j++)
             sums[i - i0][j] *= scale;
         for (int c = 1; c < n; c++)

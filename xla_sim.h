@@ -69,7 +69,8 @@ struct adam_attr {
     long bf16_state; /* p, m, v stored as bf16 (XLA_USE_BF16) */
     float beta1, beta2, eps; /* the rate is an input: it may change every step */
 };
-struct all_reduce_attr { long n, cores; };
+/* micro: micro-batches summed into x (--grad-accum), 1 without */
+struct all_reduce_attr { long n, cores, micro; };
 /* site: which of the model's dropouts (its masks differ); p: drop probability */
 struct dropout_attr { long n, c, site; float p; };
 struct attention_drop_attr { long B, T, C, H, site; float p; }; /* B..H as attention_attr */

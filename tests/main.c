@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include "test.h"
+#include "../safetensors.h"
 
 int t_pass, t_fail;
 
@@ -68,6 +69,29 @@ int t_same_file(const char *a, const char *b)
     char cmd[512], out[256];
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
     return t_run(cmd, out, sizeof out) == 0;
+}
+
+int t_same_tensors(const char *a, const char *b)
+{
+    StFile fa, fb;
+    char err[256];
+    int ok = st_load(&fa, a, err, sizeof err) == 0;
+    if (!ok)
+        return 0;
+    ok = st_load(&fb, b, err, sizeof err) == 0;
+    if (!ok) {
+        st_free(&fa);
+        return 0;
+    }
+    ok = fa.n == fb.n && fa.size - fa.data_off == fb.size - fb.data_off &&
+         !memcmp(fa.buf + fa.data_off, fb.buf + fb.data_off, fa.size - fa.data_off);
+    for (int i = 0; ok && i < fa.n; i++) {
+        const StEntry *e = &fa.e[i], *f = st_find(&fb, e->name);
+        ok = f && f->begin == e->begin && f->end == e->end && f->dtype == e->dtype;
+    }
+    st_free(&fa);
+    st_free(&fb);
+    return ok;
 }
 
 /* Pseudo-English from a fixed word list: small, learnable, reproducible. */

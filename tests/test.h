@@ -31,6 +31,9 @@ unsigned char *t_slurp(const char *path, size_t *n);
 void t_expect_one_line(const char *cmd, int code, const char *says);
 /* 1 when the two files hold the same bytes. */
 int t_same_file(const char *a, const char *b);
+/* 1 when two checkpoints hold the same tensors, bit for bit (names, types,
+ * places and bytes); their metadata (the flags of the run) may differ. */
+int t_same_tensors(const char *a, const char *b);
 /* At least `at_least` bytes of pseudo-English from a fixed seed. */
 void t_write_words(const char *path, size_t at_least);
 

@@ -353,6 +353,59 @@ static void check_tpu(void)
           "a program over --hbm was not refused before the first step (rc %d): %s", rc, out);
 }
 
+/* --grad-accum N: N micro-batches, one optimizer step; every batch
+ * reduction is one fixed tree, so the tensors equal one batch of N times
+ * the windows (cores, dropout and bf16-pure included); the checkpoint
+ * keeps N, a resume keeps it and refuses another. */
+static void check_grad_accum(void)
+{
+    char out[65536];
+#define GA(dir) "tests/tmp/" dir "/ckpt-00000006.safetensors"
+    static const struct {
+        const char *flags, *dir;
+    } runs[] = {
+        {"--batch 8", "ga-ref"},
+        {"--batch 2 --grad-accum 4", "ga-4"},
+        {"--batch 4 --grad-accum 2 --cores 2", "ga-2x2"},
+        {"--batch 8 --dropout 0.1 --precision bf16-pure", "ga-dref"},
+        {"--batch 2 --grad-accum 4 --dropout 0.1 --precision bf16-pure --cores 2", "ga-d4"},
+    };
+    char cmd[512];
+    t_run("rm -rf tests/tmp/ga-*", out, sizeof out);
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        snprintf(cmd, sizeof cmd, "./gpt train " SMALL " --steps 6 --eval-every 3 %s --out "
+                 "tests/tmp/%s", runs[i].flags, runs[i].dir);
+        int rc = t_run(cmd, out, sizeof out);
+        CHECK(rc == 0, "%s: rc %d: %s", runs[i].flags, rc, out);
+    }
+    CHECK(strstr(out, "gradient accumulation: 4 micro-batches of 2 windows, one optimizer step "
+                 "of 8 windows (256 tokens)"), "the run does not say what a step is: %s", out);
+    CHECK(t_same_tensors(GA("ga-ref"), GA("ga-4")), "--batch 2 --grad-accum 4 differs from --batch 8");
+    CHECK(t_same_tensors(GA("ga-ref"), GA("ga-2x2")),
+          "--batch 4 --grad-accum 2 --cores 2 differs from --batch 8");
+    CHECK(t_same_tensors(GA("ga-dref"), GA("ga-d4")),
+          "with dropout and bf16-pure, --grad-accum 4 on 2 cores differs from --batch 8");
+    CHECK(!t_same_tensors(GA("ga-ref"), GA("ga-dref")), "dropout changed nothing");
+    int rc = t_run("./gpt train " SMALL " --steps 3 --eval-every 3 --batch 2 --grad-accum 4 "
+                   "--out tests/tmp/ga-r && ./gpt train --steps 6 --resume --out tests/tmp/ga-r "
+                   "--data tests/tmp/d.txt", out, sizeof out);
+    CHECK(rc == 0 && t_same_file(GA("ga-4"), GA("ga-r")),
+          "a resumed --grad-accum run differs from the straight one (rc %d): %s", rc, out);
+    t_expect_one_line("./gpt train --steps 9 --resume --out tests/tmp/ga-r --data tests/tmp/d.txt "
+                      "--grad-accum 2", 2, "--grad-accum 2 conflicts with the checkpoint's 4");
+    t_expect_one_line("./gpt train " SMALL " --grad-accum 0 --out tests/tmp/ga-x", 2,
+                      "--grad-accum");
+    /* the run log: the flag, and a step's tokens are its 8 windows of 32 */
+    unsigned char *log = t_slurp("tests/tmp/ga-4/metrics.jsonl", NULL);
+    const char *step = log ? strstr((char *)log, "\"kind\":\"step\"") : NULL;
+    const char *ms = step ? strstr(step, "\"ms\":") : NULL, *tps = step ? strstr(step, "\"tokens_per_s\":") : NULL;
+    double tokens = ms && tps ? atof(ms + 5) * 1e-3 * atof(tps + 15) : 0;
+    CHECK(log && strstr((char *)log, "\"grad-accum\":\"4\"") && tokens > 255 && tokens < 257,
+          "the run log lacks grad-accum or counts %.1f tokens a step, want 256", tokens);
+    free(log);
+#undef GA
+}
+
 void test_cli(void)
 {
     make_data();
@@ -366,4 +419,5 @@ void test_cli(void)
     check_sample_eval();
     check_refusals();
     check_tpu();
+    check_grad_accum();
 }

@@ -112,6 +112,16 @@ static void check_eager(void)
           "the eager device over 2 ranks differs from one process (rc %d): %s", rc, out);
 }
 
+/* Gradient accumulation in a pod: 2 ranks x 2 cores, 2 micro-batches of
+ * 4 windows, write the tensors of one process's batch of 8. */
+static void check_grad_accum(void)
+{
+    char out[65536];
+    int rc = train(2, 2, "--steps 20 --batch 4 --grad-accum 2", "tests/tmp/m-ga", out, sizeof out);
+    CHECK(rc == 0 && t_same_tensors(CKPT("m-ref1-fp32", "20"), CKPT("m-ga", "20")),
+          "2x2 with --grad-accum 2 differs from one process's --batch 8 (rc %d): %s", rc, out);
+}
+
 /* Ranks started with different flags are refused, naming the rank. */
 static void check_flag_mismatch(void)
 {
@@ -384,6 +394,7 @@ void test_mpi(void)
     check_output();
     check_tcp();
     check_eager();
+    check_grad_accum();
     check_flag_mismatch();
     check_errors_said_once();
     check_shards();
