@@ -6,8 +6,9 @@
  *
  * Every collective waits at most comm_set_timeout's seconds; past that, or
  * when MPI reports a failed peer, the process prints one line naming its
- * rank and what it was waiting for, and the whole job is aborted: a run
- * never hangs because one of its processes died. */
+ * rank and what it was waiting for (in the all-reduce: the peer and its
+ * host), and the whole job is aborted: a run never hangs because one of
+ * its processes died or its network went away. */
 #ifndef COMM_H
 #define COMM_H
 #include <stddef.h>
@@ -28,10 +29,19 @@ void comm_set_timeout(double seconds);
 
 /* all[r * bytes ...] = rank r's mine[0..bytes), on every rank. */
 void comm_allgather(const void *mine, void *all, size_t bytes);
+/* Bytes one all-reduce moved from and to this process. */
+struct comm_traffic {
+    size_t sent, received;
+};
 /* buf[len] = the sum over ranks of every rank's buf, added in the fixed
  * tree of tensor.h over the ranks in rank order, so every rank holds the
- * same bits and they do not depend on timing or on MPI's reduction order. */
-void comm_all_reduce(float *buf, size_t len);
+ * same bits and they do not depend on timing or on MPI's reduction order.
+ * Bandwidth-optimal: a reduce-scatter (rank j sums shard j of every rank's
+ * buf) then an all-gather of the sums, 2(N - 1)/N x 4 len bytes each way
+ * on each of N ranks; below 32 KiB, where latency rules, and with 2 ranks,
+ * one all-gather of the whole buffers, (N - 1) x 4 len bytes. Adds what it
+ * moved to *moved (may be NULL). */
+void comm_all_reduce(float *buf, size_t len, struct comm_traffic *moved);
 /* Root's buf[0..bytes) on every rank. */
 void comm_broadcast(void *buf, size_t bytes, int root);
 void comm_barrier(void);

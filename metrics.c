@@ -176,7 +176,7 @@ static const char *const metric_names[M_COUNT] = {
     "CrossHostAllReduceTime", "TransferToDeviceTime", "TransferFromDeviceTime"};
 static const char *const counter_names[C_COUNTERS] = {
     "CachedCompile", "UncachedCompile", "MarkStep", "HostReadCut", "AllReduce",
-    "AllReduceBytes", "CrossHostAllReduceBytes"};
+    "AllReduceBytes", "CrossHostAllReduceBytes", "CrossHostSentBytes", "CrossHostReceivedBytes"};
 
 void xs_metric_add(int m, double seconds)
 {

@@ -496,7 +496,7 @@ static int agreed_stop(void)
     if (comm_size() == 1)
         return stop_signal;
     float stops = stop_signal != 0;
-    comm_all_reduce(&stops, 1);
+    comm_all_reduce(&stops, 1, NULL);
     return stops == 0 ? 0 : stop_signal ? stop_signal : SIGTERM;
 }
 
@@ -597,19 +597,27 @@ static void refuse_overwrite(const struct settings *s)
             "continues that run, or choose another --out", s->out, steps[0]);
 }
 
-/* Each host's ms/step and its part spent in the cross-host all-reduce: a
- * straggler shows as the host that waits least (the others wait for it). */
+/* Each host's ms/step, its part spent in the cross-host all-reduce, and
+ * the bytes it sent and received a step: a straggler shows as the host that
+ * waits least (the others wait for it). */
 static void report_hosts(double step_seconds, int steps)
 {
-    double mine[2] = {step_seconds / (steps > 0 ? steps : 1),
-                      xs_metric_sum(M_HOST_ALL_REDUCE) / (steps > 0 ? steps : 1)};
-    double all[2 * COMM_MAX_RANKS];
+    enum { MS, WAIT, SENT, RECEIVED, FIGURES };
+    double per = steps > 0 ? steps : 1;
+    double mine[FIGURES] = {[MS] = step_seconds / per,
+                            [WAIT] = xs_metric_sum(M_HOST_ALL_REDUCE) / per,
+                            [SENT] = (double)xs_counter(C_HOST_SENT_BYTES) / per,
+                            [RECEIVED] = (double)xs_counter(C_HOST_RECEIVED_BYTES) / per};
+    double all[FIGURES * COMM_MAX_RANKS];
     if (comm_size() == 1)
         return;
     comm_allgather(mine, all, sizeof mine);
-    for (int r = 0; r < comm_size(); r++)
-        printf("gpt: rank %d: %.2f ms/step, %.2f of them in the cross-host all-reduce\n", r,
-               all[2 * r] * 1e3, all[2 * r + 1] * 1e3);
+    for (int r = 0; r < comm_size(); r++) {
+        const double *f = all + FIGURES * r;
+        printf("gpt: rank %d: %.2f ms/step, %.2f of them in the cross-host all-reduce; "
+               "%.0f bytes sent, %.0f received a step\n", r, f[MS] * 1e3, f[WAIT] * 1e3,
+               f[SENT], f[RECEIVED]);
+    }
 }
 
 /* ---- train: data ---- */

@@ -534,10 +534,13 @@ static void cross_host_sum(float *const *sums, const long *len, int m)
     }
     for (int i = 0; i < m; at += len[i], i++)
         memcpy(at, sums[i], sizeof(float) * (size_t)len[i]);
+    struct comm_traffic moved = {0, 0};
     double t0 = now_seconds();
-    comm_all_reduce(packed, total);
+    comm_all_reduce(packed, total, &moved);
     xs_metric_add(M_HOST_ALL_REDUCE, now_seconds() - t0);
     xs_counter_add(C_HOST_ALL_REDUCE_BYTES, (long)(total * sizeof(float)));
+    xs_counter_add(C_HOST_SENT_BYTES, (long)moved.sent);
+    xs_counter_add(C_HOST_RECEIVED_BYTES, (long)moved.received);
     at = packed;
     for (int i = 0; i < m; at += len[i], i++)
         memcpy(sums[i], at, sizeof(float) * (size_t)len[i]);

@@ -217,11 +217,13 @@ int xs_host(void);
 
 /* ---- metrics, in PyTorch/XLA's names ---- */
 /* AllReduce* is the sum over a board's cores; CrossHostAllReduce* its
- * continuation across processes (hosts of a pod). */
+ * continuation across processes (hosts of a pod), whose payload this host
+ * sent and received as CrossHost{Sent,Received}Bytes (comm.h). */
 enum xs_metric { M_COMPILE, M_EXECUTE, M_EXECUTE_REPLICATED, M_ALL_REDUCE, M_HOST_ALL_REDUCE,
                  M_TO_DEVICE, M_FROM_DEVICE, M_COUNT };
 enum xs_counter { C_CACHED, C_UNCACHED, C_MARK_STEP, C_HOST_READ, C_ALL_REDUCE,
-                  C_ALL_REDUCE_BYTES, C_HOST_ALL_REDUCE_BYTES, C_COUNTERS };
+                  C_ALL_REDUCE_BYTES, C_HOST_ALL_REDUCE_BYTES, C_HOST_SENT_BYTES,
+                  C_HOST_RECEIVED_BYTES, C_COUNTERS };
 void xs_metric_add(int metric, double seconds);
 void xs_counter_add(int counter, long n);
 long xs_counter(int counter);

@@ -1,14 +1,18 @@
 /* bench/comm_bench.c: what a step's cross-host all-reduce costs here.
  * Run under mpirun (make bench-mpi does, over TCP on loopback and over
  * shared memory): for message sizes from 4 bytes to 16 MiB, the median
- * time of comm_all_reduce (the pod's deterministic all-reduce: all-gather,
- * then the fixed tree) and of a two-rank ping-pong, from which latency and
- * bandwidth follow. Rank 0 prints; medians of many repeats. */
+ * time of comm_all_reduce (the pod's deterministic all-reduce: reduce-
+ * scatter of shards each summed in the fixed tree, then all-gather), of
+ * the all-reduce it replaced (every rank gathers every buffer, then adds
+ * them in the tree), run alternately with it, the bytes each moves per
+ * rank, and a two-rank ping-pong, from which latency and bandwidth follow.
+ * Rank 0 prints; medians of many repeats. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "comm.h"
+#include "tensor.h"
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -22,17 +26,39 @@ static double median(double *v, int n)
     return v[n / 2];
 }
 
-/* Median seconds of one comm_all_reduce of len floats. */
-static double time_all_reduce(float *buf, size_t len, int reps)
+/* The all-reduce before the reduce-scatter, as it was: MPI's all-gather
+ * of every buffer to every rank ((N - 1) x 4 len bytes in and out of
+ * each), then the tree; the same bits. */
+static void gather_all_reduce(float *buf, size_t len, float *all /* [size][len] */)
 {
-    double t[200];
+    const float *parts[COMM_MAX_RANKS];
+    MPI_Allgather(buf, (int)(sizeof(float) * len), MPI_BYTE, all, (int)(sizeof(float) * len),
+                  MPI_BYTE, MPI_COMM_WORLD);
+    for (int r = 0; r < comm_size(); r++)
+        parts[r] = all + (size_t)r * len;
+    k_tree_sum(buf, parts, comm_size(), len);
+}
+
+/* Median seconds of one all-reduce of len floats, both kinds, alternating:
+ * t_new, t_old; moved: bytes comm_all_reduce sent from this rank. */
+static void time_all_reduces(float *buf, size_t len, float *all, int reps, double *t_new,
+                             double *t_old, size_t *moved)
+{
+    double t[2][200];
     for (int r = 0; r < reps; r++) {
+        struct comm_traffic traffic = {0, 0};
         comm_barrier();
         double t0 = MPI_Wtime();
-        comm_all_reduce(buf, len);
-        t[r] = MPI_Wtime() - t0;
+        comm_all_reduce(buf, len, &traffic);
+        t[0][r] = MPI_Wtime() - t0;
+        comm_barrier();
+        t0 = MPI_Wtime();
+        gather_all_reduce(buf, len, all);
+        t[1][r] = MPI_Wtime() - t0;
+        *moved = traffic.sent;
     }
-    return median(t, reps);
+    *t_new = median(t[0], reps);
+    *t_old = median(t[1], reps);
 }
 
 /* Median seconds of a round trip of bytes between ranks 0 and 1. */
@@ -61,17 +87,26 @@ int main(int argc, char **argv)
     const char *label = argc > 1 ? argv[1] : "";
     size_t max = (size_t)16 << 20;
     float *buf = calloc(max / sizeof(float), sizeof(float));
+    float *all = calloc(max / sizeof(float) * (size_t)comm_size(), sizeof(float));
     if (comm_rank() == 0)
-        printf("%s, %d ranks\n  %12s %14s %14s %14s\n", label, comm_size(), "bytes",
-               "all-reduce us", "round trip us", "one-way MB/s");
+        printf("%s, %d ranks\n  %10s %12s %12s %12s %12s %12s %12s\n", label, comm_size(),
+               "bytes", "all-reduce", "sent/rank", "gather+tree", "sent/rank", "round trip",
+               "one-way");
+    if (comm_rank() == 0)
+        printf("  %10s %12s %12s %12s %12s %12s %12s\n", "", "us", "bytes", "us", "bytes", "us",
+               "MB/s");
     for (size_t bytes = 4; bytes <= max; bytes *= 4) {
         int reps = bytes < (1 << 20) ? 200 : 21;
-        double ar = time_all_reduce(buf, bytes / sizeof(float), reps);
+        double t_new, t_old;
+        size_t moved;
+        time_all_reduces(buf, bytes / sizeof(float), all, reps, &t_new, &t_old, &moved);
         double rt = comm_size() >= 2 ? time_ping_pong((char *)buf, (int)bytes, reps) : 0;
         if (comm_rank() == 0)
-            printf("  %12zu %14.1f %14.1f %14.1f\n", bytes, ar * 1e6, rt * 1e6,
+            printf("  %10zu %12.1f %12zu %12.1f %12zu %12.1f %12.1f\n", bytes, t_new * 1e6,
+                   moved, t_old * 1e6, (size_t)(comm_size() - 1) * bytes, rt * 1e6,
                    rt > 0 ? 2.0 * (double)bytes / rt * 1e-6 : 0.0);
     }
+    free(all);
     free(buf);
     comm_finalize();
     return 0;

@@ -352,6 +352,36 @@ static double kill_a_rank(int *killed, int *rc)
     return took;
 }
 
+/* A rank that hangs (SIGSTOP) mid-run: within GPT_COMM_TIMEOUT every
+ * other rank stops with a line naming it, and the job ends. */
+static void check_hung_rank(void)
+{
+    char out[65536];
+    t_run("rm -rf tests/tmp/m-hang tests/tmp/m-hang.rc", out, sizeof out);
+    t_run("(" MPIRUN "-np 4 -x GPT_COMM_TIMEOUT=3 ./gpt-mpi train " KILLRUN " --batch 8 "
+          "--steps 1000000 --out tests/tmp/m-hang > tests/tmp/m-hang.log 2>&1; "
+          "echo $? > tests/tmp/m-hang.rc) >/dev/null 2>&1 &", out, sizeof out);
+    double t0 = now_s();
+    while (access("tests/tmp/m-hang/ckpt-00000020.safetensors", F_OK) && now_s() - t0 < 120)
+        usleep(10000);
+    int stopped = t_run("P=$(pgrep -n -f '^./gpt-mpi train .*tests/tmp/m-hang') && "
+                        "tr '\\0' '\\n' < /proc/$P/environ | "
+                        "sed -n 's/^OMPI_COMM_WORLD_RANK=//p' && kill -STOP $P", out,
+                        sizeof out) == 0;
+    int rank = atoi(out);
+    double t_stop = now_s();
+    while (access("tests/tmp/m-hang.rc", F_OK) && now_s() - t_stop < 60)
+        usleep(10000);
+    double took = now_s() - t_stop;
+    char want[64];
+    snprintf(want, sizeof want, "no answer for 3 s from rank %d (host ", rank);
+    t_run("pkill -KILL -f '^./gpt-mpi train .*tests/tmp/m-hang'; cat tests/tmp/m-hang.log "
+          "tests/tmp/m-hang.rc", out, sizeof out);
+    CHECK(stopped && took < 30 && strstr(out, want) && strstr(out, "in an all-reduce; stopping "
+          "the run"), "a hung rank %d: the pod took %.1f s, or no line names it: %s", rank,
+          took, out);
+}
+
 /* SIGKILL one rank mid-run: the job ends with an error well within a
  * minute, the newest checkpoint loads, and resuming from it matches a
  * straight run. */
@@ -403,4 +433,5 @@ void test_mpi(void)
     check_auto_resume();
     check_pod_log();
     check_kill();
+    check_hung_rank();
 }
