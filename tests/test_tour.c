@@ -167,8 +167,38 @@ static void check_no_slots(const char *path, const char *text)
     }
 }
 
+/* The tour states the plain path's length with the command that counts
+ * it: "is N lines by `wc -l FILES`". The figure must be today's. */
+static void check_plain_path_length(void)
+{
+    char *tour = (char *)t_slurp("docs/TOUR.md", NULL), cmd[512], out[256];
+    const char *at = tour ? strstr(tour, " lines by `wc -l ") : NULL;
+    const char *end = at ? strchr(at + 17, '`') : NULL;
+    int stated = 0;
+    if (at) { /* the figure before " lines by": digits and commas */
+        const char *p = at;
+        while (p > tour && (isdigit((unsigned char)p[-1]) || p[-1] == ','))
+            p--;
+        for (; p < at; p++)
+            if (isdigit((unsigned char)*p))
+                stated = stated * 10 + (*p - '0');
+    }
+    CHECK(at && end && end - at < 400, "docs/TOUR.md states no plain-path length");
+    if (at && end && end - at < 400) {
+        snprintf(cmd, sizeof cmd, "%.*s | tail -1", (int)(end - at - 11), at + 11);
+        for (char *c = cmd; *c; c++)
+            if (*c == '\n')
+                *c = ' ';
+        t_run(cmd, out, sizeof out);
+        CHECK(atoi(out) == stated, "docs/TOUR.md says the plain path is %d lines; %s counts %d",
+              stated, cmd, atoi(out));
+    }
+    free(tour);
+}
+
 void test_tour(void)
 {
+    check_plain_path_length();
     list_sources();
     char *src[MAX_SOURCES];
     for (int i = 0; i < NSOURCES; i++) {
