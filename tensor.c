@@ -105,32 +105,32 @@ VINLINE void mm_tile(const struct mm *m, int i, int j, int R, int V, int last, s
     const float *a = m->a + i * ars; /* tile's row 0 */
     const float *b = m->b + j;       /* tile's column 0 */
     int fresh = m->k0 == m->kinit;
-#pragma GCC unroll 4
+UNROLL(4)
     for (int v = 0; v < V; v++) {
         int w = v < V - 1 ? VL : last;
         vf init = m->bias && fresh ? vload_n(m->bias + j + VL * v, w) : vzero();
-#pragma GCC unroll 8
+UNROLL(8)
         for (int r = 0; r < R; r++)
             acc[r][v] = fresh ? init : vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w);
     }
     for (int k = m->k0; k < m->k1; k++) {
         const float *bk = b + (size_t)k * m->q; /* [16V] */
         vf bv[MM_V];
-#pragma GCC unroll 4
+UNROLL(4)
         for (int v = 0; v < V; v++)
             bv[v] = vload_n(bk + VL * v, v < V - 1 ? VL : last);
-#pragma GCC unroll 8
+UNROLL(8)
         for (int r = 0; r < R; r++) {
             vf ar = vset(a[r * ars + k * aks]);
-#pragma GCC unroll 4
+UNROLL(4)
             for (int v = 0; v < V; v++)
                 acc[r][v] = vfma(ar, bv[v], acc[r][v]);
         }
     }
-#pragma GCC unroll 8
+UNROLL(8)
     for (int r = 0; r < R; r++) {
         size_t at = (size_t)(i + r) * m->q + j;
-#pragma GCC unroll 4
+UNROLL(4)
         for (int v = 0; v < V; v++) {
             int w = v < V - 1 ? VL : last;
             vf y = acc[r][v];
@@ -159,6 +159,16 @@ VINLINE void mm_panel(const struct mm *m, int i, int j, int R, int V, int last, 
     }
 }
 
+/* The R < MR rows at the bottom edge, one at a time: out of line, so that
+ * no compiler merges this call with the full tile's and loses MR as a
+ * constant (clang then keeps the accumulators on the stack). */
+static __attribute__((noinline)) void mm_edge(const struct mm *m, int i, int j, int R, int V,
+                                              int last, size_t ars, size_t aks)
+{
+    for (int r = 0; r < R; r++)
+        mm_panel(m, i + r, j, 1, V, last, ars, aks);
+}
+
 /* R rows of c (R == MR, or fewer at the bottom edge), all columns, in
  * panels of MM_V vectors. */
 VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
@@ -168,8 +178,7 @@ VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
         if (R == MR)
             mm_panel(m, i, j, MR, V, last, ars, aks);
         else
-            for (int r = 0; r < R; r++)
-                mm_panel(m, i + r, j, 1, V, last, ars, aks);
+            mm_edge(m, i, j, R, V, last, ars, aks);
     }
 }
 
@@ -421,7 +430,7 @@ static void v_transpose(float *vt /* [round8(hs),tp] */,
 VINLINE void pv_store(float *o /* [w,C] */, int C, const vf *acc /* [PV_G] */, vf l, int w, int nd)
 {
     float tmp[VL];
-#pragma GCC unroll 8
+UNROLL(8)
     for (int g = 0; g < PV_G; g++)
         if (g < nd) {
             vstore(tmp, vdiv(acc[g], l));
@@ -437,12 +446,12 @@ VINLINE void pv_group(float *o /* [w,C], at channel d0 */, int C, const float *p
                       const float *vt /* [PV_G,tp], from d0 */, int tp, int nk, vf l, int w, int nd)
 {
     vf acc[PV_G];
-#pragma GCC unroll 8
+UNROLL(8)
     for (int g = 0; g < PV_G; g++)
         acc[g] = vzero();
     for (int j = 0; j < nk; j++) {
         vf pj = vload(p + VL * j);
-#pragma GCC unroll 8
+UNROLL(8)
         for (int g = 0; g < PV_G; g++)
             acc[g] = vfma(pj, vset(vt[(size_t)g * tp + j]), acc[g]);
     }
@@ -457,7 +466,7 @@ VINLINE vf pv_first(float *o /* [w,C] */, int C, float *p /* [nk,16] */,
                     const float *vt /* [PV_G,tp] */, int tp, int nk, vf mx, int i0, int w, int nd)
 {
     vf acc[PV_G], l = vzero();
-#pragma GCC unroll 8
+UNROLL(8)
     for (int g = 0; g < PV_G; g++)
         acc[g] = vzero();
     for (int j = 0; j < nk; j++) {
@@ -465,7 +474,7 @@ VINLINE vf pv_first(float *o /* [w,C] */, int C, float *p /* [nk,16] */,
         vf pj = vkeep(vmnot(vlanes(j - i0)), e); /* queries before key j do not see it */
         vstore(p + VL * j, pj);
         l = vadd(l, pj);
-#pragma GCC unroll 8
+UNROLL(8)
         for (int g = 0; g < PV_G; g++)
             acc[g] = vfma(pj, vset(vt[(size_t)g * tp + j]), acc[g]);
     }
@@ -482,15 +491,15 @@ VINLINE vf scores4(float *sc /* [tp,16] */, const float *qt /* [hs,16] */,
 {
     const float *k = qkv + (size_t)j * ld + hs; /* key j's [hs]; the next ld apart */
     vf s[4] = {vzero(), vzero(), vzero(), vzero()};
-#pragma GCC unroll 8
+UNROLL_BY(8)
     for (int d = 0; d < hs; d++) {
         vf qd = vload(qt + VL * d);
-#pragma GCC unroll 4
+UNROLL(4)
         for (int u = 0; u < 4; u++)
             s[u] = vfma(qd, vset(k[u * ld + d]), s[u]);
     }
     vf mx = vset(-INFINITY);
-#pragma GCC unroll 4
+UNROLL(4)
     for (int u = 0; u < 4; u++) {
         s[u] = vsel(vlanes(j + u - i0), vset(-INFINITY), s[u]);
         vstore(sc + VL * (j + u), s[u]);
@@ -519,7 +528,7 @@ VINLINE void attention_body(float *o /* [T,C], head's col */, float *lse /* [T] 
         for (; j < nk; j++) {
             const float *k = qkv + j * ld + hs; /* [hs] */
             vf s = vzero();
-#pragma GCC unroll 8
+UNROLL_BY(8)
             for (int d = 0; d < hs; d++)
                 s = vfma(vload(qt + VL * d), vset(k[d]), s);
             s = vsel(vlanes(j - i0), ninf, s); /* queries before key j */
@@ -557,21 +566,21 @@ VINLINE void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */,
                             size_t ld3, vf scale2)
 {
     vf s[2], dp[2];
-#pragma GCC unroll 2
+UNROLL(2)
     for (int u = 0; u < U; u++)
         s[u] = dp[u] = vzero();
-#pragma GCC unroll 8
+UNROLL_BY(8)
     for (int d = 0; d < hs; d++) {
         vf kd = vload(kt + (size_t)d * tp + k0);
         vf vd = vload(vt + (size_t)d * tp + k0);
-#pragma GCC unroll 2
+UNROLL(2)
         for (int u = 0; u < U; u++) {
             const float *q = qkv + (size_t)(i + u) * ld3, *g = dout + (size_t)(i + u) * C;
             s[u] = vfma(vset(q[d]), kd, s[u]);
             dp[u] = vfma(vset(g[d]), vd, dp[u]);
         }
     }
-#pragma GCC unroll 2
+UNROLL(2)
     for (int u = 0; u < U; u++) {
         int r = i + u;
         /* in base 2, as the forward: P = 2^(s scale log2(e) - lse log2(e)) */
@@ -612,13 +621,13 @@ VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [
 {
     const size_t ld3 = 3 * (size_t)C;
     vf av[KV_G], ak[KV_G];
-#pragma GCC unroll 8
+UNROLL(8)
     for (int g = 0; g < KV_G; g++)
         av[g] = ak[g] = vzero();
     for (int i = k0; i < T; i++) {
         const float *q = qkv + i * ld3 + d0, *gr = dout + (size_t)i * C + d0;
         vf p = vload(pr + VL * (size_t)i), s = vload(ds + (size_t)i * tp + k0);
-#pragma GCC unroll 8
+UNROLL(8)
         for (int g = 0; g < KV_G; g++)
             if (g < nd) {
                 av[g] = vfma(p, vset(gr[g]), av[g]);
@@ -626,7 +635,7 @@ VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [
             }
     }
     float tv[KV_G][VL], tk[KV_G][VL], scale = 1.0f / sqrtf((float)hs);
-#pragma GCC unroll 8
+UNROLL(8)
     for (int g = 0; g < KV_G; g++)
         if (g < nd) {
             vstore(tv[g], av[g]);
@@ -651,17 +660,17 @@ VINLINE void bwd_q(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T
 {
     const size_t ld3 = 3 * (size_t)C;
     vh acc[8];
-#pragma GCC unroll 8
+UNROLL(8)
     for (int r = 0; r < W; r++)
         acc[r] = hzero();
     for (int j = 0; j < i0 + W; j++) {
         vh k = hload_n(qkv + j * ld3 + hs + d0, nd);
-#pragma GCC unroll 8
+UNROLL(8)
         for (int r = 0; r < W; r++)
             acc[r] = hfma(hset(ds[(size_t)(i0 + r) * tp + j]), k, acc[r]);
     }
     vh scale = hset(1.0f / sqrtf((float)hs));
-#pragma GCC unroll 8
+UNROLL(8)
     for (int r = 0; r < W; r++)
         hstore_n(dqkv + (size_t)(i0 + r) * ld3 + d0, hmul(acc[r], scale), nd);
 }
@@ -1396,14 +1405,14 @@ VINLINE void bf_tile_emu(const struct bfmm *m, int i, int bi, int j, int R, int 
     const float *ab = (const float *)m->ab + (size_t)bi * m->sar, *bb = (const float *)m->bb + j;
     vf acc[24];
     vu lo[BF_TRACKERS];
-#pragma GCC unroll 4
+UNROLL(4)
     for (int t = 0; t < BF_TRACKERS; t++)
         lo[t] = vtrack_init();
-#pragma GCC unroll 4
+UNROLL(4)
     for (int v = 0; v < V; v++) {
         int w = v < V - 1 ? VL : last;
         vf init = m->bias ? vload_n(m->bias + j + VL * v, w) : vzero();
-#pragma GCC unroll 24
+UNROLL(24)
         for (int r = 0; r < R; r++) { /* a denormal start must be read as zero */
             acc[r * V + v] = m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w)
                                        : init;
@@ -1412,17 +1421,17 @@ VINLINE void bf_tile_emu(const struct bfmm *m, int i, int bi, int j, int R, int 
     }
     int pe = m->p + (m->p & 1);
     for (int k = 0; k < pe; k += 2)
-#pragma GCC unroll 2
+UNROLL(2)
         for (int h = 1; h >= 0; h--) { /* the hi element of the pair first */
             const float *bk = bb + (size_t)(k + h) * m->ldb;
             vf bv[4];
-#pragma GCC unroll 4
+UNROLL(4)
             for (int v = 0; v < V; v++)
                 bv[v] = vload(bk + VL * v);
-#pragma GCC unroll 24
+UNROLL(24)
             for (int r = 0; r < R; r++) {
                 vf av = vset(ab[(size_t)r * m->sar + (size_t)(k + h) * m->sak]);
-#pragma GCC unroll 4
+UNROLL(4)
                 for (int v = 0; v < V; v++) {
                     acc[r * V + v] = vfma(bv[v], av, acc[r * V + v]);
                     lo[(r * V + v) % BF_TRACKERS] =
@@ -1431,21 +1440,21 @@ VINLINE void bf_tile_emu(const struct bfmm *m, int i, int bi, int j, int R, int 
             }
         }
     vu least = lo[0];
-#pragma GCC unroll 4
+UNROLL(4)
     for (int t = 1; t < BF_TRACKERS; t++)
         least = vtrack_min(least, lo[t]);
     vm nan = vlanes(0);
-#pragma GCC unroll 24
+UNROLL(24)
     for (int e = 0; e < R * V; e++)
         nan = vmor(nan, vnan(acc[e]));
     if (vtrack_tiny(least) || vmany(nan)) {
         bf_tile_exact(m, i, bi, R, j, min_int(j + VL * V, m->q));
         return;
     }
-#pragma GCC unroll 24
+UNROLL(24)
     for (int r = 0; r < R; r++) {
         size_t at = (size_t)(i + r) * m->q + j;
-#pragma GCC unroll 4
+UNROLL(4)
         for (int v = 0; v < V; v++) {
             int w = v < V - 1 ? VL : last;
             vf y = acc[r * V + v];
@@ -1550,11 +1559,11 @@ INLINE_BF16 void bf_tile_native(const struct bfmm *m, int i, int bi, int j, int 
     const uint32_t *ap = (const uint32_t *)m->ab + (size_t)bi * m->sar;
     const uint32_t *bp = (const uint32_t *)m->bb + j;
     __m512 acc[24];
-#pragma GCC unroll 4
+UNROLL(4)
     for (int v = 0; v < V; v++) {
         int w = v < V - 1 ? VL : last;
         __m512 init = m->bias ? vload_n(m->bias + j + VL * v, w) : vzero();
-#pragma GCC unroll 24
+UNROLL(24)
         for (int r = 0; r < R; r++)
             acc[r * V + v] =
                 m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w) : init;
@@ -1563,21 +1572,21 @@ INLINE_BF16 void bf_tile_native(const struct bfmm *m, int i, int bi, int j, int 
     for (int k = 0; k < p2; k++) {
         const uint32_t *bk = bp + (size_t)k * m->ldb;
         __m512i bv[4];
-#pragma GCC unroll 4
+UNROLL(4)
         for (int v = 0; v < V; v++)
             bv[v] = _mm512_loadu_si512(bk + VL * v);
-#pragma GCC unroll 24
+UNROLL(24)
         for (int r = 0; r < R; r++) {
             __m512i av = _mm512_set1_epi32((int)ap[(size_t)r * m->sar + (size_t)k * m->sak]);
-#pragma GCC unroll 4
+UNROLL(4)
             for (int v = 0; v < V; v++)
                 acc[r * V + v] = _mm512_dpbf16_ps(acc[r * V + v], (__m512bh)bv[v], (__m512bh)av);
         }
     }
-#pragma GCC unroll 24
+UNROLL(24)
     for (int r = 0; r < R; r++) {
         size_t at = (size_t)(i + r) * m->q + j;
-#pragma GCC unroll 4
+UNROLL(4)
         for (int v = 0; v < V; v++) {
             int w = v < V - 1 ? VL : last;
             __m512 y = acc[r * V + v];

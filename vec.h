@@ -38,6 +38,22 @@
 
 #define VINLINE static inline __attribute__((always_inline))
 
+/* Loop unrolling the same way under gcc and clang. UNROLL(n) before a
+ * loop over a register tile (rows, vectors, groups: a constant in each
+ * inlined copy) unrolls it whole, so its accumulators stay in registers:
+ * gcc's "unroll n" does that, clang needs "unroll" without a count (with
+ * one it may keep the tile on the stack). UNROLL_BY(n) before a loop whose
+ * length is known only at run time unrolls it n times. Neither changes
+ * the order of the operations. */
+#define VEC_PRAGMA(x) _Pragma(#x)
+#if defined(__clang__)
+#define UNROLL(n) VEC_PRAGMA(unroll)
+#define UNROLL_BY(n) VEC_PRAGMA(unroll n)
+#else
+#define UNROLL(n) VEC_PRAGMA(GCC unroll n)
+#define UNROLL_BY(n) VEC_PRAGMA(GCC unroll n)
+#endif
+
 /* ======================================================================
  * AVX-512: one __m512, masks in k registers.
  * ====================================================================== */
