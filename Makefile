@@ -91,8 +91,9 @@ MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
 tests/run: $(SRC) $(KOBJ) $(HDR) $(TESTSRC) tests/test.h $(FLAVOUR)
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(KOBJ) $(LDLIBS)
 
+# SUITES="kernels model" runs those suites alone.
 test: gpt $(MPI_BIN) tests/run
-	./tests/run
+	./tests/run $(SUITES)
 
 # A pod of 4 hosts over real TCP: Linux network namespaces joined by veth
 # pairs on this machine, one host cut off mid-run (root; skipped, saying

@@ -128,10 +128,29 @@ static const struct {
     {"golden", test_golden},
 };
 
+/* Whether the command line asks for this suite (no names: every one). */
+static int wanted(int argc, char **argv, const char *name)
+{
+    for (int a = 1; a < argc; a++)
+        if (!strcmp(argv[a], name))
+            return 1;
+    return argc == 1;
+}
+
+/* tests/run [SUITE...]: the named suites, or all of them. */
 int main(int argc, char **argv)
 {
+    for (int a = 1; a < argc; a++) {
+        int known = 0;
+        for (size_t i = 0; i < sizeof suites / sizeof *suites; i++)
+            known |= !strcmp(argv[a], suites[i].name);
+        if (!known) {
+            fprintf(stderr, "tests/run: no suite '%s'\n", argv[a]);
+            return 2;
+        }
+    }
     for (size_t i = 0; i < sizeof suites / sizeof *suites; i++) {
-        if (argc > 1 && strcmp(argv[1], suites[i].name))
+        if (!wanted(argc, argv, suites[i].name))
             continue;
         int p = t_pass, f = t_fail;
         suites[i].run();
