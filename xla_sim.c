@@ -278,13 +278,20 @@ static void exec_adam(const struct kinstr *k)
     }
 }
 
+/* The all-reduce's mean: 1/(values summed), a power of two in training,
+ * so exact: every core, every host and every micro-batch summed into x. */
+static float all_reduce_scale(const struct all_reduce_attr *ar)
+{
+    return 1.0f / (float)(ar->cores * ar->micro * comm_size());
+}
+
 /* The eager device's all-reduce: one core here, so the tree over this
  * process's cores is its own buffer; the sum continues across processes. */
 static void exec_all_reduce_alone(const struct kinstr *k)
 {
     long n = k->attr.all_reduce.n;
     float *y = k->out[ALL_REDUCE_OUT_Y];
-    float scale = 1.0f / (float)(k->attr.all_reduce.cores * k->attr.all_reduce.micro * comm_size());
+    float scale = all_reduce_scale(&k->attr.all_reduce);
     memcpy(y, k->in[ALL_REDUCE_IN_X], sizeof(float) * (size_t)n);
     if (comm_size() > 1)
         cross_host_sum(&y, &n, 1);
@@ -570,7 +577,7 @@ static int run_all_reduces(const Program *p, int i0, int n, unsigned char **aren
         cross_host_sum(sums, len, i1 - i0);
     for (int i = i0; i < i1; i++) {
         const struct all_reduce_attr *ar = &p->ins[i].attr.all_reduce;
-        float scale = 1.0f / (float)(ar->cores * ar->micro * comm_size());
+        float scale = all_reduce_scale(ar);
         for (long j = 0; j < len[i - i0]; j++)
             sums[i - i0][j] *= scale;
         for (int c = 1; c < n; c++)

@@ -66,16 +66,22 @@ run() { "$@" 9>&- & wait $!; }
 # Every process in the pod's namespaces.
 pod_pids() { local ns; for ns in "${NETNS[@]}"; do ip netns pids "$ns" 2>/dev/null || true; done; }
 
-# Kills every process in the pod's namespaces, then removes them (the
-# veths and the bridge go with them).
-teardown() {
-    local i pids ns
+# Ends the processes left in the pod's namespaces (the namespaces stay).
+teardown_processes() {
+    local i pids
     for ((i = 0; i < 50; i++)); do
         pids=$(pod_pids)
-        [ -z "$pids" ] && break
+        [ -z "$pids" ] && return
         kill -9 $pids 2>/dev/null || true
         sleep 0.1
     done
+}
+
+# Kills every process in the pod's namespaces, then removes them (the
+# veths and the bridge go with them).
+teardown() {
+    local ns
+    teardown_processes
     for ns in "${NETNS[@]}" gptns-probe; do
         ip netns del "$ns" 2>/dev/null || true
     done
@@ -366,17 +372,6 @@ check_cut() {
              "${old:+(this comm.c says 'no answer for S s in ...; another rank has died or hung'}" \
              "${old:+without naming the peer: the change to comm.c that names it has not landed)}"
     fi
-}
-
-# Ends the processes left in the pod's namespaces (the namespaces stay).
-teardown_processes() {
-    local i pids
-    for ((i = 0; i < 50; i++)); do
-        pids=$(pod_pids)
-        [ -z "$pids" ] && return
-        kill -9 $pids 2>/dev/null || true
-        sleep 0.1
-    done
 }
 
 # ---- (c) the newest checkpoint is whole, and resumes bit for bit ----
