@@ -44,7 +44,7 @@
 #define MR 6          /* 6x4 accumulators + 4 b + 1 broadcast = 29 of 32 zmm */
 #define MM_V 4
 #define PV_G 8        /* attention: channels summed in one pass over the keys */
-#define KV_G 8        /* attention backward: channels of dK and dV per pass */
+#define KV_G 8        /* attention backward: channels of dK or dV per pass */
 #define BF_H 12, 8, 6, 4 /* bf16 tile heights for 1, 2, 3, 4 vectors */
 #define BF_V 4
 #define BF_TRACKERS 4 /* tiny-result trackers: 4 chains of min keep up with the FMAs */
@@ -159,26 +159,43 @@ VINLINE void mm_panel(const struct mm *m, int i, int j, int R, int V, int last, 
     }
 }
 
-/* The R < MR rows at the bottom edge, one at a time: out of line, so that
- * no compiler merges this call with the full tile's and loses MR as a
- * constant (clang then keeps the accumulators on the stack). */
+/* The R < MR rows at the bottom edge, in tiles of 4, 2 and 1 rows (a
+ * weight gradient's c has as few as 32 rows, so its edge is no sliver: one
+ * row at a time, each row's two chains of FMAs wait on their latency).
+ * Out of line, so that no compiler merges this call with the full tile's
+ * and loses MR as a constant (clang then keeps the accumulators on the
+ * stack). */
 static __attribute__((noinline)) void mm_edge(const struct mm *m, int i, int j, int R, int V,
                                               int last, size_t ars, size_t aks)
 {
-    for (int r = 0; r < R; r++)
+    int r = 0;
+    if (MR > 4 && r + 4 <= R) {
+        mm_panel(m, i + r, j, 4, V, last, ars, aks);
+        r += 4;
+    }
+    if (r + 2 <= R) {
+        mm_panel(m, i + r, j, 2, V, last, ars, aks);
+        r += 2;
+    }
+    if (r < R)
         mm_panel(m, i + r, j, 1, V, last, ars, aks);
 }
 
 /* R rows of c (R == MR, or fewer at the bottom edge), all columns, in
- * panels of MM_V vectors. */
+ * panels of MM_V vectors. Whole panels get a tile of their own in which
+ * `last` is the constant VL: with no lane masks to keep, AVX2's 16
+ * registers hold the whole tile (sharing the loop with the masked edge
+ * panel, gcc kept the masks in registers and spilled an accumulator). */
 VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
 {
     for (int j = 0; j < m->q; j += VL * MM_V) {
         int w = min_int(VL * MM_V, m->q - j), V = (w + VL - 1) / VL, last = w - VL * (V - 1);
-        if (R == MR)
-            mm_panel(m, i, j, MR, V, last, ars, aks);
-        else
+        if (R < MR)
             mm_edge(m, i, j, R, V, last, ars, aks);
+        else if (w == VL * MM_V)
+            mm_panel(m, i, j, MR, MM_V, VL, ars, aks);
+        else
+            mm_panel(m, i, j, MR, V, last, ars, aks);
     }
 }
 
@@ -458,6 +475,22 @@ UNROLL(8)
     pv_store(o, C, acc, l, w, nd);
 }
 
+/* One key of pv_first: its probabilities, into the sum and the
+ * accumulators. Keys before the block (masked = 0) are seen by all its
+ * queries, so only the block's own keys pay for the lane mask. */
+VINLINE void pv_key(float *p /* [nk,16] */, const float *vt /* [PV_G,tp] */, int tp, int j,
+                    vf mx, int i0, int masked, vf *l, vf *acc /* [PV_G] */)
+{
+    vf pj = vexp2(vsub(vload(p + VL * j), mx));
+    if (masked)
+        pj = vkeep(vmnot(vlanes(j - i0)), pj); /* queries before key j do not see it */
+    vstore(p + VL * j, pj);
+    *l = vadd(*l, pj);
+UNROLL(8)
+    for (int g = 0; g < PV_G; g++)
+        acc[g] = vfma(pj, vset(vt[(size_t)g * tp + j]), acc[g]);
+}
+
 /* The softmax's exp and sum, with the first PV_G channels of P V summed in
  * the same pass (one pass over the scores instead of two); the
  * probabilities are left in p for the other channels. Scores and mx are in
@@ -469,25 +502,21 @@ VINLINE vf pv_first(float *o /* [w,C] */, int C, float *p /* [nk,16] */,
 UNROLL(8)
     for (int g = 0; g < PV_G; g++)
         acc[g] = vzero();
-    for (int j = 0; j < nk; j++) {
-        vf e = vexp2(vsub(vload(p + VL * j), mx));
-        vf pj = vkeep(vmnot(vlanes(j - i0)), e); /* queries before key j do not see it */
-        vstore(p + VL * j, pj);
-        l = vadd(l, pj);
-UNROLL(8)
-        for (int g = 0; g < PV_G; g++)
-            acc[g] = vfma(pj, vset(vt[(size_t)g * tp + j]), acc[g]);
-    }
+    for (int j = 0; j < i0; j++)
+        pv_key(p, vt, tp, j, mx, i0, 0, &l, acc);
+    for (int j = i0; j < nk; j++)
+        pv_key(p, vt, tp, j, mx, i0, 1, &l, acc);
     pv_store(o, C, acc, l, w, nd);
     return l;
 }
 
 /* Scores of keys j..j+3 for the block's 16 queries (transposed and
- * scaled in qt), causally masked, into sc; returns their lane-wise max.
- * Each score is still one chain of hs FMAs in channel order, but four
- * chains overlap. */
+ * scaled in qt), causally masked if `masked` (keys before the block need
+ * no mask), into sc; returns their lane-wise max. Each score is still one
+ * chain of hs FMAs in channel order, but four chains overlap. */
 VINLINE vf scores4(float *sc /* [tp,16] */, const float *qt /* [hs,16] */,
-                   const float *qkv /* [T,3C], head's q col */, size_t ld, int j, int i0, int hs)
+                   const float *qkv /* [T,3C], head's q col */, size_t ld, int j, int i0, int hs,
+                   int masked)
 {
     const float *k = qkv + (size_t)j * ld + hs; /* key j's [hs]; the next ld apart */
     vf s[4] = {vzero(), vzero(), vzero(), vzero()};
@@ -501,7 +530,8 @@ UNROLL(4)
     vf mx = vset(-INFINITY);
 UNROLL(4)
     for (int u = 0; u < 4; u++) {
-        s[u] = vsel(vlanes(j + u - i0), vset(-INFINITY), s[u]);
+        if (masked)
+            s[u] = vsel(vlanes(j + u - i0), vset(-INFINITY), s[u]);
         vstore(sc + VL * (j + u), s[u]);
         mx = vmax(mx, s[u]);
     }
@@ -523,8 +553,10 @@ VINLINE void attention_body(float *o /* [T,C], head's col */, float *lse /* [T] 
             vstore(qt + VL * d, vmul(vload(qt + VL * d), scale2));
         vf mx = ninf;
         int j = 0;
+        for (; j + 4 <= i0; j += 4)
+            mx = vmax(mx, scores4(sc, qt, qkv, ld, j, i0, hs, 0));
         for (; j + 4 <= nk; j += 4)
-            mx = vmax(mx, scores4(sc, qt, qkv, ld, j, i0, hs));
+            mx = vmax(mx, scores4(sc, qt, qkv, ld, j, i0, hs, 1));
         for (; j < nk; j++) {
             const float *k = qkv + j * ld + hs; /* [hs] */
             vf s = vzero();
@@ -563,7 +595,7 @@ VINLINE void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */,
                             const float *qkv /* [T,3C], head's q col */, const float *lse /* [T] */,
                             const float *D /* [T] */, int C, int hs, const float *kt /* [hs,tp] */,
                             const float *vt /* [hs,tp] */, int tp, int k0, int i, int U,
-                            size_t ld3, vf scale2)
+                            size_t ld3, vf scale2, int masked)
 {
     vf s[2], dp[2];
 UNROLL(2)
@@ -585,7 +617,8 @@ UNROLL(2)
         int r = i + u;
         /* in base 2, as the forward: P = 2^(s scale log2(e) - lse log2(e)) */
         vf p = vexp2(vfms(s[u], scale2, vset(lse[r] * LOG2E)));
-        p = vkeep(vlanes(r + 1 - k0), p); /* keys after r are not seen */
+        if (masked)
+            p = vkeep(vlanes(r + 1 - k0), p); /* keys after r are not seen */
         vstore(pr + VL * (size_t)r, p);
         vstore(ds + (size_t)r * tp + k0, vmul(p, vsub(dp[u], vset(D[r]))));
     }
@@ -606,48 +639,63 @@ VINLINE void bwd_probs(float *pr /* [T,16] */, float *ds /* [T,tp] */,
 {
     const size_t ld3 = 3 * (size_t)C;
     const vf scale2 = vset(LOG2E / sqrtf((float)hs));
-    int i = k0;
+    int i = k0, diagonal = min_int(T, k0 + VL); /* rows that see only some of the keys */
+    for (; i + 2 <= diagonal; i += 2)
+        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 2, ld3, scale2, 1);
+    if (i < diagonal && i + 2 <= T) { /* a pair astride the diagonal's end */
+        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 2, ld3, scale2, 1);
+        i += 2;
+    }
     for (; i + 2 <= T; i += 2)
-        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 2, ld3, scale2);
+        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 2, ld3, scale2, 0);
     for (; i < T; i++)
-        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 1, ld3, scale2);
+        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 1, ld3, scale2, 1);
 }
 
-/* dV and dK of keys k0..k0+15, channels d0..d0+nd-1 (nd <= KV_G). */
+/* One of dV and dK for keys k0..k0+15 (in the lanes), channels
+ * d0..d0+nd-1 (nd <= KV_G): out[r * ldo + g] = scale * sum over rows i of
+ * w[i][r] x[i][g], rows i in order from k0. dV takes w = P and x = dO, dK
+ * w = dS and x = Q; each in its own pass, so the accumulators and the one
+ * row of weights fit AVX2's 16 registers. */
+VINLINE void bwd_kv_pass(float *out /* key k0's channel d0, rows ldo apart */, size_t ldo,
+                         const float *w /* row k0's 16 weights, rows ldw apart */, size_t ldw,
+                         const float *x /* row k0's channel d0, rows ldx apart */, size_t ldx,
+                         int rows, int keys, int nd, float scale)
+{
+    vf acc[KV_G];
+UNROLL(8)
+    for (int g = 0; g < KV_G; g++)
+        acc[g] = vzero();
+    for (int i = 0; i < rows; i++) {
+        vf wi = vload(w + i * ldw);
+UNROLL(8)
+        for (int g = 0; g < KV_G; g++)
+            if (g < nd)
+                acc[g] = vfma(wi, vset(x[i * ldx + g]), acc[g]);
+    }
+    float t[KV_G][VL];
+UNROLL(8)
+    for (int g = 0; g < KV_G; g++)
+        if (g < nd)
+            vstore(t[g], acc[g]);
+    for (int r = 0; r < keys; r++)
+        for (int g = 0; g < nd; g++)
+            out[r * ldo + g] = t[g][r] * scale; /* x 1 is exact */
+}
+
+/* dV and dK of keys k0..k0+15, channels d0..d0+nd-1. */
 VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [T,16] */,
                     const float *ds /* [T,tp] */, const float *dout /* [T,C], head's col */,
                     const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp,
                     int k0, int d0, int nd)
 {
     const size_t ld3 = 3 * (size_t)C;
-    vf av[KV_G], ak[KV_G];
-UNROLL(8)
-    for (int g = 0; g < KV_G; g++)
-        av[g] = ak[g] = vzero();
-    for (int i = k0; i < T; i++) {
-        const float *q = qkv + i * ld3 + d0, *gr = dout + (size_t)i * C + d0;
-        vf p = vload(pr + VL * (size_t)i), s = vload(ds + (size_t)i * tp + k0);
-UNROLL(8)
-        for (int g = 0; g < KV_G; g++)
-            if (g < nd) {
-                av[g] = vfma(p, vset(gr[g]), av[g]);
-                ak[g] = vfma(s, vset(q[g]), ak[g]);
-            }
-    }
-    float tv[KV_G][VL], tk[KV_G][VL], scale = 1.0f / sqrtf((float)hs);
-UNROLL(8)
-    for (int g = 0; g < KV_G; g++)
-        if (g < nd) {
-            vstore(tv[g], av[g]);
-            vstore(tk[g], ak[g]);
-        }
-    for (int r = 0; r < min_int(VL, T - k0); r++) {
-        float *row = dqkv + (size_t)(k0 + r) * ld3 + d0; /* [3hs] from channel d0 */
-        for (int g = 0; g < nd; g++) {
-            row[hs + g] = tk[g][r] * scale;
-            row[2 * hs + g] = tv[g][r];
-        }
-    }
+    float *row = dqkv + (size_t)k0 * ld3 + d0; /* key k0's q col, channel d0 */
+    int rows = T - k0, keys = min_int(VL, rows);
+    bwd_kv_pass(row + 2 * hs, ld3, pr + VL * (size_t)k0, VL, dout + (size_t)k0 * C + d0,
+                (size_t)C, rows, keys, nd, 1.0f);
+    bwd_kv_pass(row + hs, ld3, ds + (size_t)k0 * tp + k0, (size_t)tp, qkv + k0 * ld3 + d0, ld3,
+                rows, keys, nd, 1.0f / sqrtf((float)hs));
 }
 
 /* dQ of queries i0..i0+W-1, channels d0..d0+nd-1 (nd <= 8), in half
