@@ -88,13 +88,19 @@
 struct mm {
     float *c;             /* [n,q] */
     const float *a;       /* [n,p] or [p,n] */
-    const float *b;       /* [p,q] */
+    const float *b;       /* element (k0, j0) of b; see ldb, bps */
     const float *bias;    /* [q] or NULL */
     const float *r1, *r2; /* [n,q] or NULL, added after the optional ReLU */
     int relu, p, q;
     int k0, k1; /* this pass's range of k */
     int kinit;  /* where the sums start */
+    int j0, j1; /* this pass's columns of c */
+    size_t ldb; /* b's row stride: q, or MM_PW when packed */
+    size_t bps; /* from one panel of MM_PW columns of b to the next */
 };
+
+/* Columns of c a tile spans at most: its panel of b. */
+#define MM_PW (VL * MM_V)
 
 /* An R x 16V tile of c at (i, j): element (r, k) of a is a[(i+r)*ars +
  * k*aks]; the last vector holds `last` columns. */
@@ -102,8 +108,8 @@ VINLINE void mm_tile(const struct mm *m, int i, int j, int R, int V, int last, s
                      size_t aks)
 {
     vf acc[MR][MM_V];
-    const float *a = m->a + i * ars; /* tile's row 0 */
-    const float *b = m->b + j;       /* tile's column 0 */
+    const float *a = m->a + i * ars;                                 /* tile's row 0 */
+    const float *b = m->b + (size_t)((j - m->j0) / MM_PW) * m->bps; /* tile's column 0 */
     int fresh = m->k0 == m->kinit;
 UNROLL(4)
     for (int v = 0; v < V; v++) {
@@ -114,7 +120,7 @@ UNROLL(8)
             acc[r][v] = fresh ? init : vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w);
     }
     for (int k = m->k0; k < m->k1; k++) {
-        const float *bk = b + (size_t)k * m->q; /* [16V] */
+        const float *bk = b + (size_t)(k - m->k0) * m->ldb; /* [16V] */
         vf bv[MM_V];
 UNROLL(4)
         for (int v = 0; v < V; v++)
@@ -188,11 +194,11 @@ static __attribute__((noinline)) void mm_edge(const struct mm *m, int i, int j, 
  * panel, gcc kept the masks in registers and spilled an accumulator). */
 VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
 {
-    for (int j = 0; j < m->q; j += VL * MM_V) {
-        int w = min_int(VL * MM_V, m->q - j), V = (w + VL - 1) / VL, last = w - VL * (V - 1);
+    for (int j = m->j0; j < m->j1; j += MM_PW) {
+        int w = min_int(MM_PW, m->j1 - j), V = (w + VL - 1) / VL, last = w - VL * (V - 1);
         if (R < MR)
             mm_edge(m, i, j, R, V, last, ars, aks);
-        else if (w == VL * MM_V)
+        else if (w == MM_PW)
             mm_panel(m, i, j, MR, MM_V, VL, ars, aks);
         else
             mm_panel(m, i, j, MR, V, last, ars, aks);
@@ -204,15 +210,63 @@ VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
 static void mm_band(const struct mm *m, int i, int R) { mm_rows(m, i, R, (size_t)m->p, 1); }
 static void tn_band(const struct mm *m, int i, int R, int n) { mm_rows(m, i, R, 1, (size_t)n); }
 
+/* A b larger than MM_KC x MM_NC floats (a model wider than about 128)
+ * goes in blocks of that size (256 KiB), each packed into panels of MM_PW
+ * columns, contiguous and zero-padded, that stay in L2 while every row
+ * tile passes over them. Unpacked, a tile's walk down a wide b takes a
+ * new page at every k, which no prefetcher follows. MM_NC is a multiple
+ * of every backend's MM_PW. */
+#define MM_KC 256
+#define MM_NC 256
+
+/* Rows [k0, k1) of b's columns [j0, j1) into bp: panel t's row k at
+ * bp[(t * MM_KC + k - k0) * MM_PW], columns past j1 zero. Rows shared out
+ * over the team. */
+static void pack_b(float *bp /* [MM_NC / MM_PW, MM_KC, MM_PW] */, const float *b /* [p,q] */,
+                   int q, int k0, int k1, int j0, int j1)
+{
+#pragma omp for schedule(static)
+    for (int k = k0; k < k1; k++)
+        for (int j = j0; j < j1; j += MM_PW) {
+            float *row = bp + ((size_t)((j - j0) / MM_PW) * MM_KC + (size_t)(k - k0)) * MM_PW;
+            int w = min_int(MM_PW, j1 - j);
+            memcpy(row, b + (size_t)k * q + j, sizeof(float) * (size_t)w);
+            memset(row + w, 0, sizeof(float) * (size_t)(MM_PW - w));
+        }
+}
+
 static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
                       const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
                       const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
-    struct mm m = {c, a, b, bias, r1, r2, relu, p, q, 0, p, 0};
+    struct mm m = {c, a, b, bias, r1, r2, relu, p, q, 0, p, 0, 0, q, (size_t)q, MM_PW};
     int tiles = (n + MR - 1) / MR;
+    if ((long)p * q <= (long)MM_KC * MM_NC) {
 #pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
-    for (int t = 0; t < tiles; t++)
-        mm_band(&m, t * MR, min_int(MR, n - t * MR));
+        for (int t = 0; t < tiles; t++)
+            mm_band(&m, t * MR, min_int(MR, n - t * MR));
+        return;
+    }
+    /* Blocks of columns, and of k within them: a tile's sums wait in c
+     * between k blocks (fp32 stored and reloaded: no bit changes) and the
+     * epilogue runs after the last. Each block is packed by the team, then
+     * multiplied; the loops' barriers keep the one buffer consistent. */
+    float *bp = kmalloc(sizeof(float) * MM_KC * MM_NC);
+#pragma omp parallel if ((long)n * p * q >= PAR_WORK)
+    for (int j0 = 0; j0 < q; j0 += MM_NC)
+        for (int k0 = 0; k0 < p; k0 += MM_KC) {
+            struct mm pass = m;
+            pass.j0 = j0, pass.j1 = min_int(q, j0 + MM_NC);
+            pass.k0 = k0, pass.k1 = min_int(p, k0 + MM_KC);
+            pass.b = bp, pass.ldb = MM_PW, pass.bps = MM_KC * MM_PW;
+            if (pass.k1 < p) /* not the last block: no epilogue yet */
+                pass.relu = 0, pass.r1 = pass.r2 = NULL;
+            pack_b(bp, b, q, pass.k0, pass.k1, pass.j0, pass.j1);
+#pragma omp for schedule(static)
+            for (int t = 0; t < tiles; t++)
+                mm_band(&pass, t * MR, min_int(MR, n - t * MR));
+        }
+    free(bp);
 }
 
 /* ---- leaves and the tree ---- */
@@ -311,6 +365,7 @@ static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
     pass.kinit = k0;
     for (int k = k0; k < k1; k += TN_KBLOCK) {
         pass.k0 = k;
+        pass.b = t->m->b + (size_t)k * t->m->ldb;
         pass.k1 = min_int(k + TN_KBLOCK, k1);
         for (int r = t->t0; r < t->t1; r++)
             tn_band(&pass, r * MR, min_int(MR, t->n - r * MR), t->n);
@@ -342,7 +397,7 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
 static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
                           const float *b /* [p,q] */, int n, int p, int q, int seg, int kind)
 {
-    struct mm mm = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p, 0};
+    struct mm mm = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p, 0, 0, q, (size_t)q, MM_PW};
     const struct mm *m = &mm;
     int mr = kind == TN_FP32 ? MR : BF_TN_MR;
     int L = leaf_count(p, seg), tiles = (n + mr - 1) / mr;

@@ -22,7 +22,7 @@
  *   - the data loader: steps a second it makes from tar shards, from files
  *     and through pipe:cat, next to the steps a second training takes.
  *
- * SECTION: kernels, steps, eval, torch, scaling, loader (the projected full run
+ * SECTION: kernels, steps, eval, torch, scaling, shapes, loader (the projected full run
  * needs steps and eval); the peak is always measured (the other sections
  * quote percentages of it).
  */
@@ -126,7 +126,7 @@ static void record(const char *section, const char *name, double value, const ch
     f->met = target ? met : -1;
 }
 
-static const char sections[] = "kernels,steps,eval,torch,scaling,loader"; /* --only's names */
+static const char sections[] = "kernels,steps,eval,torch,scaling,shapes,loader"; /* --only's names */
 
 /* Whether the comma-separated list has the item name[0..len). */
 static int list_has(const char *list, const char *name, size_t len)
@@ -665,6 +665,7 @@ enum { MAX_ROUNDS = 16 };
 struct variant {
     const char *device; /* "cpu" (eager) or "xla" (traced, compiled) */
     int cores, prec, threads, embed;
+    int layers, heads, context, batch, mlp; /* 0: 4 layers, DH heads, DT, DB, 2 x embed */
     Model m;
     Graph *g;
     Batch b;
@@ -686,7 +687,12 @@ static void variant_enter(const struct variant *v)
 /* As gpt train sets up: model, board, graph (lazy for xla), precision. */
 static void variant_setup(struct variant *v)
 {
-    Config c = {.vocab = VOCAB, .context = DT, .embed = v->embed, .mlp = 2 * v->embed, .heads = DH, .layers = 4};
+    Config c = {.vocab = VOCAB,
+                .context = v->context ? v->context : DT,
+                .embed = v->embed,
+                .mlp = v->mlp ? v->mlp : 2 * v->embed,
+                .heads = v->heads ? v->heads : DH,
+                .layers = v->layers ? v->layers : 4};
     variant_enter(v);
     model_init(&v->m, &c, 1337);
     model_set_cores(&v->m, v->cores);
@@ -698,7 +704,7 @@ static void variant_setup(struct variant *v)
         k_round_bf16(v->m.m, v->m.m, v->m.nw);
         k_round_bf16(v->m.v, v->m.v, v->m.nw);
     }
-    batch_alloc(&v->b, DB, DT);
+    batch_alloc(&v->b, v->batch ? v->batch : DB, c.context);
     rng_seed(&v->r, 1337, 1);
 }
 
@@ -749,13 +755,13 @@ static void run_alternating(struct variant *v, int n, int warm, int rounds, int 
  * but the two embedding tables (lookups): qkv 3C^2 and MLP 2CM per layer
  * and the head C V, 32,768 at the default config (the issue's 4C^2 + 2CM
  * per layer without the head gives the same), so a step is 1.611 GFLOP. */
-static double step_flops(const Model *m)
+static double step_flops(const Model *m, int B)
 {
-    double w = 0;
+    double w = 0, T = m->cfg.context;
     for (int i = 2; i < m->np; i++)
         if (m->p[i].ndim == 2)
             w += (double)m->p[i].rows * m->p[i].cols;
-    return (6 * w + 12.0 * m->cfg.layers * DT * m->cfg.embed) * DB * DT;
+    return (6 * w + 12.0 * m->cfg.layers * T * m->cfg.embed) * B * T;
 }
 
 static double mfu(double flops, double ms, double pk) { return flops / (ms * 1e-3) * 1e-9 / pk; }
@@ -864,7 +870,7 @@ static void step_table(struct best *best)
     }
     int rounds = opt.quick ? 2 : 5, steps = opt.quick ? 5 : 40;
     run_alternating(v, 2 * NL, opt.quick ? 2 : 5, rounds, steps);
-    double fl = step_flops(&v[0].m);
+    double fl = step_flops(&v[0].m, DB);
     printf("training step, default config (%.3f GFLOP/step), %d threads and 1; median of %d "
            "alternating rounds of %d steps\n", fl * 1e-9, opt.threads, rounds, steps);
     printf("  %-26s %9s %9s %7s %7s %8s   %-17s %s\n", "device, layout, precision",
@@ -959,7 +965,7 @@ static void eval_table(double *eval_ms, double *gen_ms)
     double rate1 = fresh / (*gen_ms * 1e-3), rate_many = MANY * fresh / (many_ms * 1e-3);
     /* the eval block's loss is 256 x 128 positions forward: 8 batches at a
      * third of a training step's flops each, 8/3 steps' worth */
-    double efl = step_flops(&v.m) * 8 / 3, emfu = mfu(efl, *eval_ms, peak.fp32[1]);
+    double efl = step_flops(&v.m, DB) * 8 / 3, emfu = mfu(efl, *eval_ms, peak.fp32[1]);
     double sample_target = TARGET_SAMPLE_MS * TARGET_SAMPLE_PEAK / peak.fp32[1];
     char rate[96], tgt[48], label[96];
     printf("eval and sampling (xla, 1 core, fp32, %d threads), median of %d (%d for %d passages)\n",
@@ -1072,7 +1078,8 @@ static void scaling_table(void)
            "32 x 128 tokens), median of %d rounds of %d steps\n", opt.threads, rounds, steps);
     printf("  %-8s %12s %10s %6s   %s\n", "embed", "GFLOP/step", "ms/step", "MFU", "target");
     for (int i = 0; i < NW; i++) {
-        double ms = variant_median(&v[i]), fl = step_flops(&v[i].m), u = mfu(fl, ms, peak.fp32[1]);
+        double ms = variant_median(&v[i]), fl = step_flops(&v[i].m, DB);
+        double u = mfu(fl, ms, peak.fp32[1]);
         double want = v[i].embed == 128 ? 0.70 : v[i].embed == 256 ? 0.75 : 0;
         char name[64], tgt[32];
         printf("  %-8d %12.3f %10.2f %5.0f%%", v[i].embed, fl * 1e-9, ms, 100 * u);
@@ -1082,6 +1089,51 @@ static void scaling_table(void)
         if (want > 0)
             printf("   %s %s", tgt, mark(u >= want));
         printf("\n");
+        variant_free(&v[i]);
+    }
+    printf("\n");
+}
+
+/* Speed III's larger shapes, each its own model: embed 256 as in the
+ * series above, then embed 384 and 768 at GPT-2's proportions (MLP 4 x
+ * embed, head size 64, context 256; 768 with 12 layers is GPT-2 small's
+ * body over bytes). A few steps each: the largest takes seconds a step. */
+static void shapes_table(void)
+{
+    static const struct {
+        int embed, layers, heads, context, batch, mlp;
+    } shape[] = {
+        {256, 4, 4, 128, 32, 512},
+        {384, 6, 6, 256, 16, 1536},
+        {768, 12, 12, 256, 4, 3072},
+    };
+    enum { NS = sizeof shape / sizeof *shape };
+    const double want = 0.70;
+    struct variant v[NS];
+    for (int i = 0; i < NS; i++)
+        v[i] = (struct variant){.device = "xla", .cores = 1, .prec = PREC_FP32,
+                                .threads = opt.threads, .embed = shape[i].embed,
+                                .layers = shape[i].layers, .heads = shape[i].heads,
+                                .context = shape[i].context, .batch = shape[i].batch,
+                                .mlp = shape[i].mlp};
+    int rounds = opt.quick ? 1 : 3, steps = opt.quick ? 1 : 2;
+    run_alternating(v, NS, 1, rounds, steps);
+    printf("larger shapes (xla, 1 core, fp32, %d threads), median of %d rounds of %d steps\n",
+           opt.threads, rounds, steps);
+    printf("  %-50s %12s %10s %6s   %s\n", "embed, layers, heads, context x batch, mlp",
+           "GFLOP/step", "ms/step", "MFU", "target");
+    for (int i = 0; i < NS; i++) {
+        double ms = variant_median(&v[i]), fl = step_flops(&v[i].m, shape[i].batch);
+        double u = mfu(fl, ms, peak.fp32[1]);
+        char name[96];
+        snprintf(name, sizeof name, "embed %d, %d layers, %d heads, %d x %d, mlp %d",
+                 shape[i].embed, shape[i].layers, shape[i].heads, shape[i].context,
+                 shape[i].batch, shape[i].mlp);
+        printf("  %-50s %12.3f %10.2f %5.0f%%   >= %.0f%% %s\n", name, fl * 1e-9, ms, 100 * u,
+               100 * want, mark(u >= want));
+        char key[128];
+        snprintf(key, sizeof key, "%s, MFU", name);
+        record("shapes", key, 100 * u, "%", ">= 70%", u >= want);
         variant_free(&v[i]);
     }
     printf("\n");
@@ -1298,7 +1350,7 @@ int main(int argc, char **argv)
             opt.json = argv[++i];
         else {
             fprintf(stderr, "usage: bench/bench [--quick] [--data FILE] [--only SECTION,...] [--json FILE] "
-                            "(sections: kernels, steps, eval, torch, scaling, loader)\n");
+                            "(sections: kernels, steps, eval, torch, scaling, shapes, loader)\n");
             return 2;
         }
     }
@@ -1323,6 +1375,8 @@ int main(int argc, char **argv)
         torch_table();
     if (wanted("scaling"))
         scaling_table();
+    if (wanted("shapes"))
+        shapes_table();
     if (wanted("loader"))
         loader_table(best[0].ms);
     if (opt.tmp[0])

@@ -381,6 +381,31 @@ static void test_matmul(int n, int p, int q)
     free(a), free(b), free(bias), free(r1), free(r2), free(got), free(want), free(fused);
 }
 
+/* A b too large for one cache block (tensor.c's MM_KC x MM_NC) is
+ * multiplied in blocks of columns and of k, the sums waiting in c between
+ * k blocks; that must change no bit: the first q0 columns of the blocked
+ * product equal the product with those q0 columns of b alone, which fits
+ * one block. */
+static void test_matmul_blocked(int n, int p, int q, int q0)
+{
+    float *a = rvec((size_t)n * p, 1), *b = rvec((size_t)p * q, 1), *bias = rvec(q, 1);
+    float *r1 = rvec((size_t)n * q, 1), *b0 = fvec((size_t)p * q0), *r0 = fvec((size_t)n * q0);
+    float *c = fvec((size_t)n * q), *c0 = fvec((size_t)n * q0), *want = fvec((size_t)n * q);
+    for (int k = 0; k < p; k++)
+        memcpy(b0 + (size_t)k * q0, b + (size_t)k * q, sizeof(float) * (size_t)q0);
+    for (int i = 0; i < n; i++)
+        memcpy(r0 + (size_t)i * q0, r1 + (size_t)i * q, sizeof(float) * (size_t)q0);
+    k_matmul_ex(c, a, b, bias, r1, NULL, 1, n, p, q);
+    k_matmul_ex(c0, a, b0, bias, r0, NULL, 1, n, p, q0);
+    k_matmul_ex_ref(want, a, b, bias, r1, NULL, 1, n, p, q);
+    char what[80];
+    snprintf(what, sizeof what, "matmul_ex blocked n=%d p=%d q=%d", n, p, q);
+    close_to(what, c, want, (size_t)n * q, 1e-4);
+    for (int i = 0; i < n; i++)
+        same_bits(what, c + (size_t)i * q, c0 + (size_t)i * q0, sizeof(float) * (size_t)q0);
+    free(a), free(b), free(bias), free(r1), free(b0), free(r0), free(c), free(c0), free(want);
+}
+
 static void test_matmul_tn(int n, int p, int q, double tol)
 {
     size_t nc = (size_t)n * q;
@@ -861,6 +886,8 @@ static void test_paths(void)
         isa_set(isa);
         for (size_t i = 0; i < sizeof mm / sizeof *mm; i++)
             test_matmul(mm[i][0], mm[i][1], mm[i][2]);
+        test_matmul_blocked(13, 300, 1100, 800); /* 2 x 2 blocks; 800 columns fit one */
+        test_matmul_blocked(7, 600, 2100, 400);  /* 3 x 3 blocks, an edge of 52 columns */
         for (size_t i = 0; i < sizeof tn / sizeof *tn; i++) /* p terms per sum: looser for 4096 */
             test_matmul_tn(tn[i][0], tn[i][1], tn[i][2], tn[i][1] > 1000 ? 1e-4 : 1e-5);
         test_transpose_sum_rows(1, 3, 1e-5);
@@ -1589,7 +1616,7 @@ static void backends_elementwise(size_t n)
 static void test_backends(void)
 {
     static const int mm[][3] = {{1, 1, 1},    {7, 3, 17},    {13, 32, 96}, {37, 64, 65},
-                                {130, 17, 3}, {96, 128, 32}, {6, 33, 130}};
+                                {130, 17, 3}, {96, 128, 32}, {6, 33, 130}, {13, 300, 1100}};
     static const int att[][4] = {{1, 1, 8, 1},    {2, 17, 32, 4}, {1, 33, 24, 2},
                                  {2, 130, 32, 4}, {1, 40, 64, 2}, {1, 20, 40, 5}};
     static const int rows[][3] = {{1, 32, 128}, {7, 17, 3}, {100, 40, 130}, {300, 96, 256}};
