@@ -219,20 +219,26 @@ static void tn_band(const struct mm *m, int i, int R, int n) { mm_rows(m, i, R, 
 #define MM_KC 256
 #define MM_NC 256
 
-/* Rows [k0, k1) of b's columns [j0, j1) into bp: panel t's row k at
- * bp[(t * MM_KC + k - k0) * MM_PW], columns past j1 zero. Rows shared out
- * over the team. */
-static void pack_b(float *bp /* [MM_NC / MM_PW, MM_KC, MM_PW] */, const float *b /* [p,q] */,
-                   int q, int k0, int k1, int j0, int j1)
+/* Row k of a block of b (rows from k0, columns [j0, j1)) into bp: panel
+ * t's row k at bp[(t * MM_KC + k - k0) * MM_PW], columns past j1 zero. */
+static void pack_b_row(float *bp /* [MM_NC / MM_PW, MM_KC, MM_PW] */, const float *b /* [p,q] */,
+                       int q, int k, int k0, int j0, int j1)
 {
-#pragma omp for schedule(static)
-    for (int k = k0; k < k1; k++)
-        for (int j = j0; j < j1; j += MM_PW) {
-            float *row = bp + ((size_t)((j - j0) / MM_PW) * MM_KC + (size_t)(k - k0)) * MM_PW;
-            int w = min_int(MM_PW, j1 - j);
-            memcpy(row, b + (size_t)k * q + j, sizeof(float) * (size_t)w);
-            memset(row + w, 0, sizeof(float) * (size_t)(MM_PW - w));
-        }
+    for (int j = j0; j < j1; j += MM_PW) {
+        float *row = bp + ((size_t)((j - j0) / MM_PW) * MM_KC + (size_t)(k - k0)) * MM_PW;
+        int w = min_int(MM_PW, j1 - j);
+        memcpy(row, b + (size_t)k * q + j, sizeof(float) * (size_t)w);
+        memset(row + w, 0, sizeof(float) * (size_t)(MM_PW - w));
+    }
+}
+
+/* A pass over one packed block of b: rows [k0, k1), columns [j0, j1). */
+static struct mm packed_pass(const struct mm *m, float *bp, int k0, int k1, int j0, int j1)
+{
+    struct mm pass = *m;
+    pass.j0 = j0, pass.j1 = j1, pass.k0 = k0, pass.k1 = k1;
+    pass.b = bp, pass.ldb = MM_PW, pass.bps = MM_KC * MM_PW;
+    return pass;
 }
 
 static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
@@ -255,13 +261,13 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
 #pragma omp parallel if ((long)n * p * q >= PAR_WORK)
     for (int j0 = 0; j0 < q; j0 += MM_NC)
         for (int k0 = 0; k0 < p; k0 += MM_KC) {
-            struct mm pass = m;
-            pass.j0 = j0, pass.j1 = min_int(q, j0 + MM_NC);
-            pass.k0 = k0, pass.k1 = min_int(p, k0 + MM_KC);
-            pass.b = bp, pass.ldb = MM_PW, pass.bps = MM_KC * MM_PW;
+            struct mm pass =
+                packed_pass(&m, bp, k0, min_int(p, k0 + MM_KC), j0, min_int(q, j0 + MM_NC));
             if (pass.k1 < p) /* not the last block: no epilogue yet */
                 pass.relu = 0, pass.r1 = pass.r2 = NULL;
-            pack_b(bp, b, q, pass.k0, pass.k1, pass.j0, pass.j1);
+#pragma omp for schedule(static)
+            for (int k = pass.k0; k < pass.k1; k++)
+                pack_b_row(bp, b, q, k, k0, pass.j0, pass.j1);
 #pragma omp for schedule(static)
             for (int t = 0; t < tiles; t++)
                 mm_band(&pass, t * MR, min_int(MR, n - t * MR));
@@ -351,18 +357,33 @@ struct tn_tree {
     float *tmp; /* [depth,n,q] */
     int n, seg, mr, t0, t1;
     enum tn_kind kind;
-    void *pack; /* bf16: this thread's packed pairs of a leaf's rows */
+    void *pack;   /* bf16: this thread's packed pairs of a leaf's rows */
+    float *bpack; /* fp32, wide b: this thread's packed block of b, or NULL */
 };
 
 /* A leaf of a bf16 weight gradient: in the bf16 section. */
 static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
 
-/* One fp32 leaf, rows [k0, k1) of a and b, for row tiles [t0, t1) of c. */
+/* One fp32 leaf, rows [k0, k1) of a and b, for row tiles [t0, t1) of c.
+ * A wide b goes in packed blocks, as matmul's (each thread packs its
+ * own). */
 static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
 {
     struct mm pass = *t->m;
     pass.c = dst;
     pass.kinit = k0;
+    if (t->bpack) {
+        for (int j0 = 0; j0 < pass.q; j0 += MM_NC)
+            for (int kb = k0; kb < k1; kb += MM_KC) {
+                struct mm blk = packed_pass(&pass, t->bpack, kb, min_int(k1, kb + MM_KC), j0,
+                                            min_int(pass.q, j0 + MM_NC));
+                for (int k = blk.k0; k < blk.k1; k++)
+                    pack_b_row(t->bpack, t->m->b, pass.q, k, kb, blk.j0, blk.j1);
+                for (int r = t->t0; r < t->t1; r++)
+                    tn_band(&blk, r * MR, min_int(MR, t->n - r * MR), t->n);
+            }
+        return;
+    }
     for (int k = k0; k < k1; k += TN_KBLOCK) {
         pass.k0 = k;
         pass.b = t->m->b + (size_t)k * t->m->ldb;
@@ -417,9 +438,11 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
 #pragma omp parallel if (par) num_threads(nth)
     {
         int me = omp_get_thread_num(), lo = 0, hi = L;
-        struct tn_tree t = {m, tmp, n, seg, mr, 0, tiles, (enum tn_kind)kind, NULL};
+        struct tn_tree t = {m, tmp, n, seg, mr, 0, tiles, (enum tn_kind)kind, NULL, NULL};
         if (kind != TN_FP32) /* [BF_TN_K, ldb + lda] floats hold either packing */
             t.pack = kmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(q) + round16(n)));
+        else if ((long)(seg < 1 ? p : min_int(seg, p)) * q > (long)MM_KC * MM_NC) /* a leaf's b */
+            t.bpack = kmalloc(sizeof(float) * MM_KC * MM_NC);
         float *dst = c;
         int mine = split && omp_get_num_threads() == nth; /* this thread's own subtree */
         if (mine) {
@@ -433,6 +456,7 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
         if (t.t0 < t.t1)
             tn_subtree(&t, dst, lo, hi, 0);
         free(t.pack);
+        free(t.bpack);
         if (mine) {
 #pragma omp barrier
 #pragma omp single

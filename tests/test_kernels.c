@@ -406,6 +406,25 @@ static void test_matmul_blocked(int n, int p, int q, int q0)
     free(a), free(b), free(bias), free(r1), free(b0), free(r0), free(c), free(c0), free(want);
 }
 
+/* The same for the weight gradient: a leaf's b wider than one block goes
+ * in packed blocks, with the same bits as the first q0 columns alone. */
+static void test_matmul_tn_blocked(int n, int p, int q, int q0, int seg)
+{
+    float *a = rvec((size_t)p * n, 1), *b = rvec((size_t)p * q, 1), *b0 = fvec((size_t)p * q0);
+    float *c = fvec((size_t)n * q), *c0 = fvec((size_t)n * q0), *want = fvec((size_t)n * q);
+    for (int k = 0; k < p; k++)
+        memcpy(b0 + (size_t)k * q0, b + (size_t)k * q, sizeof(float) * (size_t)q0);
+    k_matmul_tn_seg(c, a, b, n, p, q, seg);
+    k_matmul_tn_seg(c0, a, b0, n, p, q0, seg);
+    k_matmul_tn_ref(want, a, b, n, p, q);
+    char what[80];
+    snprintf(what, sizeof what, "matmul_tn_seg blocked n=%d p=%d q=%d seg=%d", n, p, q, seg);
+    close_to(what, c, want, (size_t)n * q, 1e-4);
+    for (int i = 0; i < n; i++)
+        same_bits(what, c + (size_t)i * q, c0 + (size_t)i * q0, sizeof(float) * (size_t)q0);
+    free(a), free(b), free(b0), free(c), free(c0), free(want);
+}
+
 static void test_matmul_tn(int n, int p, int q, double tol)
 {
     size_t nc = (size_t)n * q;
@@ -888,6 +907,8 @@ static void test_paths(void)
             test_matmul(mm[i][0], mm[i][1], mm[i][2]);
         test_matmul_blocked(13, 300, 1100, 800); /* 2 x 2 blocks; 800 columns fit one */
         test_matmul_blocked(7, 600, 2100, 400);  /* 3 x 3 blocks, an edge of 52 columns */
+        test_matmul_tn_blocked(13, 600, 1100, 100, 0);   /* one leaf of 600 rows */
+        test_matmul_tn_blocked(20, 700, 700, 200, 300);  /* leaves of 300, 300, 100 */
         for (size_t i = 0; i < sizeof tn / sizeof *tn; i++) /* p terms per sum: looser for 4096 */
             test_matmul_tn(tn[i][0], tn[i][1], tn[i][2], tn[i][1] > 1000 ? 1e-4 : 1e-5);
         test_transpose_sum_rows(1, 3, 1e-5);
