@@ -22,7 +22,7 @@
  *   - the data loader: steps a second it makes from tar shards, from files
  *     and through pipe:cat, next to the steps a second training takes.
  *
- * SECTION: kernels, steps, eval, torch, scaling, shapes, loader (the projected full run
+ * SECTION: kernels, steps, isa, eval, torch, scaling, shapes, loader (the projected full run
  * needs steps and eval); the peak is always measured (the other sections
  * quote percentages of it).
  */
@@ -126,7 +126,7 @@ static void record(const char *section, const char *name, double value, const ch
     f->met = target ? met : -1;
 }
 
-static const char sections[] = "kernels,steps,eval,torch,scaling,shapes,loader"; /* --only's names */
+static const char sections[] = "kernels,steps,isa,eval,torch,scaling,shapes,loader"; /* --only's names */
 
 /* Whether the comma-separated list has the item name[0..len). */
 static int list_has(const char *list, const char *name, size_t len)
@@ -275,26 +275,38 @@ static double peak_run(void (*fn)(long), double flops_per_iter, int threads)
     return best;
 }
 
+/* The FMA loop of a kernel path: its function, flops per iteration,
+ * chains and instruction's name. */
+struct chains {
+    void (*fn)(long);
+    double per_iter;
+    int chains;
+    const char *name;
+};
+
+static struct chains chains_of(int isa)
+{
+    struct chains c = {chains_plain, 2.0 * CHAINS * 4, CHAINS, "plain C"}; /* an FMA: 2 flops */
+#if defined(__x86_64__)
+    if (isa == ISA_AVX512)
+        c = (struct chains){chains_avx512, 2.0 * 16 * CHAINS, CHAINS, "avx512 vfmadd"};
+    else if (isa == ISA_AVX2)
+        c = (struct chains){chains_avx2, 2.0 * 8 * CHAINS, CHAINS, "avx2 vfmadd"};
+#elif defined(__aarch64__)
+    if (isa == ISA_NEON)
+        c = (struct chains){chains_neon, 2.0 * 4 * NEON_CHAINS, NEON_CHAINS, "neon fmla"};
+#endif
+    return c;
+}
+
 static void measure_peaks(void)
 {
-    void (*fn)(long) = chains_plain;
-    double per_iter = 2.0 * CHAINS * 4; /* an FMA is 2 flops */
-    int chains = CHAINS;
-    peak.fp32_isa = "plain C";
     /* the peak of the path the kernels run (GPT_ISA lowers both) */
-#if defined(__x86_64__)
-    if (isa_best() == ISA_AVX512)
-        fn = chains_avx512, per_iter = 2.0 * 16 * CHAINS, peak.fp32_isa = "avx512 vfmadd";
-    else if (isa_best() == ISA_AVX2)
-        fn = chains_avx2, per_iter = 2.0 * 8 * CHAINS, peak.fp32_isa = "avx2 vfmadd";
-#elif defined(__aarch64__)
-    if (isa_best() == ISA_NEON) {
-        fn = chains_neon, per_iter = 2.0 * 4 * NEON_CHAINS, chains = NEON_CHAINS;
-        peak.fp32_isa = "neon fmla";
-    }
-#endif
-    peak.fp32[0] = peak_run(fn, per_iter, 1);
-    peak.fp32[1] = peak_run(fn, per_iter, opt.threads);
+    struct chains c = chains_of(isa_best());
+    int chains = c.chains;
+    peak.fp32_isa = c.name;
+    peak.fp32[0] = peak_run(c.fn, c.per_iter, 1);
+    peak.fp32[1] = peak_run(c.fn, c.per_iter, opt.threads);
 #if defined(__x86_64__)
     if (bf16_native()) {
         peak.bf16[0] = peak_run(chains_bf16, 4.0 * 16 * CHAINS, 1); /* 2 mul + 2 add */
@@ -1063,6 +1075,46 @@ static void torch_table(void)
     variant_free(&v);
 }
 
+/* ---- every kernel path ---- */
+
+/* Each kernel path this CPU runs (GPT_ISA lowers the best), its own FMA
+ * peak and the default step on it (xla, 1 core, fp32), so an AVX-512
+ * machine also reports what an AVX2-only one would: the same hardware
+ * behind a narrower ISA. The paths give the same bits. */
+static void isa_table(void)
+{
+    int best = isa_best(), rounds = opt.quick ? 1 : 3;
+    printf("each kernel path (xla, 1 core, fp32, default config, %d threads), median of %d "
+           "rounds\n", opt.threads, rounds);
+    printf("  %-8s %-16s %12s %10s %6s   %s\n", "path", "FMA loop", "peak GFLOP/s", "ms/step",
+           "MFU", "target");
+    for (int isa = best; isa >= ISA_SCALAR; isa--) {
+        isa_set(isa);
+        struct chains c = chains_of(isa);
+        double pk = peak_run(c.fn, c.per_iter, opt.threads);
+        struct variant v = {.device = "xla", .cores = 1, .prec = PREC_FP32,
+                            .threads = opt.threads, .embed = DC};
+        int steps = isa == ISA_SCALAR ? 3 : opt.quick ? 5 : 20;
+        run_alternating(&v, 1, 2, rounds, steps);
+        double ms = variant_median(&v), u = mfu(step_flops(&v.m, DB), ms, pk);
+        int has_target = isa != ISA_SCALAR && strcmp(isa_name(isa), "neon");
+        char name[64];
+        printf("  %-8s %-16s %12.0f %10.2f %5.0f%%", isa_name(isa), c.name, pk, ms, 100 * u);
+        if (has_target)
+            printf("   >= 65%% %s", mark(u >= 0.65));
+        printf("\n");
+        snprintf(name, sizeof name, "%s, peak", isa_name(isa));
+        record("isa", name, pk, "GFLOP/s", NULL, 0);
+        snprintf(name, sizeof name, "%s, default step", isa_name(isa));
+        record("isa", name, ms, "ms", NULL, 0);
+        snprintf(name, sizeof name, "%s, default step MFU", isa_name(isa));
+        record("isa", name, 100 * u, "%", has_target ? ">= 65%" : NULL, u >= 0.65);
+        variant_free(&v);
+    }
+    isa_set(best);
+    printf("\n");
+}
+
 /* ---- scaling with the width ---- */
 
 static void scaling_table(void)
@@ -1350,7 +1402,7 @@ int main(int argc, char **argv)
             opt.json = argv[++i];
         else {
             fprintf(stderr, "usage: bench/bench [--quick] [--data FILE] [--only SECTION,...] [--json FILE] "
-                            "(sections: kernels, steps, eval, torch, scaling, shapes, loader)\n");
+                            "(sections: kernels, steps, isa, eval, torch, scaling, shapes, loader)\n");
             return 2;
         }
     }
@@ -1366,6 +1418,8 @@ int main(int argc, char **argv)
     double eval_ms, gen_ms;
     if (wanted("steps"))
         step_table(best);
+    if (wanted("isa"))
+        isa_table();
     if (wanted("eval")) {
         eval_table(&eval_ms, &gen_ms);
         if (wanted("steps"))
