@@ -1113,8 +1113,10 @@ static void layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float 
  * log(sum) - x[target], each row's loss summed in row order in double. */
 
 /* Max and sum of exp(x - max) over one row; masked lanes take part as
- * -inf in the max and 0 in the sum. */
-static void row_stats(const float *x /* [v] */, int v, float *mx, float *sum)
+ * -inf in the max and 0 in the sum. The exponentials are kept in e if
+ * it is not NULL (the backward pass scales them rather than computing
+ * them again). */
+static void row_stats(const float *x /* [v] */, int v, float *mx, float *sum, float *e /* [v] */)
 {
     vf m16 = vset(-INFINITY);
     int j = 0, t = v % VL; /* whole vectors, then a tail of t */
@@ -1124,10 +1126,18 @@ static void row_stats(const float *x /* [v] */, int v, float *mx, float *sum)
         m16 = vsel(vlanes(t), vmax(m16, vload_n(x + j, t)), m16);
     float m = vmaxr(m16);
     vf s16 = vzero(), mv = vset(m);
-    for (j = 0; j + VL <= v; j += VL)
-        s16 = vadd(s16, vexp(vsub(vload(x + j), mv)));
-    if (t)
-        s16 = vadd(s16, vkeep(vlanes(t), vexp(vsub(vload_n(x + j, t), mv))));
+    for (j = 0; j + VL <= v; j += VL) {
+        vf ej = vexp(vsub(vload(x + j), mv));
+        if (e)
+            vstore(e + j, ej);
+        s16 = vadd(s16, ej);
+    }
+    if (t) {
+        vf ej = vkeep(vlanes(t), vexp(vsub(vload_n(x + j, t), mv)));
+        if (e)
+            vstore_n(e + j, ej, t);
+        s16 = vadd(s16, ej);
+    }
     *mx = m;
     *sum = vsum(s16);
 }
@@ -1157,21 +1167,22 @@ static void xent(float *loss /* [1] */, const float *logits /* [n,v] */,
         row[i] = 0.0;
         if (targets[i] < 0)
             continue;
-        row_stats(x, v, &m, &s);
+        row_stats(x, v, &m, &s, NULL);
         row[i] = (double)(m + fm_logf(s) - x[targets[i]]);
     }
     *loss = mean_loss(row, targets, n);
     free(row);
 }
 
-/* dlogits = (e^(x - max) * (1/sum) - onehot) * scale. */
+/* dlogits = (e^(x - max) * (1/sum) - onehot) * scale, the exponentials
+ * left in dx by row_stats. */
 static void xent_bwd_row(float *dx /* [v] */, const float *x /* [v] */, int t, float scale, int v)
 {
     float m, s;
-    row_stats(x, v, &m, &s);
-    vf mv = vset(m), iv = vset(1.0f / s), sc = vset(scale);
+    row_stats(x, v, &m, &s, dx);
+    vf iv = vset(1.0f / s), sc = vset(scale);
     for (int j = 0; j < v; j += VL) {
-        vf p = vmul(vexp(vsub(vload_n(x + j, v - j), mv)), iv);
+        vf p = vmul(vload_n(dx + j, v - j), iv);
         if (t >= j && t < j + VL)
             p = vsel(vlane_is(t - j), vsub(p, vset(1.0f)), p);
         vstore_n(dx + j, vmul(p, sc), v - j);
