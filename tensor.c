@@ -522,24 +522,21 @@ static void v_transpose(float *vt /* [round8(hs),tp] */,
 
 /* -- attention: forward, 16 queries at a time, one per lane -- */
 
-/* o[r, g] = acc[g][r] / l[r]: nd channels of w queries out of the lanes. */
-VINLINE void pv_store(float *o /* [w,C] */, int C, const vf *acc /* [PV_G] */, vf l, int w, int nd)
+/* ot[g, r] = acc[g][r] / l[r]: nd channels of the block's queries, still
+ * a channel a row (the block's output is transposed once at its end). */
+VINLINE void pv_store(float *ot /* [nd,16] */, const vf *acc /* [PV_G] */, vf l, int nd)
 {
-    float tmp[VL];
 UNROLL(8)
     for (int g = 0; g < PV_G; g++)
-        if (g < nd) {
-            vstore(tmp, vdiv(acc[g], l));
-            for (int r = 0; r < w; r++)
-                o[(size_t)r * C + g] = tmp[r];
-        }
+        if (g < nd)
+            vstore(ot + VL * g, vdiv(acc[g], l));
 }
 
 /* PV_G output channels of a block of queries: the sum over keys of
  * probability times value, in PV_G independent accumulators. vt's rows
  * past hs are zero, so a partial group costs time but no care. */
-VINLINE void pv_group(float *o /* [w,C], at channel d0 */, int C, const float *p /* [nk,16] */,
-                      const float *vt /* [PV_G,tp], from d0 */, int tp, int nk, vf l, int w, int nd)
+VINLINE void pv_group(float *ot /* [nd,16], from channel d0 */, const float *p /* [nk,16] */,
+                      const float *vt /* [PV_G,tp], from d0 */, int tp, int nk, vf l, int nd)
 {
     vf acc[PV_G];
 UNROLL(8)
@@ -551,7 +548,7 @@ UNROLL(8)
         for (int g = 0; g < PV_G; g++)
             acc[g] = vfma(pj, vset(vt[(size_t)g * tp + j]), acc[g]);
     }
-    pv_store(o, C, acc, l, w, nd);
+    pv_store(ot, acc, l, nd);
 }
 
 /* One key of pv_first: its probabilities, into the sum and the
@@ -574,8 +571,8 @@ UNROLL(8)
  * the same pass (one pass over the scores instead of two); the
  * probabilities are left in p for the other channels. Scores and mx are in
  * base 2. Returns the sum. */
-VINLINE vf pv_first(float *o /* [w,C] */, int C, float *p /* [nk,16] */,
-                    const float *vt /* [PV_G,tp] */, int tp, int nk, vf mx, int i0, int w, int nd)
+VINLINE vf pv_first(float *ot /* [nd,16] */, float *p /* [nk,16] */,
+                    const float *vt /* [PV_G,tp] */, int tp, int nk, vf mx, int i0, int nd)
 {
     vf acc[PV_G], l = vzero();
 UNROLL(8)
@@ -585,7 +582,7 @@ UNROLL(8)
         pv_key(p, vt, tp, j, mx, i0, 0, &l, acc);
     for (int j = i0; j < nk; j++)
         pv_key(p, vt, tp, j, mx, i0, 1, &l, acc);
-    pv_store(o, C, acc, l, w, nd);
+    pv_store(ot, acc, l, nd);
     return l;
 }
 
@@ -646,10 +643,12 @@ UNROLL_BY(8)
             vstore(sc + VL * j, s);
             mx = vmax(mx, s);
         }
-        vf l = pv_first(o + (size_t)i0 * C, C, sc, vt, tp, nk, mx, i0, w, min_int(PV_G, hs));
+        /* qt is done with once the scores are in: it takes the output,
+         * a channel a row, transposed into o at the end */
+        vf l = pv_first(qt, sc, vt, tp, nk, mx, i0, min_int(PV_G, hs));
         for (int d0 = PV_G; d0 < hs; d0 += PV_G)
-            pv_group(o + (size_t)i0 * C + d0, C, sc, vt + (size_t)d0 * tp, tp, nk, l, w,
-                     min_int(PV_G, hs - d0));
+            pv_group(qt + VL * d0, sc, vt + (size_t)d0 * tp, tp, nk, l, min_int(PV_G, hs - d0));
+        vtranspose(o + (size_t)i0 * C, (size_t)C, qt, VL, hs, w);
         vstore_n(lse + i0, vadd(vmul(mx, vset(LN2)), vlog(l)), w); /* back to base e */
     }
 }
