@@ -108,6 +108,7 @@ void cse(struct trace *tr);
 void dce(struct trace *tr);
 void fuse_matmul(struct trace *tr);
 void fuse_adds(struct trace *tr);
+void fuse_layernorm_bwd(struct trace *tr);
 
 /* ---- plan.c: the memory plan ---- */
 

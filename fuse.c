@@ -1,7 +1,8 @@
 /* fuse.c: the compiler's passes over a trace, in the order compile()
- * (lower.c) runs them: cse, dce, fuse_matmul, fuse_adds. A pass marks
- * nodes dead and rewrites operands; none changes a bit of any result:
- * every fusion keeps the order of floating-point operations. */
+ * (lower.c) runs them: cse, dce, fuse_matmul, fuse_adds,
+ * fuse_layernorm_bwd. A pass marks nodes dead and rewrites operands; none
+ * changes a bit of any result: every fusion keeps the order of
+ * floating-point operations. */
 #include "compiler.h"
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +130,9 @@ static void absorb(struct trace *tr, int i, int j, int op)
 
 /* Fuses matmul node i into its consumer, if it can: 1 when it did. The
  * consumer becomes a matmul_ex: a ReLU only onto a plain matmul, and at
- * most two residual adds (R1, R2), after any ReLU. */
+ * most two residual adds (R1, R2), after any ReLU; or, onto a plain fp32
+ * matmul without bias, the relu_bwd that takes its result as dy (GATE: the
+ * ReLU's output), and nothing after that. */
 static int fuse_matmul_into_consumer(struct trace *tr, int i)
 {
     struct tnode *t = &tr->nodes[i];
@@ -139,6 +142,17 @@ static int fuse_matmul_into_consumer(struct trace *tr, int i)
     struct tnode *c = &tr->nodes[j];
     int relu = t->op == KOP_MATMUL_EX && t->attr.matmul.relu;
     int residuals = t->op == KOP_MATMUL_EX ? t->nin - MATMUL_EX_IN_R1 : 0;
+    if (t->op == KOP_MATMUL_EX && t->in[MATMUL_EX_IN_GATE].kind != REF_NONE)
+        return 0; /* gated: nothing more */
+    if (c->op == KOP_RELU_BWD && t->op == KOP_MATMUL && !t->attr.matmul.bf16 &&
+        t->in[MATMUL_IN_BIAS].kind == REF_NONE && same_ref(c->in[RELU_BWD_IN_DY], out_ref(i, 0))) {
+        struct ref y = c->in[RELU_BWD_IN_Y];
+        absorb(tr, i, j, KOP_MATMUL_EX);
+        c->in[MATMUL_EX_IN_R1] = no_ref(); /* where absorb put y */
+        c->in[MATMUL_EX_IN_GATE] = y;
+        c->nin = MATMUL_EX_NIN;
+        return 1;
+    }
     if (c->op == KOP_RELU && !residuals && !relu) {
         absorb(tr, i, j, KOP_MATMUL_EX);
         c->attr.matmul.relu = 1;
@@ -167,9 +181,10 @@ static int fuse_first_matmul(struct trace *tr)
     return 0;
 }
 
-/* Epilogues folded into a matmul: ReLU, and residual adds. Both are exact:
- * the kernel computes the same matmul and then the same additions in the
- * same order (a + b == b + a in IEEE arithmetic). One fusion at a time,
+/* Epilogues folded into a matmul: ReLU, residual adds, a ReLU's backward
+ * gate. All are exact: the kernel computes the same matmul and then the
+ * same additions in the same order (a + b == b + a in IEEE arithmetic), or
+ * the same choice between the result and 0. One fusion at a time,
  * the earliest first, until none is left: a fused node may fuse again, and
  * when two matmuls feed one add the earlier one takes it. */
 void fuse_matmul(struct trace *tr)
@@ -186,7 +201,7 @@ static int fuse_add_into_consumer(struct trace *tr, int i)
 {
     const struct tnode *t = &tr->nodes[i];
     int j = only_consumer(tr, i);
-    if (j < 0 || tr->nodes[j].op != KOP_ADD || t->nin >= KMAX_IN)
+    if (j < 0 || tr->nodes[j].op != KOP_ADD || t->nin >= ADD_N_NIN)
         return 0;
     struct tnode *c = &tr->nodes[j];
     if (same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B]))
@@ -218,4 +233,64 @@ void fuse_adds(struct trace *tr)
 {
     while (fuse_first_add(tr))
         ;
+}
+
+/* Every use of node j's output 0, the roots' included, becomes a use of
+ * node i's output 0: j's work is now done by i. */
+static void redirect(struct trace *tr, int j, int i)
+{
+    struct ref from = out_ref(j, 0), to = out_ref(i, 0);
+    for (int k = j + 1; k < tr->n; k++)
+        for (int q = 0; q < KMAX_IN; q++)
+            if (same_ref(tr->nodes[k].in[q], from))
+                tr->nodes[k].in[q] = to;
+    for (int r = 0; r < tr->nroots; r++)
+        if (same_ref(tr->roots[r], from))
+            tr->roots[r] = to;
+}
+
+/* Folds the add (or add_n) that consumes layernorm_bwd node i's dx into
+ * i, if it can: 1 when it did. The sum must take dx last (an add either
+ * way, as addition commutes), so that i computes (r1 + r2) + dx in the
+ * sum's own order; its other terms (two at most) must exist before i, as
+ * i takes the sum's place in the program. */
+static int fuse_sum_into_layernorm_bwd(struct trace *tr, int i)
+{
+    struct tnode *t = &tr->nodes[i];
+    int j = only_consumer(tr, i);
+    if (j < 0 || t->in[LAYERNORM_BWD_IN_R1].kind != REF_NONE)
+        return 0;
+    const struct tnode *s = &tr->nodes[j];
+    struct ref dx = out_ref(i, LAYERNORM_BWD_OUT_DX), rest[KMAX_IN];
+    int n = 0, last = -1;
+    if (s->op != KOP_ADD && s->op != KOP_ADD_N)
+        return 0;
+    for (int k = 0; k < s->nin && s->in[k].kind != REF_NONE; k++) {
+        if (same_ref(s->in[k], dx))
+            last = k;
+        else
+            rest[n++] = s->in[k];
+    }
+    if (n < 1 || n > 2 || (s->op == KOP_ADD_N && last != n))
+        return 0; /* dx not last: add_n's order would change */
+    for (int k = 0; k < n; k++)
+        if (is_out(rest[k]) && rest[k].at >= i)
+            return 0;
+    t->in[LAYERNORM_BWD_IN_R1] = rest[0];
+    if (n == 2)
+        t->in[LAYERNORM_BWD_IN_R2] = rest[1];
+    tr->nodes[j].dead = 1;
+    redirect(tr, j, i);
+    return 1;
+}
+
+/* The residual stream's gradient: each block's layernorm_bwd output is
+ * added to the gradient flowing past it; the layernorm's backward kernel
+ * does that add as it writes dx, one pass over memory instead of two. Runs
+ * after fuse_adds, so a chain is already one add_n. */
+void fuse_layernorm_bwd(struct trace *tr)
+{
+    for (int i = 0; i < tr->n; i++)
+        if (!tr->nodes[i].dead && tr->nodes[i].op == KOP_LAYERNORM_BWD)
+            fuse_sum_into_layernorm_bwd(tr, i);
 }

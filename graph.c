@@ -277,7 +277,7 @@ static void shape_fail(const char *op, const Tensor *a, const Tensor *b)
     abort();
 }
 
-#define IN(...) ((Tensor *const[]){__VA_ARGS__})
+#define IN(...) ((Tensor *const[KMAX_IN]){__VA_ARGS__}) /* the rest NULL */
 
 static Tensor *round_bf16(Graph *g, Tensor *x)
 {

@@ -76,9 +76,9 @@
 
 /* ---- matmul ---- */
 
-/* Contract (k_matmul_ex_ref): c[i][j] starts at bias[j] (or 0) and takes
- * one FMA a[i][k]*b[k][j] per k in order 0..p-1; then max(., 0) if relu,
- * + r1, + r2. */
+/* Contract (k_matmul_ex_ref, k_matmul_gated_ref): c[i][j] starts at
+ * bias[j] (or 0) and takes one FMA a[i][k]*b[k][j] per k in order
+ * 0..p-1; then max(., 0) if relu, 0 where gate <= 0, + r1, + r2. */
 
 /* Everything a matmul tile needs. The same tiles serve matmul (a is [n,p],
  * row stride p) and matmul_tn (a is [p,n], read as its transpose). A tile
@@ -91,6 +91,7 @@ struct mm {
     const float *b;       /* element (k0, j0) of b; see ldb, bps */
     const float *bias;    /* [q] or NULL */
     const float *r1, *r2; /* [n,q] or NULL, added after the optional ReLU */
+    const float *gate;    /* [n,q] or NULL: c is 0 where gate <= 0 (a ReLU's backward) */
     int relu, p, q;
     int k0, k1; /* this pass's range of k */
     int kinit;  /* where the sums start */
@@ -142,6 +143,8 @@ UNROLL(4)
             vf y = acc[r][v];
             if (m->relu)
                 y = vrelu(y);
+            if (m->gate)
+                y = vkeep(vgt(vload_n(m->gate + at + VL * v, w), vzero()), y);
             if (m->r1)
                 y = vadd(y, vload_n(m->r1 + at + VL * v, w));
             if (m->r2)
@@ -243,9 +246,10 @@ static struct mm packed_pass(const struct mm *m, float *bp, int k0, int k1, int 
 
 static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
                       const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
-                      const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
+                      const float *r2 /* [n,q] or NULL */, const float *gate /* [n,q] or NULL */,
+                      int relu, int n, int p, int q)
 {
-    struct mm m = {c, a, b, bias, r1, r2, relu, p, q, 0, p, 0, 0, q, (size_t)q, MM_PW};
+    struct mm m = {c, a, b, bias, r1, r2, gate, relu, p, q, 0, p, 0, 0, q, (size_t)q, MM_PW};
     int tiles = (n + MR - 1) / MR;
     if ((long)p * q <= (long)MM_KC * MM_NC) {
 #pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
@@ -264,7 +268,7 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
             struct mm pass =
                 packed_pass(&m, bp, k0, min_int(p, k0 + MM_KC), j0, min_int(q, j0 + MM_NC));
             if (pass.k1 < p) /* not the last block: no epilogue yet */
-                pass.relu = 0, pass.r1 = pass.r2 = NULL;
+                pass.relu = 0, pass.r1 = pass.r2 = pass.gate = NULL;
 #pragma omp for schedule(static)
             for (int k = pass.k0; k < pass.k1; k++)
                 pack_b_row(bp, b, q, k, k0, pass.j0, pass.j1);
@@ -418,7 +422,7 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
 static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
                           const float *b /* [p,q] */, int n, int p, int q, int seg, int kind)
 {
-    struct mm mm = {c, a, b, NULL, NULL, NULL, 0, p, q, 0, p, 0, 0, q, (size_t)q, MM_PW};
+    struct mm mm = {c, a, b, NULL, NULL, NULL, NULL, 0, p, q, 0, p, 0, 0, q, (size_t)q, MM_PW};
     const struct mm *m = &mm;
     int mr = kind == TN_FP32 ? MR : BF_TN_MR;
     int L = leaf_count(p, seg), tiles = (n + mr - 1) / mr;
@@ -1041,12 +1045,14 @@ static void layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /
         layernorm_row(y + (size_t)i * c, mean + i, rstd + i, x + (size_t)i * c, w, b, c);
 }
 
-/* Rows [i0, i1): their dx, and their partial dw, db (pw, pb [c]) summed
- * over the rows in order from zero. */
+/* Rows [i0, i1): their dx (plus r1 + r2, those present, when the
+ * compiler folded the residual stream's gradient sum in), and their partial
+ * dw, db (pw, pb [c]) summed over the rows in order from zero. */
 static void layernorm_bwd_block(float *dx /* [n,c] */, float *pw /* [c] */, float *pb /* [c] */,
                                 const float *dy /* [n,c] */, const float *x /* [n,c] */,
                                 const float *w /* [c] */, const float *mean /* [n] */,
-                                const float *rstd /* [n] */, int i0, int i1, int c)
+                                const float *rstd /* [n] */, const float *r1 /* [n,c] or NULL */,
+                                const float *r2 /* [n,c] or NULL */, int i0, int i1, int c)
 {
     for (int j = 0; j < c; j++)
         pw[j] = pb[j] = 0.0f;
@@ -1070,8 +1076,13 @@ static void layernorm_bwd_block(float *dx /* [n,c] */, float *pw /* [c] */, floa
             int t = c - j;
             vf xh = vmul(vsub(vload_n(xi + j, t), muv), rsv);
             vf g = vmul(vload_n(gi + j, t), vload_n(w + j, t));
-            vf d = vsub(vsub(g, s1c), vmul(xh, s2c));
-            vstore_n(dxi + j, vmul(rsv, d), t);
+            vf d = vmul(rsv, vsub(vsub(g, s1c), vmul(xh, s2c)));
+            if (r1) { /* (r1 + r2) + d: add_n's order, d its last operand */
+                size_t at = (size_t)i * c + j;
+                vf r = vload_n(r1 + at, t);
+                d = vadd(r2 ? vadd(r, vload_n(r2 + at, t)) : r, d);
+            }
+            vstore_n(dxi + j, d, t);
         }
     }
 }
@@ -1081,7 +1092,8 @@ static void layernorm_bwd_block(float *dx /* [n,c] */, float *pw /* [c] */, floa
 static void layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
                               const float *dy /* [n,c] */, const float *x /* [n,c] */,
                               const float *w /* [c] */, const float *mean /* [n] */,
-                              const float *rstd /* [n] */, int n, int c, int seg)
+                              const float *rstd /* [n] */, const float *r1 /* [n,c] or NULL */,
+                              const float *r2 /* [n,c] or NULL */, int n, int c, int seg)
 {
     int blocked = seg < 0, rows = blocked ? ROW_BLOCK : seg;
     int L = leaf_count(n, rows);
@@ -1089,8 +1101,8 @@ static void layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float 
     float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
 #pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
     for (int l = 0; l < L; l++)
-        layernorm_bwd_block(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd,
-                            leaf_lo(l, n, rows), leaf_hi(l, n, rows), c);
+        layernorm_bwd_block(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd, r1,
+                            r2, leaf_lo(l, n, rows), leaf_hi(l, n, rows), c);
     if (blocked) { /* in block order */
         memset(dw, 0, sizeof(float) * (size_t)c);
         memset(db, 0, sizeof(float) * (size_t)c);

@@ -61,6 +61,14 @@ void k_matmul_ex(float *c, const float *a, const float *b, const float *bias,
                  const float *r1, const float *r2, int relu, int n, int p, int q);
 void k_matmul_ex_ref(float *c, const float *a, const float *b, const float *bias,
                      const float *r1, const float *r2, int relu, int n, int p, int q);
+/* Another (made by the graph compiler from a matmul and the relu_bwd that
+ * takes it as dy): c[n,q] = a[n,p] @ b[p,q] where gate[n,q] > 0, else 0;
+ * gate is the ReLU's output. The matmul part is bit-identical to k_matmul,
+ * and 0 is relu_bwd's +0. */
+void k_matmul_gated(float *c, const float *a, const float *b, const float *gate, int n, int p,
+                    int q);
+void k_matmul_gated_ref(float *c, const float *a, const float *b, const float *gate, int n,
+                        int p, int q);
 
 /* ---- leaves and the tree ----
  *
@@ -172,6 +180,18 @@ void k_layernorm_bwd_seg(float *dx, float *dw, float *db, const float *dy,
 void k_layernorm_bwd_seg_ref(float *dx, float *dw, float *db, const float *dy,
                              const float *x, const float *w, const float *mean,
                              const float *rstd, int n, int c, int seg);
+/* With the residual stream's gradient folded in (the compiler's fusion of
+ * the add or add_n that takes dx last): dx = (r1 + r2) + the layernorm's dx,
+ * r2 or both NULL for fewer terms. dw, db as k_layernorm_bwd_seg for seg >
+ * 0, as k_layernorm_bwd otherwise. */
+void k_layernorm_bwd_res(float *dx, float *dw, float *db, const float *dy,
+                         const float *x, const float *w, const float *mean,
+                         const float *rstd, const float *r1, const float *r2, int n, int c,
+                         int seg);
+void k_layernorm_bwd_res_ref(float *dx, float *dw, float *db, const float *dy,
+                             const float *x, const float *w, const float *mean,
+                             const float *rstd, const float *r1, const float *r2, int n, int c,
+                             int seg);
 
 /* ---- softmax cross-entropy ---- */
 

@@ -153,7 +153,8 @@ enum tn_kind { TN_FP32, TN_BF16_EMU, TN_BF16_NATIVE };
 struct kernels {
     const char *name;
     void (*matmul_ex)(float *c, const float *a, const float *b, const float *bias,
-                      const float *r1, const float *r2, int relu, int n, int p, int q);
+                      const float *r1, const float *r2, const float *gate, int relu, int n,
+                      int p, int q);
     void (*matmul_tn_seg)(float *c, const float *a, const float *b, int n, int p, int q, int seg,
                           int kind);
     void (*tree_sum)(float *out, const float *const *parts, int m, size_t len);
@@ -167,8 +168,8 @@ struct kernels {
     void (*layernorm)(float *y, float *mean, float *rstd, const float *x, const float *w,
                       const float *b, int n, int c);
     void (*layernorm_bwd_seg)(float *dx, float *dw, float *db, const float *dy, const float *x,
-                              const float *w, const float *mean, const float *rstd, int n, int c,
-                              int seg);
+                              const float *w, const float *mean, const float *rstd,
+                              const float *r1, const float *r2, int n, int c, int seg);
     void (*xent)(float *loss, const float *logits, const int32_t *targets, int n, int v);
     void (*xent_bwd)(float *dlogits, const float *logits, const int32_t *targets,
                      const float *dloss, int n, int v);

@@ -172,6 +172,15 @@ void k_matmul_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float 
     k_matmul_ex_ref(c, a, b, bias, NULL, NULL, 0, n, p, q);
 }
 
+void k_matmul_gated_ref(float *c /* [n,q] */, const float *a /* [n,p] */,
+                        const float *b /* [p,q] */, const float *gate /* [n,q] */, int n, int p,
+                        int q)
+{
+    k_matmul_ref(c, a, b, NULL, n, p, q);
+    for (size_t i = 0; i < (size_t)n * q; i++)
+        c[i] = gate[i] > 0 ? c[i] : 0.0f;
+}
+
 /* ---- leaves and the tree ---- */
 
 /* dst = dst + src, element-wise: the tree's one operation. */
@@ -583,6 +592,20 @@ void k_layernorm_bwd_seg_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *
     free(pw);
 }
 
+void k_layernorm_bwd_res_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
+                             const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                             const float *w /* [c] */, const float *mean /* [n] */,
+                             const float *rstd /* [n] */, const float *r1 /* [n,c] or NULL */,
+                             const float *r2 /* [n,c] or NULL */, int n, int c, int seg)
+{
+    if (seg > 0)
+        k_layernorm_bwd_seg_ref(dx, dw, db, dy, x, w, mean, rstd, n, c, seg);
+    else
+        k_layernorm_bwd_ref(dx, dw, db, dy, x, w, mean, rstd, n, c);
+    for (size_t i = 0; r1 && i < (size_t)n * c; i++)
+        dx[i] = (r2 ? r1[i] + r2[i] : r1[i]) + dx[i];
+}
+
 /* ---- softmax cross-entropy ---- */
 
 /* -- softmax cross-entropy: twins -- */
@@ -838,7 +861,13 @@ void k_adam_ref(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
 void k_matmul_ex(float *c, const float *a, const float *b, const float *bias, const float *r1,
                  const float *r2, int relu, int n, int p, int q)
 {
-    kernels_now()->matmul_ex(c, a, b, bias, r1, r2, relu, n, p, q);
+    kernels_now()->matmul_ex(c, a, b, bias, r1, r2, NULL, relu, n, p, q);
+}
+
+void k_matmul_gated(float *c, const float *a, const float *b, const float *gate, int n, int p,
+                    int q)
+{
+    kernels_now()->matmul_ex(c, a, b, NULL, NULL, NULL, gate, 0, n, p, q);
 }
 
 void k_matmul(float *c, const float *a, const float *b, const float *bias, int n, int p, int q)
@@ -894,14 +923,23 @@ void k_layernorm(float *y, float *mean, float *rstd, const float *x, const float
 void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
                      const float *w, const float *mean, const float *rstd, int n, int c)
 {
-    kernels_now()->layernorm_bwd_seg(dx, dw, db, dy, x, w, mean, rstd, n, c, -1);
+    kernels_now()->layernorm_bwd_seg(dx, dw, db, dy, x, w, mean, rstd, NULL, NULL, n, c, -1);
 }
 
 void k_layernorm_bwd_seg(float *dx, float *dw, float *db, const float *dy, const float *x,
                          const float *w, const float *mean, const float *rstd, int n, int c,
                          int seg)
 {
-    kernels_now()->layernorm_bwd_seg(dx, dw, db, dy, x, w, mean, rstd, n, c, seg < 1 ? 0 : seg);
+    kernels_now()->layernorm_bwd_seg(dx, dw, db, dy, x, w, mean, rstd, NULL, NULL, n, c,
+                                     seg < 1 ? 0 : seg);
+}
+
+void k_layernorm_bwd_res(float *dx, float *dw, float *db, const float *dy, const float *x,
+                         const float *w, const float *mean, const float *rstd, const float *r1,
+                         const float *r2, int n, int c, int seg)
+{
+    kernels_now()->layernorm_bwd_seg(dx, dw, db, dy, x, w, mean, rstd, r1, r2, n, c,
+                                     seg > 0 ? seg : -1);
 }
 
 void k_xent(float *loss, const float *logits, const int32_t *targets, int n, int v)

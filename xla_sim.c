@@ -49,9 +49,10 @@ static double flops_layernorm(const struct kinstr *k)
 {
     return 8.0 * k->attr.layernorm.n * k->attr.layernorm.c;
 }
-static double flops_layernorm_bwd(const struct kinstr *k)
+static double flops_layernorm_bwd(const struct kinstr *k) /* and a folded residual sum's adds */
 {
-    return 14.0 * k->attr.layernorm.n * k->attr.layernorm.c;
+    int adds = !!k->in[LAYERNORM_BWD_IN_R1] + !!k->in[LAYERNORM_BWD_IN_R2];
+    return (14.0 + adds) * k->attr.layernorm.n * k->attr.layernorm.c;
 }
 static double flops_xent(const struct kinstr *k)
 {
@@ -181,7 +182,7 @@ static void exec_add_n(const struct kinstr *k)
     k_add_n(k->out[ADD_N_OUT_Y], xs, m, k->attr.elementwise.n);
 }
 
-/* KOP_MATMUL is KOP_MATMUL_EX without the residual inputs and without
+/* KOP_MATMUL is KOP_MATMUL_EX without the residual inputs, the gate and
  * ReLU; the two share A, B, BIAS and C's places. */
 _Static_assert((int)MATMUL_IN_A == MATMUL_EX_IN_A && (int)MATMUL_IN_B == MATMUL_EX_IN_B &&
                    (int)MATMUL_IN_BIAS == MATMUL_EX_IN_BIAS && (int)MATMUL_OUT_C == MATMUL_EX_OUT_C,
@@ -194,7 +195,10 @@ static void exec_matmul(const struct kinstr *k)
     const float *a = in[MATMUL_EX_IN_A], *b = in[MATMUL_EX_IN_B], *bias = in[MATMUL_EX_IN_BIAS];
     const float *r1 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R1] : NULL;
     const float *r2 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R2] : NULL;
-    if (mm->bf16)
+    const float *gate = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_GATE] : NULL;
+    if (gate) /* fp32 only, no bias, relu or residuals (fuse.c) */
+        k_matmul_gated(c, a, b, gate, mm->n, mm->p, mm->q);
+    else if (mm->bf16)
         k_matmul_bf16(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
     else if (k->op == KOP_MATMUL)
         k_matmul(c, a, b, bias, mm->n, mm->p, mm->q);
@@ -232,11 +236,9 @@ static void exec_layernorm_bwd(const struct kinstr *k)
           *db = out[LAYERNORM_BWD_OUT_DB];
     const float *dy = in[LAYERNORM_BWD_IN_DY], *x = in[LAYERNORM_BWD_IN_X],
                 *w = in[LAYERNORM_BWD_IN_W], *mean = in[LAYERNORM_BWD_IN_MEAN],
-                *rstd = in[LAYERNORM_BWD_IN_RSTD];
-    if (ln->seg > 0)
-        k_layernorm_bwd_seg(dx, dw, db, dy, x, w, mean, rstd, ln->n, ln->c, ln->seg);
-    else
-        k_layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, ln->n, ln->c);
+                *rstd = in[LAYERNORM_BWD_IN_RSTD], *r1 = in[LAYERNORM_BWD_IN_R1],
+                *r2 = in[LAYERNORM_BWD_IN_R2];
+    k_layernorm_bwd_res(dx, dw, db, dy, x, w, mean, rstd, r1, r2, ln->n, ln->c, ln->seg);
 }
 
 static void exec_embed_bwd(const struct kinstr *k)

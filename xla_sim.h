@@ -37,6 +37,7 @@ enum kop {
 #define KOP_E4(f, op, a, ...) f(op, a) KOP_E3(f, op, __VA_ARGS__)
 #define KOP_E5(f, op, a, ...) f(op, a) KOP_E4(f, op, __VA_ARGS__)
 #define KOP_E6(f, op, a, ...) f(op, a) KOP_E5(f, op, __VA_ARGS__)
+#define KOP_E7(f, op, a, ...) f(op, a) KOP_E6(f, op, __VA_ARGS__)
 #define KOP_IN_NAME(op, x) op##_IN_##x,
 #define KOP_OUT_NAME(op, x) op##_OUT_##x,
 #define OP(NAME, name, attrs, flops, nin, in, nout, out)      \
@@ -102,7 +103,7 @@ enum precision {
     PREC_BF16_PURE, /* XLA_USE_BF16: every float tensor stored as bf16 */
 };
 
-#define KMAX_IN 6
+#define KMAX_IN 7
 #define KMAX_OUT 3
 /* The output generic code (autodiff, dumps) speaks of: an op's first, its
  * only one unless ops.def names more (layernorm's mean and rstd, ...). */

@@ -341,6 +341,26 @@ static void test_layernorm_twin(int n, int c)
  * 2. Every path against the twins
  * ====================================================================== */
 
+/* The ReLU's backward gate folded in: k_matmul then k_relu_bwd, bit for
+ * bit (gate: some entries set to +0 and -0, which close it), and close
+ * to the twin. */
+static void check_gated(const float *a, const float *b, float *gate, int n, int p, int q)
+{
+    size_t nc = (size_t)n * q;
+    float *got = fvec(nc), *want = fvec(nc), *twin = fvec(nc);
+    char what[80];
+    snprintf(what, sizeof what, "matmul_gated n=%d p=%d q=%d", n, p, q);
+    for (size_t i = 0; i < nc; i += 7)
+        gate[i] = i % 2 ? -0.0f : 0.0f;
+    k_matmul(want, a, b, NULL, n, p, q);
+    k_relu_bwd(want, want, gate, nc);
+    k_matmul_gated(got, a, b, gate, n, p, q);
+    same_bits(what, got, want, sizeof(float) * nc);
+    k_matmul_gated_ref(twin, a, b, gate, n, p, q);
+    close_to(what, got, twin, nc, 1e-4);
+    free(got), free(want), free(twin);
+}
+
 static void test_matmul(int n, int p, int q)
 {
     size_t nc = (size_t)n * q;
@@ -371,6 +391,7 @@ static void test_matmul(int n, int p, int q)
     k_matmul_ex_ref(want, a, b, NULL, r1, NULL, 0, n, p, q);
     k_matmul_ex(fused, a, b, NULL, r1, NULL, 0, n, p, q);
     close_to(what, fused, want, nc, 1e-5);
+    check_gated(a, b, r2, n, p, q);
     /* A row's bits must not depend on where it falls in a register tile:
      * the same rows, shifted by one, through the tile or the remainder */
     if (n > 1) {
@@ -403,6 +424,7 @@ static void test_matmul_blocked(int n, int p, int q, int q0)
     close_to(what, c, want, (size_t)n * q, 1e-4);
     for (int i = 0; i < n; i++)
         same_bits(what, c + (size_t)i * q, c0 + (size_t)i * q0, sizeof(float) * (size_t)q0);
+    check_gated(a, b, r1, n, p, q); /* the gate after the last k block only */
     free(a), free(b), free(bias), free(r1), free(b0), free(r0), free(c), free(c0), free(want);
 }
 
@@ -834,6 +856,39 @@ static void test_layernorm_bwd_seg(int n, int c, int seg)
         free(dx3), free(g1), free(g2), free(g3), free(lw), free(lb), free(pw), free(pb);
 }
 
+/* The residual stream's gradient folded in (seg 0: dw, db by blocks, as
+ * k_layernorm_bwd): dx = (r1 + r2) + the plain kernel's dx, bit for bit,
+ * and dw, db untouched by it; the twin likewise against its plain twin. */
+static void test_layernorm_bwd_res(int n, int c, int seg)
+{
+    size_t nx = (size_t)n * c;
+    float *x = rvec(nx, 2), *w = rvec(c, 1), *b = rvec(c, 1), *dy = rvec(nx, 1), *y = fvec(nx);
+    float *r1 = rvec(nx, 1), *r2 = rvec(nx, 1), *mean = fvec(n), *rstd = fvec(n);
+    float *dx = fvec(nx), *want = fvec(nx), *g = fvec(2 * (size_t)c), *gw = fvec(2 * (size_t)c);
+    char what[96];
+    k_layernorm_ref(y, mean, rstd, x, w, b, n, c);
+    for (int terms = 1; terms <= 2; terms++)
+        for (int twin = 0; twin < 2; twin++) {
+            const float *s = terms == 2 ? r2 : NULL;
+            snprintf(what, sizeof what, "layernorm_bwd_res%s n=%d c=%d seg=%d, %d terms",
+                     twin ? "_ref" : "", n, c, seg, terms);
+            (twin ? k_layernorm_bwd_res_ref : k_layernorm_bwd_res)(dx, g, g + c, dy, x, w, mean,
+                                                                   rstd, r1, s, n, c, seg);
+            if (seg > 0)
+                (twin ? k_layernorm_bwd_seg_ref : k_layernorm_bwd_seg)(want, gw, gw + c, dy, x, w,
+                                                                       mean, rstd, n, c, seg);
+            else
+                (twin ? k_layernorm_bwd_ref : k_layernorm_bwd)(want, gw, gw + c, dy, x, w, mean,
+                                                               rstd, n, c);
+            for (size_t i = 0; i < nx; i++)
+                want[i] = (s ? r1[i] + s[i] : r1[i]) + want[i];
+            same_bits(what, dx, want, sizeof(float) * nx);
+            same_bits(what, g, gw, sizeof(float) * 2 * c);
+        }
+    free(x), free(w), free(b), free(dy), free(y), free(r1), free(r2), free(mean), free(rstd),
+        free(dx), free(want), free(g), free(gw);
+}
+
 /* Additions only, in the same order on every path: equal to the twin. */
 static void test_embed_bwd_seg(int n, int c, int v, int seg)
 {
@@ -882,8 +937,10 @@ static void test_seg_paths(void)
             test_matmul_tn_seg(tn[i][0], tn[i][1], tn[i][2], tn[i][3], 1e-5);
         for (size_t i = 0; i < sizeof sr / sizeof *sr; i++)
             test_sum_rows_seg(sr[i][0], sr[i][1], sr[i][2]);
-        for (size_t i = 0; i < sizeof ln / sizeof *ln; i++)
+        for (size_t i = 0; i < sizeof ln / sizeof *ln; i++) {
             test_layernorm_bwd_seg(ln[i][0], ln[i][1], ln[i][2]);
+            test_layernorm_bwd_res(ln[i][0], ln[i][1], ln[i][2]);
+        }
         for (size_t i = 0; i < sizeof eb / sizeof *eb; i++)
             test_embed_bwd_seg(eb[i][0], eb[i][1], eb[i][2], eb[i][3]);
     }

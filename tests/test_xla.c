@@ -98,13 +98,19 @@ static void check_train_program(void)
     model_train_step(&m, g, &bt, 1e-3f);
     struct compile_stats st;
     g_compile_stats(g, &st);
-    /* per layer: fc1+ReLU and fc2+residual fold into matmul_ex; backward
-     * input-gradient matmuls fold the gradient sums they feed */
+    /* per layer: fc1+ReLU and fc2+residual fold into matmul_ex; backward,
+     * fc2's dx and the ReLU's backward likewise, and the residual stream's
+     * gradient sums (add chains, add_n) fold into the layernorm_bwd whose
+     * dx they take last */
     CHECK(g_kernel_count(g, KOP_RELU) == 0, "a ReLU was not folded into its matmul");
+    CHECK(g_kernel_count(g, KOP_RELU_BWD) == 0, "a ReLU's backward was not folded into the "
+          "matmul that makes its dy");
     CHECK(g_kernel_count(g, KOP_MATMUL_EX) >= 2 * c.layers, "only %d fused matmuls",
           g_kernel_count(g, KOP_MATMUL_EX));
-    CHECK(g_kernel_count(g, KOP_ADD_N) >= c.layers, "only %d fused add chains",
+    CHECK(g_kernel_count(g, KOP_ADD_N) == 0, "%d add chains not folded into layernorm_bwd",
           g_kernel_count(g, KOP_ADD_N));
+    CHECK(g_kernel_count(g, KOP_ADD) == c.layers + 1, "%d adds, want the forward's %d",
+          g_kernel_count(g, KOP_ADD), c.layers + 1);
     CHECK(g_kernel_count(g, KOP_ATTENTION) == c.layers, "attention is not one kernel per layer");
     CHECK(st.kernels < st.nodes, "fusion removed nothing: %d nodes -> %d kernels", st.nodes,
           st.kernels);
