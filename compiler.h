@@ -109,6 +109,7 @@ void dce(struct trace *tr);
 void fuse_matmul(struct trace *tr);
 void fuse_adds(struct trace *tr);
 void fuse_layernorm_bwd(struct trace *tr);
+void fuse_xent(struct trace *tr);
 
 /* ---- plan.c: the memory plan ---- */
 

@@ -51,7 +51,12 @@ static void dump_text_node(const struct trace *tr, FILE *f, int i, const Program
     fputc('\n', f);
 }
 
-static int is_fused(int op) { return op == KOP_MATMUL_EX || op == KOP_ADD_N; }
+/* A kernel the passes made from several ops (fuse.c). */
+static int is_fused(const struct tnode *t)
+{
+    return t->op == KOP_MATMUL_EX || t->op == KOP_ADD_N || t->op == KOP_XENT_GRAD ||
+           (t->op == KOP_LAYERNORM_BWD && t->in[LAYERNORM_BWD_IN_R1].kind != REF_NONE);
+}
 
 static void dump_dot_node(const struct trace *tr, FILE *f, int i, const Program *p)
 {
@@ -63,7 +68,7 @@ static void dump_dot_node(const struct trace *tr, FILE *f, int i, const Program 
         node_plan(tr, p, i, &k, &off, &last);
         fprintf(f, "\\nbuf @%ld +%ld B\\nlive %d..%d", off, (long)t->rows[0] * t->cols[0] * 4, k, last);
     }
-    fprintf(f, "\"%s];\n", is_fused(t->op) ? ", style=filled, fillcolor=lightblue" : "");
+    fprintf(f, "\"%s];\n", is_fused(t) ? ", style=filled, fillcolor=lightblue" : "");
     for (int k = 0; k < t->nin; k++) {
         if (t->in[k].kind == REF_SLOT)
             fprintf(f, "  s%d -> n%d;\n", t->in[k].at, i);

@@ -1,6 +1,6 @@
 /* fuse.c: the compiler's passes over a trace, in the order compile()
  * (lower.c) runs them: cse, dce, fuse_matmul, fuse_adds,
- * fuse_layernorm_bwd. A pass marks nodes dead and rewrites operands; none
+ * fuse_layernorm_bwd, fuse_xent. A pass marks nodes dead and rewrites operands; none
  * changes a bit of any result: every fusion keeps the order of
  * floating-point operations. */
 #include "compiler.h"
@@ -235,12 +235,11 @@ void fuse_adds(struct trace *tr)
         ;
 }
 
-/* Every use of node j's output 0, the roots' included, becomes a use of
- * node i's output 0: j's work is now done by i. */
-static void redirect(struct trace *tr, int j, int i)
+/* Every use of `from` by the nodes after node `after`, and by the roots,
+ * becomes a use of `to`: the node that made `from` is gone. */
+static void redirect(struct trace *tr, struct ref from, struct ref to, int after)
 {
-    struct ref from = out_ref(j, 0), to = out_ref(i, 0);
-    for (int k = j + 1; k < tr->n; k++)
+    for (int k = after + 1; k < tr->n; k++)
         for (int q = 0; q < KMAX_IN; q++)
             if (same_ref(tr->nodes[k].in[q], from))
                 tr->nodes[k].in[q] = to;
@@ -280,7 +279,7 @@ static int fuse_sum_into_layernorm_bwd(struct trace *tr, int i)
     if (n == 2)
         t->in[LAYERNORM_BWD_IN_R2] = rest[1];
     tr->nodes[j].dead = 1;
-    redirect(tr, j, i);
+    redirect(tr, out_ref(j, 0), dx, j);
     return 1;
 }
 
@@ -293,4 +292,43 @@ void fuse_layernorm_bwd(struct trace *tr)
     for (int i = 0; i < tr->n; i++)
         if (!tr->nodes[i].dead && tr->nodes[i].op == KOP_LAYERNORM_BWD)
             fuse_sum_into_layernorm_bwd(tr, i);
+}
+
+/* Folds xent node i into the xent_bwd of the same logits and targets, if
+ * there is one and nothing reads the loss before it: 1 when it did. The
+ * xent_bwd becomes xent_grad, the loss its second output. */
+static int fuse_xent_into_bwd(struct trace *tr, int i)
+{
+    const struct tnode *t = &tr->nodes[i];
+    struct ref loss = out_ref(i, XENT_OUT_LOSS);
+    for (int j = i + 1; j < tr->n; j++) {
+        struct tnode *b = &tr->nodes[j];
+        if (b->dead)
+            continue;
+        if (b->op == KOP_XENT_BWD &&
+            same_ref(b->in[XENT_BWD_IN_LOGITS], t->in[XENT_IN_LOGITS]) &&
+            same_ref(b->in[XENT_BWD_IN_TARGETS], t->in[XENT_IN_TARGETS])) {
+            b->op = KOP_XENT_GRAD;
+            b->nout = XENT_GRAD_NOUT;
+            b->rows[XENT_GRAD_OUT_LOSS] = t->rows[XENT_OUT_LOSS];
+            b->cols[XENT_GRAD_OUT_LOSS] = t->cols[XENT_OUT_LOSS];
+            tr->nodes[i].dead = 1;
+            redirect(tr, loss, out_ref(j, XENT_GRAD_OUT_LOSS), j);
+            return 1;
+        }
+        for (int k = 0; k < KMAX_IN; k++)
+            if (same_ref(b->in[k], loss))
+                return 0; /* the loss is read before the gradient is made */
+    }
+    return 0;
+}
+
+/* Cross-entropy's forward and backward read the same logits and compute
+ * the same softmax statistics: one kernel does both (one pass over the
+ * logits, one exponential per logit) in the backward's place. */
+void fuse_xent(struct trace *tr)
+{
+    for (int i = 0; i < tr->n; i++)
+        if (!tr->nodes[i].dead && tr->nodes[i].op == KOP_XENT)
+            fuse_xent_into_bwd(tr, i);
 }

@@ -135,6 +135,7 @@ Program *compile(struct compiler *cc, struct trace *tr)
     fuse_matmul(tr);
     fuse_adds(tr);
     fuse_layernorm_bwd(tr);
+    fuse_xent(tr);
     Program *p = lower(cc, tr);
     cc->last.ms = (now_seconds() - t0) * 1e3;
     save_graph(cc, tr, "after", p);

@@ -1186,11 +1186,15 @@ static void xent(float *loss /* [1] */, const float *logits /* [n,v] */,
 }
 
 /* dlogits = (e^(x - max) * (1/sum) - onehot) * scale, the exponentials
- * left in dx by row_stats. */
-static void xent_bwd_row(float *dx /* [v] */, const float *x /* [v] */, int t, float scale, int v)
+ * left in dx by row_stats; and the row's loss, as xent computes it, when
+ * `loss` is not NULL (the same row_stats: the same bits). */
+static void xent_bwd_row(float *dx /* [v] */, double *loss, const float *x /* [v] */, int t,
+                         float scale, int v)
 {
     float m, s;
     row_stats(x, v, &m, &s, dx);
+    if (loss)
+        *loss = (double)(m + fm_logf(s) - x[t]);
     vf iv = vset(1.0f / s), sc = vset(scale);
     for (int j = 0; j < v; j += VL) {
         vf p = vmul(vload_n(dx + j, v - j), iv);
@@ -1200,21 +1204,30 @@ static void xent_bwd_row(float *dx /* [v] */, const float *x /* [v] */, int t, f
     }
 }
 
-static void xent_bwd(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
-                     const int32_t *targets /* [n] */, const float *dloss /* [1] */, int n, int v)
+/* The gradient, and the loss too when `loss` is not NULL (the compiler's
+ * fusion of xent and xent_bwd over the same logits: one pass over them). */
+static void xent_bwd(float *dlogits /* [n,v] */, float *loss /* [1] or NULL */,
+                     const float *logits /* [n,v] */, const int32_t *targets /* [n] */,
+                     const float *dloss /* [1] */, int n, int v)
 {
     int count = 0;
     for (int i = 0; i < n; i++)
         count += targets[i] >= 0;
     float scale = count ? dloss[0] / (float)count : 0.0f;
+    double *row = loss ? kmalloc(sizeof(double) * (size_t)n) : NULL; /* [n] per-row losses */
 #pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
     for (int i = 0; i < n; i++) {
         float *dx = dlogits + (size_t)i * v; /* [v] */
+        if (row)
+            row[i] = 0.0;
         if (targets[i] < 0)
             memset(dx, 0, sizeof(float) * (size_t)v);
         else
-            xent_bwd_row(dx, logits + (size_t)i * v, targets[i], scale, v);
+            xent_bwd_row(dx, row ? row + i : NULL, logits + (size_t)i * v, targets[i], scale, v);
     }
+    if (loss)
+        *loss = mean_loss(row, targets, n);
+    free(row);
 }
 
 /* ---- element-wise ---- */

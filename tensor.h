@@ -204,6 +204,13 @@ void k_xent_bwd(float *dlogits, const float *logits, const int32_t *targets,
                 const float *dloss, int n, int v);
 void k_xent_bwd_ref(float *dlogits, const float *logits, const int32_t *targets,
                     const float *dloss, int n, int v);
+/* Both in one pass over the logits (made by the graph compiler from an
+ * xent and the xent_bwd of the same logits): loss as k_xent, dlogits as
+ * k_xent_bwd, bit for bit. */
+void k_xent_grad(float *loss, float *dlogits, const float *logits, const int32_t *targets,
+                 const float *dloss, int n, int v);
+void k_xent_grad_ref(float *loss, float *dlogits, const float *logits, const int32_t *targets,
+                     const float *dloss, int n, int v);
 
 /* ---- element-wise ---- */
 

@@ -171,7 +171,7 @@ struct kernels {
                               const float *w, const float *mean, const float *rstd,
                               const float *r1, const float *r2, int n, int c, int seg);
     void (*xent)(float *loss, const float *logits, const int32_t *targets, int n, int v);
-    void (*xent_bwd)(float *dlogits, const float *logits, const int32_t *targets,
+    void (*xent_bwd)(float *dlogits, float *loss, const float *logits, const int32_t *targets,
                      const float *dloss, int n, int v);
     void (*add)(float *y, const float *a, const float *b, size_t n);
     void (*add_n)(float *y, const float *const *x, int m, size_t n);

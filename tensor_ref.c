@@ -670,6 +670,14 @@ void k_xent_bwd_ref(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
     }
 }
 
+void k_xent_grad_ref(float *loss /* [1] */, float *dlogits /* [n,v] */,
+                     const float *logits /* [n,v] */, const int32_t *targets /* [n] */,
+                     const float *dloss /* [1] */, int n, int v)
+{
+    k_xent_ref(loss, logits, targets, n, v);
+    k_xent_bwd_ref(dlogits, logits, targets, dloss, n, v);
+}
+
 /* ---- element-wise ---- */
 
 /* -- element-wise: twins -- */
@@ -950,7 +958,13 @@ void k_xent(float *loss, const float *logits, const int32_t *targets, int n, int
 void k_xent_bwd(float *dlogits, const float *logits, const int32_t *targets, const float *dloss,
                 int n, int v)
 {
-    kernels_now()->xent_bwd(dlogits, logits, targets, dloss, n, v);
+    kernels_now()->xent_bwd(dlogits, NULL, logits, targets, dloss, n, v);
+}
+
+void k_xent_grad(float *loss, float *dlogits, const float *logits, const int32_t *targets,
+                 const float *dloss, int n, int v)
+{
+    kernels_now()->xent_bwd(dlogits, loss, logits, targets, dloss, n, v);
 }
 
 void k_add(float *y, const float *a, const float *b, size_t n) { kernels_now()->add(y, a, b, n); }

@@ -58,6 +58,7 @@ static double flops_xent(const struct kinstr *k)
 {
     return 4.0 * k->attr.xent.n * k->attr.xent.v;
 }
+static double flops_xent_grad(const struct kinstr *k) { return 2 * flops_xent(k); }
 static double flops_adam(const struct kinstr *k) { return 12.0 * k->attr.adam.n; }
 static double flops_elementwise(const struct kinstr *k) { return (double)k->attr.elementwise.n; }
 
@@ -338,6 +339,10 @@ static void dispatch(const struct kinstr *k)
     case KOP_XENT_BWD:
         k_xent_bwd(out[XENT_BWD_OUT_DLOGITS], in[XENT_BWD_IN_LOGITS], in[XENT_BWD_IN_TARGETS],
                    in[XENT_BWD_IN_DLOSS], a->xent.n, a->xent.v);
+        break;
+    case KOP_XENT_GRAD:
+        k_xent_grad(out[XENT_GRAD_OUT_LOSS], out[XENT_GRAD_OUT_DLOGITS], in[XENT_GRAD_IN_LOGITS],
+                    in[XENT_GRAD_IN_TARGETS], in[XENT_GRAD_IN_DLOSS], a->xent.n, a->xent.v);
         break;
     case KOP_FILL: fill(out[FILL_OUT_Y], a->fill.n, a->fill.value); break;
     case KOP_ADAM: exec_adam(k); break;

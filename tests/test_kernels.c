@@ -662,6 +662,17 @@ static void test_xent(int n, int v, int skip, double tol_loss)
         for (int j = 0; j < v && t[i] < 0; j++)
             zero &= d2[(size_t)i * v + j] == 0;
     CHECK(zero, "%s [%s]: ignored rows have a gradient", what, isa_name(isa_get()));
+    /* fused: both, bit for bit as the two kernels; the twin as the twins */
+    float l3;
+    snprintf(what, sizeof what, "xent_grad n=%d v=%d", n, v);
+    k_xent_grad(&l3, d1, logits, t, &dloss, n, v);
+    same_bits(what, &l3, &l2, sizeof l3);
+    same_bits(what, d1, d2, sizeof(float) * nx);
+    k_xent_ref(&l2, logits, t, n, v);
+    k_xent_bwd_ref(d2, logits, t, &dloss, n, v);
+    k_xent_grad_ref(&l3, d1, logits, t, &dloss, n, v);
+    same_bits("xent_grad_ref", &l3, &l2, sizeof l3);
+    same_bits("xent_grad_ref", d1, d2, sizeof(float) * nx);
     free(logits), free(d1), free(d2), free(t);
 }
 

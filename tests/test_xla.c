@@ -103,6 +103,8 @@ static void check_train_program(void)
      * gradient sums (add chains, add_n) fold into the layernorm_bwd whose
      * dx they take last */
     CHECK(g_kernel_count(g, KOP_RELU) == 0, "a ReLU was not folded into its matmul");
+    CHECK(g_kernel_count(g, KOP_XENT) == 0 && g_kernel_count(g, KOP_XENT_GRAD) == 1,
+          "cross-entropy's forward and backward are not one kernel");
     CHECK(g_kernel_count(g, KOP_RELU_BWD) == 0, "a ReLU's backward was not folded into the "
           "matmul that makes its dy");
     CHECK(g_kernel_count(g, KOP_MATMUL_EX) >= 2 * c.layers, "only %d fused matmuls",
