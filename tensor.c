@@ -53,7 +53,7 @@
 #define MM_V 1
 #define PV_G 4
 #define KV_G 4
-#define BF_H 4, 4, 4, 4
+#define BF_H 6, 6, 6, 6 /* as MR: no tracker registers (the hardware flushes) */
 #define BF_V 1
 #define BF_TRACKERS 1
 #elif defined(VEC_NEON)
@@ -1558,15 +1558,19 @@ static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size
 
 /* A plain FMA per step gives vdpbf16ps's bits as long as no step result is
  * tiny (|r| <= 2^-126, nonzero: flushing and the rounding boundary), no
- * accumulator starts denormal, and nothing is NaN (payload choice). The
- * tiles track the smallest 2*bits(r) - 1 (vtrack) and recompute a whole
- * tile exactly by bf16_dot when it saw either; on real data that never
- * happens. B is the first multiplicand, as the instruction's. */
+ * accumulator starts denormal, and nothing is NaN (payload choice). On
+ * x86 the hardware flushes and reads denormals as zero just as the
+ * instruction does (vflush_begin); elsewhere the tiles track the smallest
+ * 2*bits(r) - 1 (vtrack) and recompute a whole tile exactly by bf16_dot
+ * when it saw either. A NaN sends the tile to bf16_dot everywhere; on real
+ * data that never happens. B is the first multiplicand, as the
+ * instruction's. */
 VINLINE void bf_tile_emu(const struct bfmm *m, int i, int bi, int j, int R, int V, int last)
 {
     const float *ab = (const float *)m->ab + (size_t)bi * m->sar, *bb = (const float *)m->bb + j;
     vf acc[24];
     vu lo[BF_TRACKERS];
+    unsigned csr = vflush_begin();
 UNROLL(4)
     for (int t = 0; t < BF_TRACKERS; t++)
         lo[t] = vtrack_init();
@@ -1578,7 +1582,8 @@ UNROLL(24)
         for (int r = 0; r < R; r++) { /* a denormal start must be read as zero */
             acc[r * V + v] = m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w)
                                        : init;
-            lo[0] = vtrack(lo[0], acc[r * V + v]);
+            if (!VEC_HW_FLUSH)
+                lo[0] = vtrack(lo[0], acc[r * V + v]);
         }
     }
     int pe = m->p + (m->p & 1);
@@ -1596,11 +1601,16 @@ UNROLL(24)
 UNROLL(4)
                 for (int v = 0; v < V; v++) {
                     acc[r * V + v] = vfma(bv[v], av, acc[r * V + v]);
-                    lo[(r * V + v) % BF_TRACKERS] =
-                        vtrack(lo[(r * V + v) % BF_TRACKERS], acc[r * V + v]);
+                    if (!VEC_HW_FLUSH)
+                        lo[(r * V + v) % BF_TRACKERS] =
+                            vtrack(lo[(r * V + v) % BF_TRACKERS], acc[r * V + v]);
                 }
             }
         }
+UNROLL(24)
+    for (int e = 0; e < R * V; e++) /* every sum made before the flush ends */
+        vpin(&acc[e]);
+    vflush_end(csr);
     vu least = lo[0];
 UNROLL(4)
     for (int t = 1; t < BF_TRACKERS; t++)
@@ -1609,7 +1619,7 @@ UNROLL(4)
 UNROLL(24)
     for (int e = 0; e < R * V; e++)
         nan = vmor(nan, vnan(acc[e]));
-    if (vtrack_tiny(least) || vmany(nan)) {
+    if ((!VEC_HW_FLUSH && vtrack_tiny(least)) || vmany(nan)) {
         bf_tile_exact(m, i, bi, R, j, min_int(j + VL * V, m->q));
         return;
     }

@@ -170,6 +170,10 @@ VINLINE int vtrack_tiny(vu lo) /* any result with 0 < |r| < 2^-126 * (1 + ...) *
 {
     return _mm512_cmplt_epu32_mask(lo, _mm512_set1_epi32(0x1000000)) != 0;
 }
+/* x86 flushes in hardware (vflush_begin); vpin makes x's value exist at
+ * this point of the program, so no sum moves past the flush's end. */
+#define VEC_HW_FLUSH 1
+VINLINE void vpin(vf *x) { __asm__ volatile("" : "+v"(*x)); }
 
 /* ======================================================================
  * AVX2 + FMA: two __m256, lanes 0-7 and 8-15; masks as all-ones lanes.
@@ -384,6 +388,8 @@ VINLINE int vtrack_tiny(vu lo)
     __m256i tiny = _mm256_cmpeq_epi32(_mm256_min_epu32(least, _mm256_set1_epi32(0xffffff)), least);
     return _mm256_movemask_ps(_mm256_castsi256_ps(tiny)) != 0;
 }
+#define VEC_HW_FLUSH 1 /* as AVX-512's */
+VINLINE void vpin(vf *x) { __asm__ volatile("" : "+x"(x->h[0]), "+x"(x->h[1])); }
 
 /* ======================================================================
  * NEON (arm64): four float32x4_t, lanes 0-3, 4-7, 8-11, 12-15.
@@ -678,6 +684,10 @@ VINLINE int vtrack_tiny(vu lo)
     uint32x4_t m = vminq_u32(vminq_u32(lo.q[0], lo.q[1]), vminq_u32(lo.q[2], lo.q[3]));
     return vminvq_u32(m) < 0x1000000u;
 }
+/* No hardware flush that matches: arm64's flush-to-zero judges tininess
+ * before rounding, vdpbf16ps after. The tiles track instead. */
+#define VEC_HW_FLUSH 0
+VINLINE void vpin(vf *x) { (void)x; }
 
 /* ======================================================================
  * Plain C: 16 floats. fmaf is one IEEE fused multiply-add everywhere
@@ -943,6 +953,27 @@ VINLINE int vtrack_tiny(vu lo)
     VFOR tiny |= lo.u[i_] < 0x1000000u;
     return tiny;
 }
+#define VEC_HW_FLUSH 0 /* plain C has no portable flush mode */
+VINLINE void vpin(vf *x) { (void)x; }
+#endif
+
+/* vdpbf16ps's flushing by the hardware (x86): MXCSR's DAZ (denormal
+ * operands read as zero) and FTZ (a result tiny after rounding with
+ * unbounded exponent becomes zero of its sign; x86 judges tininess after
+ * rounding, as the instruction does) for the stretch between begin and
+ * end, the calling thread only. Where VEC_HW_FLUSH is 0 they do nothing. */
+#if VEC_HW_FLUSH
+enum { MXCSR_DAZ = 0x0040, MXCSR_FTZ = 0x8000 };
+VINLINE unsigned vflush_begin(void)
+{
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | MXCSR_DAZ | MXCSR_FTZ);
+    return csr;
+}
+VINLINE void vflush_end(unsigned csr) { _mm_setcsr(csr); }
+#else
+VINLINE unsigned vflush_begin(void) { return 0; }
+VINLINE void vflush_end(unsigned csr) { (void)csr; }
 #endif
 
 /* ======================================================================
