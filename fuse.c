@@ -130,7 +130,7 @@ static void absorb(struct trace *tr, int i, int j, int op)
 
 /* Fuses matmul node i into its consumer, if it can: 1 when it did. The
  * consumer becomes a matmul_ex: a ReLU only onto a plain matmul, and at
- * most two residual adds (R1, R2), after any ReLU; or, onto a plain fp32
+ * most two residual adds (R1, R2), after any ReLU; or, onto a plain
  * matmul without bias, the relu_bwd that takes its result as dy (GATE: the
  * ReLU's output), and nothing after that. */
 static int fuse_matmul_into_consumer(struct trace *tr, int i)
@@ -144,8 +144,7 @@ static int fuse_matmul_into_consumer(struct trace *tr, int i)
     int residuals = t->op == KOP_MATMUL_EX ? t->nin - MATMUL_EX_IN_R1 : 0;
     if (t->op == KOP_MATMUL_EX && t->in[MATMUL_EX_IN_GATE].kind != REF_NONE)
         return 0; /* gated: nothing more */
-    if (c->op == KOP_RELU_BWD && t->op == KOP_MATMUL && !t->attr.matmul.bf16 &&
-        t->in[MATMUL_IN_BIAS].kind == REF_NONE && same_ref(c->in[RELU_BWD_IN_DY], out_ref(i, 0))) {
+    if (c->op == KOP_RELU_BWD && t->op == KOP_MATMUL && t->in[MATMUL_IN_BIAS].kind == REF_NONE && same_ref(c->in[RELU_BWD_IN_DY], out_ref(i, 0))) {
         struct ref y = c->in[RELU_BWD_IN_Y];
         absorb(tr, i, j, KOP_MATMUL_EX);
         c->in[MATMUL_EX_IN_R1] = no_ref(); /* where absorb put y */

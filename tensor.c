@@ -103,6 +103,23 @@ struct mm {
 /* Columns of c a tile spans at most: its panel of b. */
 #define MM_PW (VL * MM_V)
 
+/* What every matmul tile (fp32 and bf16) does to a finished vector of c,
+ * w lanes at element `at`: the ReLU, the ReLU's backward gate, the
+ * residuals, in the contract's order. */
+VINLINE vf mm_epilogue(vf y, int relu, const float *gate, const float *r1, const float *r2,
+                       size_t at, int w)
+{
+    if (relu)
+        y = vrelu(y);
+    if (gate)
+        y = vkeep(vgt(vload_n(gate + at, w), vzero()), y);
+    if (r1)
+        y = vadd(y, vload_n(r1 + at, w));
+    if (r2)
+        y = vadd(y, vload_n(r2 + at, w));
+    return y;
+}
+
 /* An R x 16V tile of c at (i, j): element (r, k) of a is a[(i+r)*ars +
  * k*aks]; the last vector holds `last` columns. */
 VINLINE void mm_tile(const struct mm *m, int i, int j, int R, int V, int last, size_t ars,
@@ -140,16 +157,8 @@ UNROLL(8)
 UNROLL(4)
         for (int v = 0; v < V; v++) {
             int w = v < V - 1 ? VL : last;
-            vf y = acc[r][v];
-            if (m->relu)
-                y = vrelu(y);
-            if (m->gate)
-                y = vkeep(vgt(vload_n(m->gate + at + VL * v, w), vzero()), y);
-            if (m->r1)
-                y = vadd(y, vload_n(m->r1 + at + VL * v, w));
-            if (m->r2)
-                y = vadd(y, vload_n(m->r2 + at + VL * v, w));
-            vstore_n(m->c + at + VL * v, y, w);
+            size_t e = at + VL * v;
+            vstore_n(m->c + e, mm_epilogue(acc[r][v], m->relu, m->gate, m->r1, m->r2, e, w), w);
         }
     }
 }
@@ -1483,7 +1492,7 @@ static void round_bf16(float *y /* [n] */, const float *x /* [n] */, size_t n)
 struct bfmm {
     float *c;            /* [n,q] */
     const void *ab, *bb; /* float [.,.] and [pe,ldb], or uint32 pairs [.,.] and [p2,ldb] */
-    const float *bias, *r1, *r2;
+    const float *bias, *r1, *r2, *gate; /* the epilogue's, as struct mm's */
     int relu, p, q;
     int resume; /* sums go on from c (a later pass over k), not from bias or 0 */
     size_t sar, sak, ldb;
@@ -1537,7 +1546,7 @@ static void bf_tile_exact(const struct bfmm *m, int i, int bi, int R, int j, int
             size_t at = (size_t)(i + r) * m->q + col;
             float init = m->resume ? m->c[at] : m->bias ? m->bias[col] : 0.0f;
             float y = bf16_dot(init, ab + (size_t)(bi + r) * m->sar, m->sak, bb + col, m->ldb, m->p);
-            m->c[at] = bf16_epilogue(y, m->r1, m->r2, m->relu, at);
+            m->c[at] = bf16_epilogue(y, m->r1, m->r2, m->gate, m->relu, at);
         }
 }
 
@@ -1629,14 +1638,9 @@ UNROLL(24)
 UNROLL(4)
         for (int v = 0; v < V; v++) {
             int w = v < V - 1 ? VL : last;
-            vf y = acc[r * V + v];
-            if (m->relu)
-                y = vrelu(y);
-            if (m->r1)
-                y = vadd(y, vload_n(m->r1 + at + VL * v, w));
-            if (m->r2)
-                y = vadd(y, vload_n(m->r2 + at + VL * v, w));
-            vstore_n(m->c + at + VL * v, y, w);
+            size_t e = at + VL * v;
+            vstore_n(m->c + e, mm_epilogue(acc[r * V + v], m->relu, m->gate, m->r1, m->r2, e, w),
+                     w);
         }
     }
 }
@@ -1652,9 +1656,10 @@ static void bf_block_emu(const struct bfmm *m, int i0, int rows)
 static void matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */,
                             const float *b /* [p,q] */, const float *bias /* [q] or NULL */,
                             const float *r1 /* [n,q] or NULL */, const float *r2 /* [n,q] or NULL */,
-                            int relu, int n, int p, int q)
+                            const float *gate /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
-    struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .relu = relu, .p = p, .q = q};
+    struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate, .relu = relu,
+                     .p = p, .q = q};
     if (n <= 0 || q <= 0)
         return;
     int pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
@@ -1761,14 +1766,9 @@ UNROLL(24)
 UNROLL(4)
         for (int v = 0; v < V; v++) {
             int w = v < V - 1 ? VL : last;
-            __m512 y = acc[r * V + v];
-            if (m->relu)
-                y = vrelu(y);
-            if (m->r1)
-                y = vadd(y, vload_n(m->r1 + at + VL * v, w));
-            if (m->r2)
-                y = vadd(y, vload_n(m->r2 + at + VL * v, w));
-            vstore_n(m->c + at + VL * v, y, w);
+            size_t e = at + VL * v;
+            vstore_n(m->c + e, mm_epilogue(acc[r * V + v], m->relu, m->gate, m->r1, m->r2, e, w),
+                     w);
         }
     }
 }
@@ -1783,9 +1783,11 @@ T_BF16 static void bf_block_native(const struct bfmm *m, int i0, int rows)
 static void matmul_bf16_native(float *c /* [n,q] */, const float *a /* [n,p] */,
                                const float *b /* [p,q] */, const float *bias /* [q] or NULL */,
                                const float *r1 /* [n,q] or NULL */,
-                               const float *r2 /* [n,q] or NULL */, int relu, int n, int p, int q)
+                               const float *r2 /* [n,q] or NULL */,
+                               const float *gate /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
-    struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .relu = relu, .p = p, .q = q};
+    struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate, .relu = relu,
+                     .p = p, .q = q};
     if (n <= 0 || q <= 0)
         return;
     int p2 = (p + 1) / 2, blocks = (n + BF_RB - 1) / BF_RB;

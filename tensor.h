@@ -304,6 +304,12 @@ void k_matmul_bf16_ref(float *c, const float *a, const float *b, const float *bi
  * tests hold it to the instruction's bits. */
 void k_matmul_bf16_emu(float *c, const float *a, const float *b, const float *bias,
                        const float *r1, const float *r2, int relu, int n, int p, int q);
+/* k_matmul_gated's bf16 twin: c = A @ B (as k_matmul_bf16) where
+ * gate[n,q] > 0, else 0. */
+void k_matmul_bf16_gated(float *c, const float *a, const float *b, const float *gate, int n,
+                         int p, int q);
+void k_matmul_bf16_gated_ref(float *c, const float *a, const float *b, const float *gate, int n,
+                             int p, int q);
 
 /* ---- bf16 weight-gradient matmul ---- */
 

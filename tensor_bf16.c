@@ -112,12 +112,15 @@ float bf16_dot(float acc, const float *ar, size_t sak, const float *bc, size_t l
     return acc;
 }
 
-/* The epilogue as the vector paths do it: max(y, 0) turns NaN and -0 into
- * +0 like this comparison does. */
-float bf16_epilogue(float y, const float *r1, const float *r2, int relu, size_t at)
+/* The epilogue as the vector paths do it (mm_epilogue): max(y, 0) turns
+ * NaN and -0 into +0 like this comparison does. */
+float bf16_epilogue(float y, const float *r1, const float *r2, const float *gate, int relu,
+                    size_t at)
 {
     if (relu)
         y = y > 0 ? y : 0.0f;
+    if (gate)
+        y = gate[at] > 0 ? y : 0.0f;
     if (r1)
         y += r1[at];
     if (r2)
@@ -153,9 +156,18 @@ void k_matmul_bf16_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const f
         for (int j = 0; j < q; j++) {
             size_t at = (size_t)i * q + j;
             float y = bf16_dot(bias ? bias[j] : 0.0f, ra + (size_t)i * p, 1, rb + j, (size_t)q, p);
-            c[at] = bf16_epilogue(y, r1, r2, relu, at);
+            c[at] = bf16_epilogue(y, r1, r2, NULL, relu, at);
         }
     free(ra);
+}
+
+void k_matmul_bf16_gated_ref(float *c /* [n,q] */, const float *a /* [n,p] */,
+                             const float *b /* [p,q] */, const float *gate /* [n,q] */, int n,
+                             int p, int q)
+{
+    k_matmul_bf16_ref(c, a, b, NULL, NULL, NULL, 0, n, p, q);
+    for (size_t i = 0; i < (size_t)n * q; i++)
+        c[i] = bf16_epilogue(c[i], NULL, NULL, gate, 0, i);
 }
 
 /* ---- bf16 weight-gradient matmul ---- */

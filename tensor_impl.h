@@ -138,7 +138,8 @@ float bf16_round(float x);
  * (a row of A, stride sak) and bc (a column of B, stride ldb), p long. */
 float bf16_dot(float acc, const float *ar, size_t sak, const float *bc, size_t ldb, int p);
 /* The epilogue: relu, then + r1[at], then + r2[at]. */
-float bf16_epilogue(float y, const float *r1, const float *r2, int relu, size_t at);
+float bf16_epilogue(float y, const float *r1, const float *r2, const float *gate, int relu,
+                    size_t at);
 
 /* ---- the kernel table ---- */
 
@@ -185,9 +186,11 @@ struct kernels {
                  float b2, float eps, int t);
     void (*round_bf16)(float *y, const float *x, size_t n);
     void (*matmul_bf16_emu)(float *c, const float *a, const float *b, const float *bias,
-                            const float *r1, const float *r2, int relu, int n, int p, int q);
+                            const float *r1, const float *r2, const float *gate, int relu, int n,
+                            int p, int q);
     void (*matmul_bf16_native)(float *c, const float *a, const float *b, const float *bias,
-                               const float *r1, const float *r2, int relu, int n, int p, int q);
+                               const float *r1, const float *r2, const float *gate, int relu,
+                               int n, int p, int q);
 };
 
 extern const struct kernels kernels_scalar;

@@ -1000,16 +1000,25 @@ void k_round_bf16(float *y, const float *x, size_t n) { kernels_now()->round_bf1
 void k_matmul_bf16_emu(float *c, const float *a, const float *b, const float *bias,
                        const float *r1, const float *r2, int relu, int n, int p, int q)
 {
-    kernels_now()->matmul_bf16_emu(c, a, b, bias, r1, r2, relu, n, p, q);
+    kernels_now()->matmul_bf16_emu(c, a, b, bias, r1, r2, NULL, relu, n, p, q);
 }
 
 void k_matmul_bf16(float *c, const float *a, const float *b, const float *bias, const float *r1,
                    const float *r2, int relu, int n, int p, int q)
 {
     if (bf16_native())
-        kernels_now()->matmul_bf16_native(c, a, b, bias, r1, r2, relu, n, p, q);
+        kernels_now()->matmul_bf16_native(c, a, b, bias, r1, r2, NULL, relu, n, p, q);
     else
         k_matmul_bf16_emu(c, a, b, bias, r1, r2, relu, n, p, q);
+}
+
+void k_matmul_bf16_gated(float *c, const float *a, const float *b, const float *gate, int n,
+                         int p, int q)
+{
+    if (bf16_native())
+        kernels_now()->matmul_bf16_native(c, a, b, NULL, NULL, NULL, gate, 0, n, p, q);
+    else
+        kernels_now()->matmul_bf16_emu(c, a, b, NULL, NULL, NULL, gate, 0, n, p, q);
 }
 
 void k_matmul_tn_seg_bf16(float *c, const float *a, const float *b, int n, int p, int q, int seg)

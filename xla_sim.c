@@ -197,7 +197,9 @@ static void exec_matmul(const struct kinstr *k)
     const float *r1 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R1] : NULL;
     const float *r2 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R2] : NULL;
     const float *gate = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_GATE] : NULL;
-    if (gate) /* fp32 only, no bias, relu or residuals (fuse.c) */
+    if (gate && mm->bf16) /* no bias, relu or residuals with a gate (fuse.c) */
+        k_matmul_bf16_gated(c, a, b, gate, mm->n, mm->p, mm->q);
+    else if (gate)
         k_matmul_gated(c, a, b, gate, mm->n, mm->p, mm->q);
     else if (mm->bf16)
         k_matmul_bf16(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);

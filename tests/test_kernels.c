@@ -1402,6 +1402,19 @@ static void test_bf16_shape(int n, int p, int q, float scale, int kind)
             }
         }
     }
+    /* the ReLU's backward gate (r1 as the ReLU's output): k_matmul_bf16 then
+     * relu_bwd, and the twin, bit for bit */
+    k_matmul_bf16_gated_ref(want, a, b, r1, n, p, q);
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        snprintf(what, sizeof what, "matmul_bf16_gated n=%d p=%d q=%d [%s]", n, p, q,
+                 isa_name(isa));
+        k_matmul_bf16(nat, a, b, NULL, NULL, NULL, 0, n, p, q);
+        k_relu_bwd(nat, nat, r1, nc);
+        k_matmul_bf16_gated(got, a, b, r1, n, p, q);
+        same_bits(what, got, nat, sizeof(float) * nc);
+        same_bits(what, got, want, sizeof(float) * nc);
+    }
     if (kind == BF_PLAIN) { /* |err| <= (p+1) u (|bias| + sum |products|) with u = 2^-24, plus
                      * under 2^-126 for each of the p+2 flushes at most */
         double worst = 0;
