@@ -1039,14 +1039,15 @@ static const float exp2_poly[EXP2_POLY_DEG + 1] = {1.53467176e-4f, 1.33999391e-3
                                                    9.61848535e-3f, 5.55032864e-2f,
                                                    2.40226462e-1f, 6.93147182e-1f, 1.0f};
 
-/* 2^x, for the attention softmaxes, which keep their scores in base 2:
- * x = n + f, |f| <= 1/2, 2^f by exp2_poly, times 2^n from exponent bits.
- * x is clamped to [-126, 127] so that 2^n is a normal float: below -126 it
- * returns ~1e-38 instead of a subnormal (harmless next to a softmax's 1),
- * NaN gives NaN. */
+/* 2^x for x <= 127, for the attention softmaxes, which keep their scores
+ * in base 2 (their arguments are <= 0 but for rounding; a lane past 127
+ * gives garbage, which only a lane the caller masks can hold): x = n + f,
+ * |f| <= 1/2, 2^f by exp2_poly, times 2^n from exponent bits. x is clamped
+ * at -126 so that 2^n is a normal float: below it returns ~1e-38 instead
+ * of a subnormal (harmless next to a softmax's 1); NaN gives NaN. */
 VINLINE vf vexp2(vf x)
 {
-    x = vmin(vset(127.0f), vmax(vset(-126.0f), x));
+    x = vmax(vset(-126.0f), x);
     vf n = vround(x);
     vf f = vsub(x, n); /* exact */
     vf p = vset(exp2_poly[0]);
