@@ -1017,41 +1017,69 @@ static void attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
 
 /* ---- layernorm ---- */
 
+#define LN_ROWS 4 /* rows normalized side by side (any number: the same bits) */
+
 /* Contract (k_layernorm_ref): per row, mean = (sum x) / c, var = (sum
  * (x - mean)^2) / c, rstd = 1 / sqrt(var + eps), y = (x - mean) rstd w + b.
  * Here each sum runs in 16 lanes (lane i takes columns i, i+16, ...) and
  * ends in vsum's tree; (x - mean)^2 and the final w, b are FMAs. */
 
-static void layernorm_row(float *y /* [c] */, float *mean, float *rstd, const float *x /* [c] */,
-                          const float *w /* [c] */, const float *b /* [c] */, int c)
+/* Rows i..i+R-1, each step for all R rows before the next: a row is a
+ * chain of two sums across lanes, a square root and a division, so R rows
+ * side by side keep the pipes busy where one row would wait on latency. */
+VINLINE void layernorm_rows(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
+                            const float *x /* [n,c] */, const float *w /* [c] */,
+                            const float *b /* [c] */, int i, int R, int c)
 {
-    vf acc = vzero();
-    for (int j = 0; j < c; j += VL)
-        acc = vadd(acc, vload_n(x + j, c - j));
-    float mu = vsum(acc) / (float)c;
-    vf muv = vset(mu);
-    acc = vzero();
-    for (int j = 0; j < c; j += VL) { /* masked lanes: 0 - mu, kept out of the sum */
-        vf d = vkeep(vlanes(c - j), vsub(vload_n(x + j, c - j), muv));
-        acc = vfma(d, d, acc);
+    vf acc[LN_ROWS], muv[LN_ROWS], rsv[LN_ROWS];
+UNROLL(4)
+    for (int r = 0; r < R; r++) {
+        const float *xr = x + (size_t)(i + r) * c; /* [c] */
+        acc[r] = vzero();
+        for (int j = 0; j < c; j += VL)
+            acc[r] = vadd(acc[r], vload_n(xr + j, c - j));
     }
-    float rs = 1.0f / sqrtf(vsum(acc) / (float)c + LN_EPS);
-    vf rsv = vset(rs);
-    for (int j = 0; j < c; j += VL) {
-        vf xh = vmul(vsub(vload_n(x + j, c - j), muv), rsv);
-        vstore_n(y + j, vfma(xh, vload_n(w + j, c - j), vload_n(b + j, c - j)), c - j);
+UNROLL(4)
+    for (int r = 0; r < R; r++) {
+        const float *xr = x + (size_t)(i + r) * c; /* [c] */
+        mean[i + r] = vsum(acc[r]) / (float)c;
+        muv[r] = vset(mean[i + r]);
+        acc[r] = vzero();
+        for (int j = 0; j < c; j += VL) { /* masked lanes: 0 - mu, kept out of the sum */
+            vf d = vkeep(vlanes(c - j), vsub(vload_n(xr + j, c - j), muv[r]));
+            acc[r] = vfma(d, d, acc[r]);
+        }
     }
-    *mean = mu;
-    *rstd = rs;
+UNROLL(4)
+    for (int r = 0; r < R; r++) {
+        rstd[i + r] = 1.0f / sqrtf(vsum(acc[r]) / (float)c + LN_EPS);
+        rsv[r] = vset(rstd[i + r]);
+    }
+UNROLL(4)
+    for (int r = 0; r < R; r++) {
+        const float *xr = x + (size_t)(i + r) * c; /* [c] */
+        float *yr = y + (size_t)(i + r) * c;       /* [c] */
+        for (int j = 0; j < c; j += VL) {
+            vf xh = vmul(vsub(vload_n(xr + j, c - j), muv[r]), rsv[r]);
+            vstore_n(yr + j, vfma(xh, vload_n(w + j, c - j), vload_n(b + j, c - j)), c - j);
+        }
+    }
 }
 
 static void layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
                       const float *x /* [n,c] */, const float *w /* [c] */,
                       const float *b /* [c] */, int n, int c)
 {
+    int blocks = (n + LN_ROWS - 1) / LN_ROWS;
 #pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int i = 0; i < n; i++)
-        layernorm_row(y + (size_t)i * c, mean + i, rstd + i, x + (size_t)i * c, w, b, c);
+    for (int t = 0; t < blocks; t++) {
+        int i = t * LN_ROWS;
+        if (i + LN_ROWS <= n)
+            layernorm_rows(y, mean, rstd, x, w, b, i, LN_ROWS, c);
+        else
+            for (; i < n; i++)
+                layernorm_rows(y, mean, rstd, x, w, b, i, 1, c);
+    }
 }
 
 /* Rows [i0, i1): their dx (plus r1 + r2, those present, when the
