@@ -1605,7 +1605,7 @@ static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size
 VINLINE void bf_tile_emu(const struct bfmm *m, int i, int bi, int j, int R, int V, int last)
 {
     const float *ab = (const float *)m->ab + (size_t)bi * m->sar, *bb = (const float *)m->bb + j;
-    vf acc[24];
+    vf acc[24][4]; /* [R][V]: two indices, as mm_tile's, keep clang's tile in registers */
     vu lo[BF_TRACKERS];
     unsigned csr = vflush_begin();
 UNROLL(4)
@@ -1617,10 +1617,10 @@ UNROLL(4)
         vf init = m->bias ? vload_n(m->bias + j + VL * v, w) : vzero();
 UNROLL(24)
         for (int r = 0; r < R; r++) { /* a denormal start must be read as zero */
-            acc[r * V + v] = m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w)
+            acc[r][v] = m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w)
                                        : init;
             if (!VEC_HW_FLUSH)
-                lo[0] = vtrack(lo[0], acc[r * V + v]);
+                lo[0] = vtrack(lo[0], acc[r][v]);
         }
     }
     int pe = m->p + (m->p & 1);
@@ -1637,16 +1637,18 @@ UNROLL(24)
                 vf av = vset(ab[(size_t)r * m->sar + (size_t)(k + h) * m->sak]);
 UNROLL(4)
                 for (int v = 0; v < V; v++) {
-                    acc[r * V + v] = vfma(bv[v], av, acc[r * V + v]);
+                    acc[r][v] = vfma(bv[v], av, acc[r][v]);
                     if (!VEC_HW_FLUSH)
                         lo[(r * V + v) % BF_TRACKERS] =
-                            vtrack(lo[(r * V + v) % BF_TRACKERS], acc[r * V + v]);
+                            vtrack(lo[(r * V + v) % BF_TRACKERS], acc[r][v]);
                 }
             }
         }
 UNROLL(24)
-    for (int e = 0; e < R * V; e++) /* every sum made before the flush ends */
-        vpin(&acc[e]);
+    for (int r = 0; r < R; r++) /* every sum made before the flush ends */
+UNROLL(4)
+        for (int v = 0; v < V; v++)
+            acc[r][v] = vpin(acc[r][v]);
     vflush_end(csr);
     vu least = lo[0];
 UNROLL(4)
@@ -1654,8 +1656,10 @@ UNROLL(4)
         least = vtrack_min(least, lo[t]);
     vm nan = vlanes(0);
 UNROLL(24)
-    for (int e = 0; e < R * V; e++)
-        nan = vmor(nan, vnan(acc[e]));
+    for (int r = 0; r < R; r++)
+UNROLL(4)
+        for (int v = 0; v < V; v++)
+            nan = vmor(nan, vnan(acc[r][v]));
     if ((!VEC_HW_FLUSH && vtrack_tiny(least)) || vmany(nan)) {
         bf_tile_exact(m, i, bi, R, j, min_int(j + VL * V, m->q));
         return;
@@ -1667,7 +1671,7 @@ UNROLL(4)
         for (int v = 0; v < V; v++) {
             int w = v < V - 1 ? VL : last;
             size_t e = at + VL * v;
-            vstore_n(m->c + e, mm_epilogue(acc[r * V + v], m->relu, m->gate, m->r1, m->r2, e, w),
+            vstore_n(m->c + e, mm_epilogue(acc[r][v], m->relu, m->gate, m->r1, m->r2, e, w),
                      w);
         }
     }

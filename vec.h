@@ -171,9 +171,14 @@ VINLINE int vtrack_tiny(vu lo) /* any result with 0 < |r| < 2^-126 * (1 + ...) *
     return _mm512_cmplt_epu32_mask(lo, _mm512_set1_epi32(0x1000000)) != 0;
 }
 /* x86 flushes in hardware (vflush_begin); vpin makes x's value exist at
- * this point of the program, so no sum moves past the flush's end. */
+ * this point of the program, so no sum moves past the flush's end (by
+ * value: an address taken would keep a tile in memory under clang). */
 #define VEC_HW_FLUSH 1
-VINLINE void vpin(vf *x) { __asm__ volatile("" : "+v"(*x)); }
+VINLINE vf vpin(vf x)
+{
+    __asm__ volatile("" : "+v"(x));
+    return x;
+}
 
 /* ======================================================================
  * AVX2 + FMA: two __m256, lanes 0-7 and 8-15; masks as all-ones lanes.
@@ -389,7 +394,11 @@ VINLINE int vtrack_tiny(vu lo)
     return _mm256_movemask_ps(_mm256_castsi256_ps(tiny)) != 0;
 }
 #define VEC_HW_FLUSH 1 /* as AVX-512's */
-VINLINE void vpin(vf *x) { __asm__ volatile("" : "+x"(x->h[0]), "+x"(x->h[1])); }
+VINLINE vf vpin(vf x)
+{
+    __asm__ volatile("" : "+x"(x.h[0]), "+x"(x.h[1]));
+    return x;
+}
 
 /* ======================================================================
  * NEON (arm64): four float32x4_t, lanes 0-3, 4-7, 8-11, 12-15.
@@ -687,7 +696,7 @@ VINLINE int vtrack_tiny(vu lo)
 /* No hardware flush that matches: arm64's flush-to-zero judges tininess
  * before rounding, vdpbf16ps after. The tiles track instead. */
 #define VEC_HW_FLUSH 0
-VINLINE void vpin(vf *x) { (void)x; }
+VINLINE vf vpin(vf x) { return x; }
 
 /* ======================================================================
  * Plain C: 16 floats. fmaf is one IEEE fused multiply-add everywhere
@@ -954,7 +963,7 @@ VINLINE int vtrack_tiny(vu lo)
     return tiny;
 }
 #define VEC_HW_FLUSH 0 /* plain C has no portable flush mode */
-VINLINE void vpin(vf *x) { (void)x; }
+VINLINE vf vpin(vf x) { return x; }
 #endif
 
 /* vdpbf16ps's flushing by the hardware (x86): MXCSR's DAZ (denormal
