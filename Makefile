@@ -218,7 +218,7 @@ docs: gpt
 	cp docs/examples/tmp/g-000-before.txt docs/examples/train-step-traced.txt
 	cp docs/examples/tmp/g-000-after.txt docs/examples/train-step-program.txt
 	cp docs/examples/tmp/g-000-after.dot docs/examples/train-step-program.dot
-	head -1 docs/examples/tmp/debug.txt > docs/examples/train-step-compile.txt
+	head -2 docs/examples/tmp/debug.txt > docs/examples/train-step-compile.txt
 	dot -Tsvg docs/examples/train-step-program.dot > docs/examples/train-step-program.svg
 	rm -rf docs/examples/tmp
 

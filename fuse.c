@@ -144,7 +144,8 @@ static int fuse_matmul_into_consumer(struct trace *tr, int i)
     int residuals = t->op == KOP_MATMUL_EX ? t->nin - MATMUL_EX_IN_R1 : 0;
     if (t->op == KOP_MATMUL_EX && t->in[MATMUL_EX_IN_GATE].kind != REF_NONE)
         return 0; /* gated: nothing more */
-    if (c->op == KOP_RELU_BWD && t->op == KOP_MATMUL && t->in[MATMUL_IN_BIAS].kind == REF_NONE && same_ref(c->in[RELU_BWD_IN_DY], out_ref(i, 0))) {
+    if (c->op == KOP_RELU_BWD && t->op == KOP_MATMUL && t->in[MATMUL_IN_BIAS].kind == REF_NONE &&
+        same_ref(c->in[RELU_BWD_IN_DY], out_ref(i, 0))) {
         struct ref y = c->in[RELU_BWD_IN_Y];
         absorb(tr, i, j, KOP_MATMUL_EX);
         c->in[MATMUL_EX_IN_R1] = no_ref(); /* where absorb put y */
@@ -294,8 +295,9 @@ void fuse_layernorm_bwd(struct trace *tr)
 }
 
 /* Folds xent node i into the xent_bwd of the same logits and targets, if
- * there is one and nothing reads the loss before it: 1 when it did. The
- * xent_bwd becomes xent_grad, the loss its second output. */
+ * there is one, nothing reads the loss before it (the xent_bwd included)
+ * and nothing writes in place between them: 1 when it did. The xent_bwd
+ * becomes xent_grad, the loss its second output. */
 static int fuse_xent_into_bwd(struct trace *tr, int i)
 {
     const struct tnode *t = &tr->nodes[i];
@@ -304,9 +306,12 @@ static int fuse_xent_into_bwd(struct trace *tr, int i)
         struct tnode *b = &tr->nodes[j];
         if (b->dead)
             continue;
+        if (side_effect(b->op))
+            return 0; /* never move a read past an in-place write */
         if (b->op == KOP_XENT_BWD &&
             same_ref(b->in[XENT_BWD_IN_LOGITS], t->in[XENT_IN_LOGITS]) &&
-            same_ref(b->in[XENT_BWD_IN_TARGETS], t->in[XENT_IN_TARGETS])) {
+            same_ref(b->in[XENT_BWD_IN_TARGETS], t->in[XENT_IN_TARGETS]) &&
+            !same_ref(b->in[XENT_BWD_IN_DLOSS], loss)) {
             b->op = KOP_XENT_GRAD;
             b->nout = XENT_GRAD_NOUT;
             b->rows[XENT_GRAD_OUT_LOSS] = t->rows[XENT_OUT_LOSS];

@@ -47,7 +47,7 @@
 #define KV_G 8        /* attention backward: channels of dK or dV per pass */
 #define BF_H 12, 8, 6, 4 /* bf16 tile heights for 1, 2, 3, 4 vectors */
 #define BF_V 4
-#define BF_TRACKERS 4 /* tiny-result trackers: 4 chains of min keep up with the FMAs */
+#define BF_TRACKERS 4 /* tiny-result trackers (unused: x86 flushes in hardware) */
 #elif defined(VEC_AVX2)
 #define MR 6          /* 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
 #define MM_V 1
@@ -1617,8 +1617,8 @@ UNROLL(4)
         vf init = m->bias ? vload_n(m->bias + j + VL * v, w) : vzero();
 UNROLL(24)
         for (int r = 0; r < R; r++) { /* a denormal start must be read as zero */
-            acc[r][v] = m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w)
-                                       : init;
+            vf start = m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w) : init;
+            acc[r][v] = vpin(start); /* made after vflush_begin: so is every FMA */
             if (!VEC_HW_FLUSH)
                 lo[0] = vtrack(lo[0], acc[r][v]);
         }

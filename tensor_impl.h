@@ -137,7 +137,7 @@ float bf16_round(float x);
 /* One element of the bf16 matmul: acc after the vdpbf16ps steps over ar
  * (a row of A, stride sak) and bc (a column of B, stride ldb), p long. */
 float bf16_dot(float acc, const float *ar, size_t sak, const float *bc, size_t ldb, int p);
-/* The epilogue: relu, then + r1[at], then + r2[at]. */
+/* The epilogue: relu, then 0 where gate[at] <= 0, then + r1[at], then + r2[at]. */
 float bf16_epilogue(float y, const float *r1, const float *r2, const float *gate, int relu,
                     size_t at);
 

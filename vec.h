@@ -19,8 +19,10 @@
  *   vsum(v)    = the tree ((l0+l8) + (l4+l12)) + ((l2+l10) + (l6+l14)) + ...:
  *                halves added lane-wise (i + i+8), then (i + i+4), (i + i+2),
  *                then lane 0 + lane 1: what _mm512_reduce_add_ps does.
- * Nothing here reads the rounding mode or flushes denormals: no reciprocal
- * or square-root estimates, no libm.
+ * Nothing here reads the rounding mode or flushes denormals (no reciprocal
+ * or square-root estimates, no libm) but vflush_begin/vflush_end, which
+ * set x86's flush-to-zero mode around the bf16 emulation's sums, and
+ * vpin, which keeps those sums inside it.
  *
  * Naming: v* on vf; vm is a mask of 16 lanes (from vlanes, vgt, vnan).
  * Half vectors: vh, 8 lanes, with h* versions of the few operations a loop
@@ -108,7 +110,9 @@ VINLINE vf vkeep(vm m, vf a) { return _mm512_maskz_mov_ps(m, a); }       /* m ? 
 
 /* x rounded to an integer, nearest even (|x| < 2^22); p * 2^n for an
  * integer-valued n in [-126, 127], rounded once (scalef here, a multiply
- * by 2^n built from exponent bits elsewhere: the same bits). */
+ * by 2^n built from exponent bits elsewhere: the same bits). Outside those
+ * ranges (only in lanes vexp2's callers mask) the result is garbage, never
+ * undefined behaviour. */
 VINLINE vf vround(vf x)
 {
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -870,7 +874,10 @@ VINLINE vf vldexp(vf p, vf n)
     vf r;
     VFOR
     {
-        uint32_t e = n.f[i_] == n.f[i_] ? (uint32_t)((int32_t)n.f[i_] + 127) << 23 : 0;
+        /* n outside [-126, 127] (a masked lane of vexp2's) is clamped before
+         * the conversion, which C leaves undefined out of int's range */
+        float k = n.f[i_] >= -126.0f ? (n.f[i_] <= 127.0f ? n.f[i_] : 127.0f) : -126.0f;
+        uint32_t e = n.f[i_] == n.f[i_] ? (uint32_t)((int32_t)k + 127) << 23 : 0;
         float scale;
         memcpy(&scale, &e, sizeof e);
         r.f[i_] = p.f[i_] * scale;
@@ -972,11 +979,18 @@ VINLINE vf vpin(vf x) { return x; }
  * rounding, as the instruction does) for the stretch between begin and
  * end, the calling thread only. Where VEC_HW_FLUSH is 0 they do nothing. */
 #if VEC_HW_FLUSH
-enum { MXCSR_DAZ = 0x0040, MXCSR_FTZ = 0x8000 };
+enum {
+    MXCSR_DAZ = 0x0040,
+    MXCSR_MASKS = 0x1f80,    /* every exception masked: no trap, as the instruction */
+    MXCSR_ROUNDING = 0x6000, /* 0: to nearest even, the instruction's only mode */
+    MXCSR_FTZ = 0x8000,
+};
+/* The caller's mode comes back whole at the end (the sticky exception
+ * flags raised in between with it: nothing reads them). */
 VINLINE unsigned vflush_begin(void)
 {
     unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | MXCSR_DAZ | MXCSR_FTZ);
+    _mm_setcsr((csr & ~(unsigned)MXCSR_ROUNDING) | MXCSR_MASKS | MXCSR_DAZ | MXCSR_FTZ);
     return csr;
 }
 VINLINE void vflush_end(unsigned csr) { _mm_setcsr(csr); }
@@ -1048,8 +1062,8 @@ static const float exp2_poly[EXP2_POLY_DEG + 1] = {1.53467176e-4f, 1.33999391e-3
                                                    9.61848535e-3f, 5.55032864e-2f,
                                                    2.40226462e-1f, 6.93147182e-1f, 1.0f};
 
-/* 2^x for x <= 127, for the attention softmaxes, which keep their scores
- * in base 2 (their arguments are <= 0 but for rounding; a lane past 127
+/* 2^x for x < 127.5, for the attention softmaxes, which keep their scores
+ * in base 2 (their arguments are <= 0 but for rounding; a lane past that
  * gives garbage, which only a lane the caller masks can hold): x = n + f,
  * |f| <= 1/2, 2^f by exp2_poly, times 2^n from exponent bits. x is clamped
  * at -126 so that 2^n is a normal float: below it returns ~1e-38 instead

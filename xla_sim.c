@@ -6,6 +6,7 @@
 #include "xla_sim.h"
 #include "comm.h"
 #include "util.h"
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -197,7 +198,8 @@ static void exec_matmul(const struct kinstr *k)
     const float *r1 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R1] : NULL;
     const float *r2 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R2] : NULL;
     const float *gate = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_GATE] : NULL;
-    if (gate && mm->bf16) /* no bias, relu or residuals with a gate (fuse.c) */
+    assert(!gate || (!bias && !r1 && !r2 && !mm->relu)); /* fuse.c's rule: a gate alone */
+    if (gate && mm->bf16)
         k_matmul_bf16_gated(c, a, b, gate, mm->n, mm->p, mm->q);
     else if (gate)
         k_matmul_gated(c, a, b, gate, mm->n, mm->p, mm->q);
