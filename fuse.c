@@ -1,8 +1,8 @@
 /* fuse.c: the compiler's passes over a trace, in the order compile()
  * (lower.c) runs them: cse, dce, fuse_matmul, fuse_adds,
- * fuse_layernorm_bwd, fuse_xent. A pass marks nodes dead and rewrites operands; none
- * changes a bit of any result: every fusion keeps the order of
- * floating-point operations. */
+ * fuse_layernorm_bwd, fuse_xent. A pass marks nodes dead and rewrites
+ * operands; none changes a bit of any result: every fusion keeps the order
+ * of floating-point operations. */
 #include "compiler.h"
 #include <stdlib.h>
 #include <string.h>
