@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-extern int t_pass, t_fail;
+extern int t_pass, t_fail, t_skip;
 
 /* One counted assertion; a failure prints where and why, and goes on. */
 #define CHECK(cond, ...)                                                   \
@@ -18,6 +18,20 @@ extern int t_pass, t_fail;
             fputc('\n', stderr);                                           \
         }                                                                  \
     } while (0)
+
+/* A check that cannot run here is said and counted, never passed in
+ * silence. SKIP_MISSING names the Debian package that would let it run:
+ * CI installs every such package, so under CI=true it is a failure.
+ * SKIP_MACHINE is for what no package brings (the CPU lacks a feature,
+ * GPT_ISA lowers the kernel path, the machine forbids namespaces). */
+#define SKIP_MISSING(package, ...) t_skip_at(__FILE__, __LINE__, package, __VA_ARGS__)
+#define SKIP_MACHINE(...) t_skip_at(__FILE__, __LINE__, NULL, __VA_ARGS__)
+void t_skip_at(const char *file, int line, const char *package, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* 1 when the shell command exits 0 (its output discarded): is a tool there? */
+int t_have(const char *cmd);
+/* 1 when the environment says this is CI (CI=true). */
+int t_in_ci(void);
 
 /* Largest |a-b| / max(|b|, floor) over n floats. */
 double max_rel_err(const float *a, const float *b, size_t n, double floor);
@@ -53,5 +67,7 @@ void test_watch(void);
 void test_homework(void);
 void test_fmath(void);
 void test_golden(void);
+void test_numbers(void);
+void test_optim(void);
 
 #endif
