@@ -156,7 +156,8 @@ MEMRUN := --embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 \
 VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
             --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect
 
-check-mem: gpt debug
+# The sanitized suites (tests/run-debug, last) start ./gpt and ./gpt-mpi.
+check-mem: gpt $(MPI_BIN) debug
 	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure && mkdir -p tests/tmp
 	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
 	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(SRC) $(call kobjs,build/dyn) $(LDLIBS)

@@ -45,6 +45,13 @@ const char *isa_name(int isa);
 /* 1 when k_matmul_bf16 runs vdpbf16ps on the current path. */
 int bf16_native(void);
 
+/* What the CPU itself offers, whatever GPT_ISA and GPT_BF16 say, and the
+ * best path compiled in: the tests say why a path of the binary does not
+ * run here (the CPU lacks it, or the environment lowered the choice). */
+int isa_cpu(void);  /* the best path this CPU runs */
+int isa_top(void);  /* the best path this binary has: avx512, or neon */
+int bf16_cpu(void); /* 1 when the CPU has vdpbf16ps (AVX512_BF16) */
+
 /* ---- matmul ---- */
 
 /* c[n,q] = a[n,p] @ b[p,q] (+ bias[q] when bias != NULL) */

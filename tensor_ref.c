@@ -49,7 +49,7 @@ static const struct kernels *const isa_tables[] = {&kernels_scalar};
 
 const char *isa_name(int isa) { return isa >= ISA_SCALAR && isa <= ISA_TOP ? isa_names[isa] : "?"; }
 
-static int cpu_isa(void)
+int isa_cpu(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -82,11 +82,23 @@ static int env_isa(int cpu)
     exit(2);
 }
 
+int isa_top(void) { return ISA_TOP; }
+
+int bf16_cpu(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#else
+    return 0; /* the instruction is x86's */
+#endif
+}
+
 int isa_best(void)
 {
     int best = __atomic_load_n(&isa_best_cached, __ATOMIC_ACQUIRE);
     if (best < 0) { /* a racing second caller computes the same value */
-        best = env_isa(cpu_isa());
+        best = env_isa(isa_cpu());
         __atomic_store_n(&isa_best_cached, best, __ATOMIC_RELEASE);
     }
     return best;
@@ -123,12 +135,7 @@ static int bf16_allowed(void)
             fprintf(stderr, "gpt: GPT_BF16=%s is not one of auto, emulate\n", e);
             exit(2);
         }
-#if defined(__x86_64__)
-        __builtin_cpu_init();
-        mode = __builtin_cpu_supports("avx512bf16") && !(e && !strcmp(e, "emulate"));
-#else
-        mode = 0;
-#endif
+        mode = bf16_cpu() && !(e && !strcmp(e, "emulate"));
         __atomic_store_n(&bf16_mode, mode, __ATOMIC_RELEASE);
     }
     return mode;

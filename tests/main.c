@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include "test.h"
 #include "../safetensors.h"
+#include "../tensor.h"
 
 int t_pass, t_fail, t_skip;
 
@@ -33,6 +34,32 @@ void t_skip_at(const char *file, int line, const char *package, const char *fmt,
     t_skip++;
     fprintf(stderr, "SKIP %s:%d: %s%s%s%s\n", file, line, why, package ? " (install " : "",
             package ? package : "", package ? ")" : "");
+}
+
+const char *t_isa_skipped(int isa)
+{
+    static char why[128];
+    if (isa <= isa_best())
+        return NULL;
+    if (isa > isa_cpu())
+        snprintf(why, sizeof why, "the CPU lacks %s", isa_name(isa));
+    else /* only the environment lowers isa_best() below the CPU's */
+        snprintf(why, sizeof why, "GPT_ISA=%s lowered the choice", getenv("GPT_ISA"));
+    return why;
+}
+
+const char *t_bf16_skipped(void)
+{
+#if defined(__x86_64__) /* the avx512 path has vdpbf16ps */
+    const char *e = getenv("GPT_BF16");
+    if (!bf16_cpu())
+        return "the CPU lacks AVX512_BF16";
+    if (isa_best() < ISA_AVX512)
+        return t_isa_skipped(ISA_AVX512);
+    if (e && !strcmp(e, "emulate"))
+        return "GPT_BF16=emulate turned it off";
+#endif
+    return NULL;
 }
 
 int t_have(const char *cmd)

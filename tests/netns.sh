@@ -21,11 +21,14 @@
 #      lost, and mpirun exits non-zero, all within bounds;
 #  (c) the newest checkpoint loads, and one process resuming it reaches a
 #      straight run's bytes.
-# It needs root, ip netns, unshare and mpirun; without them it says why it
-# is skipped and exits 0. The namespaces, the bridge and every process in
-# them are removed on exit, even on failure or ^C; if the script is killed
-# outright (SIGKILL), a watcher of its own removes them a second later (and
-# failing that, the next run does).
+# It needs root, ip netns, unshare and mpirun. What it cannot run is said
+# and counted: it closes with `netns: N passed, N failed, N skipped`. A
+# machine that forbids namespaces (or a kernel without netem) is a skip,
+# exit 0; so is a missing tool or binary, but under CI=true, which installs
+# them, that is a failure (exit 1). The namespaces, the bridge and every
+# process in them are removed on exit, even on failure or ^C; if the
+# script is killed outright (SIGKILL), a watcher of its own removes them a
+# second later (and failing that, the next run does).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -48,10 +51,24 @@ for ((h = 0; h < HOSTS; h++)); do NETNS+=("gptns-$h"); done
 TINY=(--embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 8 --eval-batch 8
       --eval-every 10 --data "$W/data.txt" --threads 1)
 
-passed=0 failed=0
+passed=0 failed=0 skipped=0
 ok() { echo "ok $*"; passed=$((passed + 1)); }
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }
-skip() { echo "netns: skipped: $*"; exit 0; }
+summary() { echo "netns: $passed passed, $failed failed, $skipped skipped"; }
+# skip WHY: a check this machine cannot run, counted; the test goes on.
+skip() { echo "SKIP netns: $*"; skipped=$((skipped + 1)); }
+# The pod cannot be built: the machine forbids it (skip_machine, exit 0), or
+# a tool or binary is missing (skip_missing: CI installs it, so under
+# CI=true a failure).
+skip_machine() { skip "the pod: $*"; summary; exit 0; }
+skip_missing() {
+    if [ "${CI:-}" = true ]; then
+        fail "the pod skipped under CI=true, which installs what it needs: $*"
+        summary
+        exit 1
+    fi
+    skip_machine "$*"
+}
 note() { echo "    $*"; }
 trap 'echo "FAIL tests/netns.sh line $LINENO: $BASH_COMMAND (exit $?)"' ERR
 
@@ -104,15 +121,17 @@ if [ "${1:-}" = --reap ]; then
 fi
 
 # ---- can this machine build a pod? ----
-[ "$(id -u)" = 0 ] || skip "not root (network namespaces need root)"
-for tool in ip tc unshare mpirun timeout flock setsid ss; do
-    command -v $tool >/dev/null 2>&1 || skip "no $tool on this machine"
+[ "$(id -u)" = 0 ] || skip_machine "not root (network namespaces need root)"
+for tool in ip:iproute2 tc:iproute2 ss:iproute2 unshare:util-linux flock:util-linux \
+            setsid:util-linux timeout:coreutils mpirun:openmpi-bin; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 ||
+        skip_missing "no ${tool%%:*} on this machine (Debian: ${tool#*:})"
 done
-[ -x ./gpt ] && [ -x ./gpt-mpi ] || skip "no ./gpt or ./gpt-mpi (make gpt gpt-mpi)"
+[ -x ./gpt ] && [ -x ./gpt-mpi ] || skip_missing "no ./gpt or ./gpt-mpi (make gpt gpt-mpi)"
 # One pod at a time on a machine (another checkout may run this test too):
 # a lock of our own (ip netns add locks /run/netns itself), which no child
 # of ours holds open.
-mkdir -p /run/lock 2>/dev/null || skip "cannot create /run/lock"
+mkdir -p /run/lock 2>/dev/null || skip_machine "cannot create /run/lock"
 exec 9>"$LOCK"
 if ! flock -w 300 9; then
     echo "FAIL another tests/netns.sh has held the pod's namespaces for 5 minutes"
@@ -129,7 +148,8 @@ rm -rf "$W" && mkdir -p "$W/ranks"
 if ! ip netns add gptns-probe 2>"$W/probe.err" ||
    ! ip -n gptns-probe link add gptns-pb type bridge 2>>"$W/probe.err" ||
    ! ip -n gptns-probe link add gptns-pv type veth peer name gptns-pw 2>>"$W/probe.err"; then
-    skip "cannot make network namespaces, bridges and veths here: $(tr '\n' ' ' < "$W/probe.err")"
+    skip_machine "cannot make network namespaces, bridges and veths here:" \
+        "$(tr '\n' ' ' < "$W/probe.err")"
 fi
 ip netns del gptns-probe
 
@@ -222,7 +242,7 @@ DELAY=2ms
 check_bytes_delayed() {
     local h why
     if ! why=$(ip netns exec gptns-0 tc qdisc add dev eth0 root netem delay $DELAY 2>&1); then
-        echo "netns: delayed links skipped: this kernel has no netem (tc says: ${why//$'\n'/ })"
+        skip "delayed links: this kernel has no netem (tc says: ${why//$'\n'/ })"
         return
     fi
     for ((h = 1; h < HOSTS; h++)); do
@@ -411,5 +431,6 @@ check_bytes pod "links as they are"
 check_bytes_delayed
 check_cut
 check_resume
-echo "netns: $passed passed, $failed failed ($(secs $(($(now) - t_start))) s)"
+echo "netns: $(secs $(($(now) - t_start))) s"
+summary
 ((failed == 0)) || exit 1

@@ -28,6 +28,12 @@ extern int t_pass, t_fail, t_skip;
 #define SKIP_MACHINE(...) t_skip_at(__FILE__, __LINE__, NULL, __VA_ARGS__)
 void t_skip_at(const char *file, int line, const char *package, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Why kernel path isa, one the binary has, does not run here ("the CPU
+ * lacks avx512", "GPT_ISA=avx2 lowered the choice"), or NULL when it runs. */
+const char *t_isa_skipped(int isa);
+/* Why k_matmul_bf16 does not run vdpbf16ps here, or NULL when it does or
+ * when the binary has no such path (off x86-64 the emulation is all). */
+const char *t_bf16_skipped(void);
 /* 1 when the shell command exits 0 (its output discarded): is a tool there? */
 int t_have(const char *cmd);
 /* 1 when the environment says this is CI (CI=true). */

@@ -6,7 +6,8 @@
  * tests write themselves must produce a checkpoint whose SHA-256 is the
  * one below, on every kernel path the machine can run (GPT_ISA: scalar,
  * avx2, avx512 on x86-64; scalar, neon on arm64) and with the bf16
- * instruction turned off (GPT_BF16=emulate). So a run preempted on one
+ * instruction turned off (GPT_BF16=emulate); each path it cannot run
+ * here is a counted skip that says why. So a run preempted on one
  * machine resumes on another with the same bits, and a change that moves
  * any bit anywhere shows here.
  *
@@ -74,4 +75,10 @@ void test_golden(void)
                       "golden run %s on %s (GPT_BF16=%s): checkpoint sha256 %s, want %s",
                       golden[g].name, isa_name(isa), bf16, hash, golden[g].sha256);
             }
+    /* the paths the binary has that did not run: said, and why */
+    for (int isa = isa_best() + 1; isa <= isa_top(); isa++)
+        SKIP_MACHINE("golden runs on %s: %s", isa_name(isa), t_isa_skipped(isa));
+    if (t_bf16_skipped())
+        SKIP_MACHINE("golden bf16 runs on vdpbf16ps, against GPT_BF16=emulate: %s",
+                     t_bf16_skipped());
 }

@@ -1165,6 +1165,11 @@ static void test_isa_choice(void)
     CHECK(isa_get() == isa_best(), "isa_set(99) gives %d, not the best %d", isa_get(), isa_best());
     isa_set(-1);
     CHECK(isa_get() == ISA_SCALAR, "isa_set(-1) gives %d, not scalar", isa_get());
+    CHECK(isa_best() <= isa_cpu() && isa_cpu() <= isa_top(), "paths: best %d, the CPU's %d, "
+          "the binary's %d", isa_best(), isa_cpu(), isa_top());
+    /* every loop over paths below stops at isa_best(): the others, said once */
+    for (int isa = isa_best() + 1; isa <= isa_top(); isa++)
+        SKIP_MACHINE("kernel path %s: %s", isa_name(isa), t_isa_skipped(isa));
 #if defined(__aarch64__)
     CHECK(!strcmp(isa_name(ISA_SCALAR), "scalar") && !strcmp(isa_name(ISA_NEON), "neon"),
           "isa names");
@@ -1199,12 +1204,6 @@ static uint32_t f_bits(float f)
 }
 
 #if defined(__x86_64__)
-static int bf16_cpu(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-}
-
 /* What the instruction itself makes of x[n] (n a multiple of 16). */
 __attribute__((target("avx512f,avx512bf16"))) static void hw_round_bf16(float *y, const float *x,
                                                                          size_t n)
@@ -1216,7 +1215,6 @@ __attribute__((target("avx512f,avx512bf16"))) static void hw_round_bf16(float *y
     }
 }
 #else
-static int bf16_cpu(void) { return 0; } /* the instruction is x86's */
 static void hw_round_bf16(float *y, const float *x, size_t n) { (void)y, (void)x, (void)n; }
 #endif
 
@@ -1278,8 +1276,7 @@ static void test_round_bf16(void)
         hw_round_bf16(got, src, n16);
         same_bits("round_bf16_ref vs vcvtneps2bf16", ref, got, sizeof(float) * n16);
     } else {
-        fprintf(stderr, "note: no AVX512_BF16 here, round_bf16 not compared with the "
-                        "instruction\n");
+        SKIP_MACHINE("round_bf16 not compared with vcvtneps2bf16: the CPU lacks AVX512_BF16");
     }
     free(src), free(ref), free(got);
 }
@@ -1441,11 +1438,9 @@ static void test_bf16(void)
 {
     test_round_bf16();
     test_bf16_hand();
-    isa_set(ISA_AVX512);
-    if (!bf16_native())
-        fprintf(stderr, "note: k_matmul_bf16 has no vdpbf16ps here (%s), native vs emulated "
-                        "not compared; the emulations are still held to the twin\n",
-                bf16_cpu() ? "GPT_ISA or GPT_BF16 turned it off" : "the CPU lacks AVX512_BF16");
+    if (t_bf16_skipped()) /* the emulations are still held to the twin */
+        SKIP_MACHINE("k_matmul_bf16 and k_matmul_tn_seg_bf16 on vdpbf16ps, against the "
+                     "emulation: %s", t_bf16_skipped());
     static const int shapes[][3] = {
         {1, 1, 1},     {3, 2, 5},      {7, 3, 17},  {25, 33, 31}, {24, 64, 64}, {49, 32, 96},
         {30, 64, 128}, {100, 65, 130}, {23, 5, 48}, {48, 31, 80}, {5, 0, 7},    {73, 64, 33},

@@ -64,8 +64,12 @@ static int have(const char *what)
 static void check_render(const char *svg)
 {
     char cmd[512], out[4096];
-    if (!have("rsvg-convert --version") || !have("/usr/bin/python3 -c 'import zlib'")) {
-        fprintf(stderr, "watch: rsvg-convert or python3 missing; %s not rendered\n", svg);
+    if (!have("rsvg-convert --version")) {
+        SKIP_MISSING("librsvg2-bin", "%s not rendered: no rsvg-convert", svg);
+        return;
+    }
+    if (!have("/usr/bin/python3 -c 'import zlib'")) {
+        SKIP_MISSING("python3", "%s's pixels not counted: no /usr/bin/python3", svg);
         return;
     }
     snprintf(cmd, sizeof cmd, "rsvg-convert %s -o %s.png && /usr/bin/python3 "
@@ -79,7 +83,7 @@ static void check_events(void)
 {
     char out[4096];
     if (!have("/usr/bin/python3 -c 'import google.protobuf'")) {
-        fprintf(stderr, "watch: python3-protobuf missing; the event file is not read back\n");
+        SKIP_MISSING("python3-protobuf", "the TensorBoard event file not read back");
         return;
     }
     int rc = t_run("/usr/bin/python3 tests/watch_check.py events " WD "/b/events.out.tfevents.*"
@@ -107,6 +111,8 @@ static void check_plot_and_version(void)
     if (have("man --version")) {
         rc = t_run("man -l --warnings gpt.1 2>&1 >/dev/null", out, sizeof out);
         CHECK(rc == 0 && !out[0], "the man page has warnings: rc %d: %s", rc, out);
+    } else {
+        SKIP_MISSING("man-db", "gpt.1 not checked for warnings: no man");
     }
 }
 
@@ -116,7 +122,7 @@ static void check_profile(void)
 {
     char out[4096];
     if (!have("/usr/bin/python3 -c 'import json'")) {
-        fprintf(stderr, "watch: python3 missing; the --profile timeline is not parsed\n");
+        SKIP_MISSING("python3", "the --profile timeline not parsed: no /usr/bin/python3");
         return;
     }
     int rc = t_run(RUN " --cores 4 --steps 6 --profile " WD "/tl.json --profile-steps 3 --out "
