@@ -335,8 +335,8 @@ static void check_recorded_rates(const char *decay, int steps, int warmup)
         if (!(fabs(got - want) <= 1e-8 * want) && bad++ < 3) /* printed with 9 digits */
             fprintf(stderr, "  %s step %d: recorded rate %.9g, want %.9g\n", decay, n, got, want);
     }
-    CHECK(log && seen == steps && bad == 0, "%s: %s/metrics.jsonl had %d of %d steps in order, "
-          "%d rates off the closed form", decay, DIR, seen, steps, bad);
+    CHECK(log && seen == steps && bad == 0, "%s: " DIR "/%s/metrics.jsonl had %d of %d steps in order, "
+          "%d rates off the closed form", decay, decay, seen, steps, bad);
     free(log);
 }
 
