@@ -178,7 +178,7 @@ static void check_weights(void)
 
 /* The draws follow softmax(l / T) over the top k: 100000 draws a case,
  * each byte's count within 5 standard deviations of N q (a false alarm
- * about once in 3 million a byte; the seeds are fixed, so it never
+ * about once in 1.7 million a byte; the seeds are fixed, so it never
  * flickers), and a byte of q = 0 never drawn. */
 static void check_frequencies(void)
 {
