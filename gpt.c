@@ -540,15 +540,19 @@ static const float *window_step(Model *m, Graph *g, Batch *w, char *const *text,
     return g_read(g, forward(m, g, &L, w, 0, last));
 }
 
-/* Temperature and top-k sampling; temperature 0 is argmax. */
-static int sample_byte(const float *logits, int V, const SampleOpts *o, Rng *r)
+/* The first of the largest logits: the greedy byte. */
+static int argmax_byte(const float *logits, int V)
 {
     int best = 0;
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best])
             best = i;
-    if (o->temperature <= 0)
-        return best;
+    return best;
+}
+
+double sample_weights(const float *logits, int V, const SampleOpts *o, double *p)
+{
+    int best = argmax_byte(logits, V);
     float kth = -INFINITY; /* logits below the k-th largest are dropped */
     if (o->top_k > 0 && o->top_k < V) {
         float sorted[MAX_VOCAB];
@@ -562,11 +566,20 @@ static int sample_byte(const float *logits, int V, const SampleOpts *o, Rng *r)
                 }
         kth = sorted[o->top_k - 1];
     }
-    double p[MAX_VOCAB], sum = 0;
+    double sum = 0;
     for (int i = 0; i < V; i++) {
         p[i] = logits[i] < kth ? 0 : fm_exp((logits[i] - logits[best]) / o->temperature);
         sum += p[i];
     }
+    return sum;
+}
+
+int sample_byte(const float *logits, int V, const SampleOpts *o, Rng *r)
+{
+    int best = argmax_byte(logits, V);
+    if (o->temperature <= 0)
+        return best;
+    double p[MAX_VOCAB], sum = sample_weights(logits, V, o, p);
     double u = rng_float(r) * sum;
     for (int i = 0; i < V; i++) {
         if (u < p[i])

@@ -111,6 +111,16 @@ typedef struct SampleOpts {
 } SampleOpts;
 void model_generate(Model *m, Graph *g, char *text, int n, int total,
                     const SampleOpts *o, Rng *r);
+/* One byte drawn from one row of V logits: temperature 0 is the argmax
+ * (the first of equal largest), else a draw from softmax(logits / T) over
+ * the top_k largest; logits tied with the k-th largest are kept too, as
+ * nanoGPT's `logits < v[-1]` keeps them. Public for tests/test_numbers.c,
+ * which holds both to softmax computed on its own. */
+int sample_byte(const float *logits, int V, const SampleOpts *o, Rng *r);
+/* The weights sample_byte draws from (temperature > 0): p[i] =
+ * exp((logits[i] - max) / T) for a kept logit, 0 for a dropped one;
+ * returns their sum. */
+double sample_weights(const float *logits, int V, const SampleOpts *o, double *p);
 /* ns passages of the same prompt at once, text[s] and r[s] passage s's
  * (text[s][0..n) the prompt); one forward pass per byte serves them all.
  * o->emit, if set, streams passage 0. Passage s's bytes do not depend on
