@@ -7,7 +7,8 @@ python3-torch: /usr/bin/python3 tests/make_reference.py):
 
 Each ref file holds the state_dict, a batch (ref.tokens), its logits,
 loss and every gradient (ref.grad.NAME), and ten batches with the losses of
-ten Adam steps on them (ref.adam_tokens, ref.adam_losses)."""
+ten Adam steps on them (ref.adam_tokens, ref.adam_losses) and the weights
+after those steps (ref.adam.NAME)."""
 import copy
 import os
 import random
@@ -66,6 +67,8 @@ def reference(path, context, embed, mlp, heads, layers, seed):
         opt.step()
     out["ref.adam_tokens"] = batches.to(torch.int32)
     out["ref.adam_losses"] = torch.tensor(losses, dtype=torch.float32)
+    for name, p in model.named_parameters():
+        out["ref.adam." + name] = p.detach().clone()
     meta = dict(vocab=128, context=context, embed=embed, mlp=mlp, heads=heads,
                 layers=layers, batch=2, lr=0.001, torch=torch.__version__)
     save_safetensors(path, out, meta)

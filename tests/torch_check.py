@@ -13,7 +13,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_model import GPT, load_safetensors  # noqa: E402
 
 
-def main(ckpt, data_path):
+def split_loss(ckpt, data_path):
+    """The mean next-byte loss over the test split's whole windows, as
+    gpt eval computes it: (loss, windows, context)."""
     tensors, meta = load_safetensors(ckpt)
     cfg = {k: int(meta[k]) for k in ("context", "embed", "mlp", "heads", "layers", "vocab")}
     model = GPT(**cfg)
@@ -34,8 +36,12 @@ def main(ckpt, data_path):
             total += torch.nn.functional.cross_entropy(
                 logits, w[:, 1:].reshape(-1), reduction="sum").item()
             count += w.shape[0] * (T - 1)
-    loss = total / count
-    print(f"loss {loss:.6f} bpb {loss / math.log(2):.4f} ({len(windows)} windows of {T} bytes)")
+    return total / count, len(windows), T
+
+
+def main(ckpt, data_path):
+    loss, windows, T = split_loss(ckpt, data_path)
+    print(f"loss {loss:.6f} bpb {loss / math.log(2):.4f} ({windows} windows of {T} bytes)")
 
 
 if __name__ == "__main__":
