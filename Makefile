@@ -19,6 +19,7 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \
            tests/test_loader.c tests/test_watch.c tests/test_homework.c tests/test_fmath.c \
            tests/test_golden.c tests/test_numbers.c tests/test_optim.c
+TESTHDR := tests/test.h tests/adam_reference.h
 
 # The kernels: tensor.c is written once over the vector layer (vec.h) and
 # compiled once per backend, each object with its own -m flags; the binary
@@ -88,7 +89,7 @@ mpi: gpt-mpi
 # The tests link the same sources with gpt.c's main() left out. With mpicc
 # on the machine, make test builds gpt-mpi too and the mpi suite runs it.
 MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
-tests/run: $(SRC) $(KOBJ) $(HDR) $(TESTSRC) tests/test.h $(FLAVOUR)
+tests/run: $(SRC) $(KOBJ) $(HDR) $(TESTSRC) $(TESTHDR) $(FLAVOUR)
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(KOBJ) $(LDLIBS)
 
 # SUITES="kernels model" runs those suites alone.
@@ -143,7 +144,7 @@ bench-mpi: bench/comm_bench
 # ASan + UBSan build of the binary and the tests (not static: the
 # sanitizer runtimes are shared libraries).
 DEBUGCC := $(CC) -O1 -g $(WARN) $(OMP) -fsanitize=address,undefined -fno-omit-frame-pointer
-debug: $(SRC) $(KSRC) $(HDR) $(TESTSRC)
+debug: $(SRC) $(KSRC) $(HDR) $(TESTSRC) $(TESTHDR)
 	$(call kernels,build/debug,$(DEBUGCC))
 	$(DEBUGCC) -o gpt-debug $(SRC) $(call kobjs,build/debug) $(LDLIBS)
 	$(DEBUGCC) -DGPT_NO_MAIN -I. -o tests/run-debug $(SRC) $(TESTSRC) $(call kobjs,build/debug) $(LDLIBS)
@@ -242,7 +243,7 @@ build/arm64/tensor-%.o: tensor.c $(HDR)
 	$(ARM64_CC) $(CFLAGS) $(WARN) -fopenmp $(KFLAGS_$*) -c -o $@ tensor.c
 gpt-arm64: $(SRC) $(ARM64_KOBJ) $(HDR)
 	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(SRC) $(ARM64_KOBJ) -lm
-tests/run-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) $(TESTSRC) tests/test.h
+tests/run-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) $(TESTSRC) $(TESTHDR)
 	$(ARM64_CC) $(ARM64_CFLAGS) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(ARM64_KOBJ) -lm
 bench/bench-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) bench/bench.c
 	$(ARM64_CC) $(ARM64_CFLAGS) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(ARM64_KOBJ) -lm
