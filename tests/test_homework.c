@@ -146,12 +146,26 @@ static int newest_step(const char *dir)
     return newest;
 }
 
-/* Waits until dir holds a checkpoint of `step` or later: training has
- * begun and reached it. Gives up if the child pid exits (left unreaped,
- * for the caller's waitpid) or after a minute of a crowded machine. */
-static void wait_for_step(const char *dir, int step, pid_t pid)
+/* How many steps dir's run log (metrics.jsonl, flushed each step) records. */
+static int steps_logged(const char *dir)
 {
-    for (int ms = 0; ms < 60000 && newest_step(dir) < step; ms++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *log = (char *)t_slurp(path, NULL), *at = log;
+    int n = 0;
+    while (at && (at = strstr(at, "\"kind\":\"step\"")))
+        n++, at++;
+    free(log);
+    return n;
+}
+
+/* Waits until progress(dir) reaches n (a checkpoint's step, steps logged):
+ * training has begun and got that far. Gives up if the child pid exits
+ * (left unreaped, for the caller's waitpid) or after a minute of a
+ * crowded machine. */
+static void wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid)
+{
+    for (int ms = 0; ms < 60000 && progress(dir) < n; ms++) {
         siginfo_t si = {0};
         if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
             return;
@@ -213,17 +227,18 @@ static void check_dropout_runs(void)
                out, sizeof out);
     CHECK(rc == 0 && strstr(out, "True"), "--dropout: 4 simulated cores trained other weights "
           "than 1: %s", out);
-    /* SIGTERM mid-run (its first checkpoint written, at step 7 of 600),
-     * then resume with another thread count */
+    /* SIGTERM mid-run (7 of 600 steps logged, no checkpoint due before
+     * the end: the one there is the signal's), then resume with another
+     * thread count */
     t_run("rm -rf tests/tmp/h5 tests/tmp/h5.err", out, sizeof out);
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c",
-              "exec ./gpt train " TINY " --dropout 0.2 --steps 600 --threads 1 --ckpt-every 7 "
+              "exec ./gpt train " TINY " --dropout 0.2 --steps 600 --threads 1 "
               "--out tests/tmp/h5 > /dev/null 2>tests/tmp/h5.err", (char *)NULL);
         _exit(127);
     }
-    wait_for_step("tests/tmp/h5", 7, pid);
+    wait_for(steps_logged, "tests/tmp/h5", 7, pid);
     kill(pid, SIGTERM);
     int st, saved;
     waitpid(pid, &st, 0);
@@ -317,17 +332,17 @@ static void check_sweep(void)
     CHECK(rc == 0 && t_same_file("tests/tmp/h13/ckpt-00000030.safetensors",
                                  "tests/tmp/sw/lr=3e-3,no-mlp=1/ckpt-00000030.safetensors"),
           "a sweep's run differs from the same gpt train alone");
-    /* killed outright once both runs have checkpoints (mid-run, 3000
-     * steps each): the runs stop as on ^C and save; the same command
-     * finishes them */
+    /* killed outright once both runs have logged 5 steps (mid-run, 3000
+     * steps each, no checkpoint due before step 1000): the runs stop as on
+     * ^C and save; the same command finishes them */
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", "exec ./gpt sweep " TINY " --lr 1e-3,3e-3 --steps 3000 "
-              "--ckpt-every 5 --out tests/tmp/sw2 > /dev/null 2>&1", (char *)NULL);
+              "--out tests/tmp/sw2 > /dev/null 2>&1", (char *)NULL);
         _exit(127);
     }
-    wait_for_step("tests/tmp/sw2/lr=1e-3", 5, pid);
-    wait_for_step("tests/tmp/sw2/lr=3e-3", 5, pid);
+    wait_for(steps_logged, "tests/tmp/sw2/lr=1e-3", 5, pid);
+    wait_for(steps_logged, "tests/tmp/sw2/lr=3e-3", 5, pid);
     kill(pid, SIGKILL);
     int st, saved[2], step[2];
     waitpid(pid, &st, 0);
@@ -339,7 +354,7 @@ static void check_sweep(void)
           "stopped after steps %d and %d, checkpoints %s and %s",
           WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "not killed", step[0], step[1],
           saved[0] ? "saved" : "missing", saved[1] ? "saved" : "missing");
-    rc = t_run("./gpt sweep " TINY " --lr 1e-3,3e-3 --steps 3000 --ckpt-every 5 --out "
+    rc = t_run("./gpt sweep " TINY " --lr 1e-3,3e-3 --steps 3000 --out "
                "tests/tmp/sw2 && ./gpt train " TINY " --lr 3e-3 --steps 3000 --out tests/tmp/h14",
                out, sizeof out);
     CHECK(rc == 0 && t_same_file("tests/tmp/h14/ckpt-00003000.safetensors",
