@@ -157,12 +157,58 @@ static int has_ckpt_file(const char *dir, int tmp)
 
 static int has_ckpt(const char *dir) { return has_ckpt_file(dir, 0); }
 
+/* The step of dir's newest whole checkpoint; 0 when it has none. */
+static int newest_step(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int newest = 0, step;
+    while (d && (e = readdir(d)))
+        if (!strstr(e->d_name, ".tmp") && sscanf(e->d_name, "ckpt-%d", &step) == 1 &&
+            step > newest)
+            newest = step;
+    if (d)
+        closedir(d);
+    return newest;
+}
+
+/* How many steps dir's run log (metrics.jsonl, flushed each step) records. */
+static int steps_logged(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *log = (char *)t_slurp(path, NULL), *at = log;
+    int n = 0;
+    while (at && (at = strstr(at, "\"kind\":\"step\"")))
+        n++, at++;
+    free(log);
+    return n;
+}
+
+/* Waits until progress(dir) reaches n (a checkpoint's step, steps logged):
+ * training has begun and got that far. Gives up if the child pid exits
+ * (left unreaped, for the caller's waitpid) or after a minute of a
+ * crowded machine. */
+static void wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid)
+{
+    for (int ms = 0; ms < 60000 && progress(dir) < n; ms++) {
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+            return;
+        usleep(1000);
+    }
+}
+
 #define KILLRUN "exec ./gpt train " SMALL " --steps 400 --ckpt-every 3 --keep 2 --out tests/tmp/k1 " \
                 ">/dev/null 2>&1"
 
-/* SIGKILL at random moments (many land inside a checkpoint write, as one is
- * written every 3 steps), resume each time: the final checkpoint must be
- * the uninterrupted run's, byte for byte. */
+/* SIGKILL mid-run, resuming each time: each round draws a step 3 to 32
+ * past the checkpoint it resumes from, waits for the checkpoint at or past
+ * it (so training is under way whatever the machine's speed) and kills
+ * 0-3 ms later (many land inside a checkpoint write, as one is written
+ * every 3 steps). 8 rounds use under 400 steps, so every kill must hit a
+ * live trainer past its drawn step. The final checkpoint must be the uninterrupted run's,
+ * byte for byte. */
 static void check_kill_resume(void)
 {
     char out[65536];
@@ -170,17 +216,27 @@ static void check_kill_resume(void)
     srand(seed);
     t_run("./gpt train " SMALL " --steps 400 --ckpt-every 3 --out tests/tmp/k0", out, sizeof out);
     t_run("rm -rf tests/tmp/k1", out, sizeof out);
-    int kills = 0;
+    int kills = 0, cut = 0, st, at = 0;
     for (int round = 0; round < 8; round++) {
-        pid_t pid = spawn(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN);
-        usleep((useconds_t)(20000 + rand() % 500000));
-        kills += kill(pid, SIGKILL) == 0;
-        waitpid(pid, NULL, 0);
+        int from = newest_step("tests/tmp/k1");
+        at = from + 3 + rand() % 30;
+        pid_t pid = spawn(from ? KILLRUN " --resume" : KILLRUN);
+        wait_for(newest_step, "tests/tmp/k1", at, pid);
+        usleep((useconds_t)(rand() % 3000));
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        /* killed, and past the drawn step: mid-run */
+        kills += WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && newest_step("tests/tmp/k1") >= at;
+        cut += has_ckpt_file("tests/tmp/k1", 1);
     }
+    CHECK(kills == 8, "%d of 8 SIGKILLs (seed %u) hit a trainer mid-run; the last round waited "
+          "for step %d, the newest checkpoint is step %d", kills, seed, at,
+          newest_step("tests/tmp/k1"));
     int rc = t_run(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN, out, sizeof out);
-    CHECK(rc == 0 && kills > 0 &&
+    CHECK(rc == 0 &&
               t_same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k1/ckpt-00000400.safetensors"),
-          "after %d SIGKILLs (seed %u) the resumed run's checkpoint differs (rc %d)", kills, seed, rc);
+          "after %d SIGKILLs (%d cut a write; seed %u) the resumed run's checkpoint differs (rc %d)",
+          kills, cut, seed, rc);
     /* and its run log is the straight run's, once the "time" fields go */
     rc = t_run("for d in k0 k1; do sed 's/,\"time\":{[^}]*}}$/}/' tests/tmp/$d/metrics.jsonl > "
                "tests/tmp/$d.log; done; cmp tests/tmp/k0.log tests/tmp/k1.log && wc -l < "
@@ -278,37 +334,32 @@ static void check_live_line(void)
     }
 }
 
-static int catches_sigterm(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    unsigned long long mask = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "SigCgt: %llx", &mask) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return (mask >> (SIGTERM - 1)) & 1;
-}
-
 /* SIGTERM finishes the step, saves and exits 143; resuming (with another
- * thread count) ends where an uninterrupted run ends. */
+ * thread count) ends where an uninterrupted run ends. The signal comes
+ * once the run log records 10 steps: mid-run, with 390 to go; and as no
+ * checkpoint is due before the end, the one there is the signal's. */
 static void check_sigterm(void)
 {
     char out[65536];
-    t_run("rm -rf tests/tmp/k2", out, sizeof out);
-    pid_t pid = spawn("exec ./gpt train " SMALL " --steps 400 --out tests/tmp/k2 --threads 2 >/dev/null 2>&1");
-    /* signal once the trainer has its handler installed (SigCgt in
-     * /proc), so the test does not race the run's start or its end */
-    for (int i = 0; i < 2000 && !catches_sigterm(pid); i++)
-        usleep(1000);
+    t_run("rm -rf tests/tmp/k2 tests/tmp/k2.err", out, sizeof out);
+    pid_t pid = spawn("exec ./gpt train " SMALL " --steps 400 --out tests/tmp/k2 --threads 2 "
+                      ">/dev/null 2>tests/tmp/k2.err");
+    wait_for(steps_logged, "tests/tmp/k2", 10, pid);
     kill(pid, SIGTERM);
-    int st;
+    int st, step = -1;
     waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 143 && has_ckpt("tests/tmp/k2"),
-          "SIGTERM: exit %d, checkpoint %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
-          has_ckpt("tests/tmp/k2") ? "saved" : "missing");
+    char *err = (char *)t_slurp("tests/tmp/k2.err", NULL), ckpt[64];
+    const char *said = err ? strstr(err, "stopped by signal 15 after step ") : NULL;
+    if (said)
+        step = atoi(said + strlen("stopped by signal 15 after step "));
+    snprintf(ckpt, sizeof ckpt, "tests/tmp/k2/ckpt-%08d.safetensors", step);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 143 && step >= 10 && step < 400 &&
+              access(ckpt, F_OK) == 0 && newest_step("tests/tmp/k2") == step,
+          "SIGTERM mid-run: exit %d, stopped after step %d, its checkpoint %s (newest %d): %s",
+          WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st), step,
+          access(ckpt, F_OK) ? "missing" : "saved", newest_step("tests/tmp/k2"),
+          err ? err : "(no output)");
+    free(err);
     int rc = t_run("./gpt train --steps 400 --out tests/tmp/k2 --resume --threads 1 --data tests/tmp/d.txt",
                  out, sizeof out);
     CHECK(rc == 0 && t_same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k2/ckpt-00000400.safetensors"),

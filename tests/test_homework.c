@@ -2,6 +2,7 @@
  * dropout (its kernels against a direct computation, its masks' rate and
  * determinism across threads and a resume), attention-only blocks, the
  * single residual, learning-rate schedules and gpt sweep. */
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -130,6 +131,70 @@ static void check_dropout_masks(void)
     CHECK(memcmp(y, y2, sizeof y), "two steps' keys give one mask");
 }
 
+/* The step of dir's newest whole checkpoint; 0 when it has none. */
+static int newest_step(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int newest = 0, step;
+    while (d && (e = readdir(d)))
+        if (!strstr(e->d_name, ".tmp") && sscanf(e->d_name, "ckpt-%d", &step) == 1 &&
+            step > newest)
+            newest = step;
+    if (d)
+        closedir(d);
+    return newest;
+}
+
+/* How many steps dir's run log (metrics.jsonl, flushed each step) records. */
+static int steps_logged(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *log = (char *)t_slurp(path, NULL), *at = log;
+    int n = 0;
+    while (at && (at = strstr(at, "\"kind\":\"step\"")))
+        n++, at++;
+    free(log);
+    return n;
+}
+
+/* Waits until progress(dir) reaches n (a checkpoint's step, steps logged):
+ * training has begun and got that far. Gives up if the child pid exits
+ * (left unreaped, for the caller's waitpid) or after a minute of a
+ * crowded machine. */
+static void wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid)
+{
+    for (int ms = 0; ms < 60000 && progress(dir) < n; ms++) {
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+            return;
+        usleep(1000);
+    }
+}
+
+/* The step after which a run's output (a file) says it stopped on `sig`,
+ * and whether that step's checkpoint is in dir and the newest there; -1
+ * when it does not say so. Waits up to a minute for the line: a sweep's
+ * runs are not the test's children, it cannot wait for them. */
+static int stopped_at(const char *log, int sig, const char *dir, int *saved)
+{
+    char want[64], ckpt[4200];
+    int step = -1;
+    snprintf(want, sizeof want, "stopped by signal %d after step ", sig);
+    for (int ms = 0; ms < 60000 && step < 0; ms += 10) {
+        char *text = (char *)t_slurp(log, NULL), *at = text ? strstr(text, want) : NULL;
+        if (at)
+            step = atoi(at + strlen(want));
+        free(text);
+        if (step < 0)
+            usleep(10000);
+    }
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-%08d.safetensors", dir, step);
+    *saved = step > 0 && access(ckpt, F_OK) == 0 && newest_step(dir) == step;
+    return step;
+}
+
 static int meta_says(const char *file, const char *text)
 {
     char cmd[512], out[64];
@@ -162,18 +227,25 @@ static void check_dropout_runs(void)
                out, sizeof out);
     CHECK(rc == 0 && strstr(out, "True"), "--dropout: 4 simulated cores trained other weights "
           "than 1: %s", out);
-    /* SIGTERM mid-run, then resume with another thread count */
-    t_run("rm -rf tests/tmp/h5", out, sizeof out);
+    /* SIGTERM mid-run (7 of 600 steps logged, no checkpoint due before
+     * the end: the one there is the signal's), then resume with another
+     * thread count */
+    t_run("rm -rf tests/tmp/h5 tests/tmp/h5.err", out, sizeof out);
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c",
-              "exec ./gpt train " TINY " --dropout 0.2 --steps 600 --threads 1 --ckpt-every 7 "
-              "--out tests/tmp/h5 > /dev/null 2>&1", (char *)NULL);
+              "exec ./gpt train " TINY " --dropout 0.2 --steps 600 --threads 1 "
+              "--out tests/tmp/h5 > /dev/null 2>tests/tmp/h5.err", (char *)NULL);
         _exit(127);
     }
-    usleep(400 * 1000);
+    wait_for(steps_logged, "tests/tmp/h5", 7, pid);
     kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
+    int st, saved;
+    waitpid(pid, &st, 0);
+    int step = stopped_at("tests/tmp/h5.err", SIGTERM, "tests/tmp/h5", &saved);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 143 && step >= 7 && step < 600 && saved,
+          "--dropout: SIGTERM mid-run gave exit %d, stopped after step %d, its checkpoint %s",
+          WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st), step, saved ? "saved" : "missing");
     rc = t_run("./gpt train " TINY " --dropout 0.2 --steps 600 --threads 2 --resume tests/tmp/h5 "
                "--out tests/tmp/h5 "
                "&& ./gpt train " TINY " --dropout 0.2 --steps 600 --out tests/tmp/h6", out,
@@ -260,20 +332,29 @@ static void check_sweep(void)
     CHECK(rc == 0 && t_same_file("tests/tmp/h13/ckpt-00000030.safetensors",
                                  "tests/tmp/sw/lr=3e-3,no-mlp=1/ckpt-00000030.safetensors"),
           "a sweep's run differs from the same gpt train alone");
-    /* killed outright: its runs checkpoint; the same command finishes them */
+    /* killed outright once both runs have logged 5 steps (mid-run, 3000
+     * steps each, no checkpoint due before step 1000): the runs stop as on
+     * ^C and save; the same command finishes them */
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", "exec ./gpt sweep " TINY " --lr 1e-3,3e-3 --steps 3000 "
-              "--ckpt-every 5 --out tests/tmp/sw2 > /dev/null 2>&1", (char *)NULL);
+              "--out tests/tmp/sw2 > /dev/null 2>&1", (char *)NULL);
         _exit(127);
     }
-    usleep(1000 * 1000);
+    wait_for(steps_logged, "tests/tmp/sw2/lr=1e-3", 5, pid);
+    wait_for(steps_logged, "tests/tmp/sw2/lr=3e-3", 5, pid);
     kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    usleep(500 * 1000); /* the runs finish their step and save */
-    rc = t_run("grep -c 'stopped by signal 2' 'tests/tmp/sw2/lr=3e-3/log.txt'", out, sizeof out);
-    CHECK(rc == 0 && atoi(out) == 1, "a killed sweep's run did not stop as on ^C: %s", out);
-    rc = t_run("./gpt sweep " TINY " --lr 1e-3,3e-3 --steps 3000 --ckpt-every 5 --out "
+    int st, saved[2], step[2];
+    waitpid(pid, &st, 0);
+    step[0] = stopped_at("tests/tmp/sw2/lr=1e-3/log.txt", SIGINT, "tests/tmp/sw2/lr=1e-3", &saved[0]);
+    step[1] = stopped_at("tests/tmp/sw2/lr=3e-3/log.txt", SIGINT, "tests/tmp/sw2/lr=3e-3", &saved[1]);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && step[0] >= 5 && step[0] < 3000 &&
+              step[1] >= 5 && step[1] < 3000 && saved[0] && saved[1],
+          "a SIGKILLed sweep (%s) did not have its runs stop as on ^C mid-run and save: they "
+          "stopped after steps %d and %d, checkpoints %s and %s",
+          WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "not killed", step[0], step[1],
+          saved[0] ? "saved" : "missing", saved[1] ? "saved" : "missing");
+    rc = t_run("./gpt sweep " TINY " --lr 1e-3,3e-3 --steps 3000 --out "
                "tests/tmp/sw2 && ./gpt train " TINY " --lr 3e-3 --steps 3000 --out tests/tmp/h14",
                out, sizeof out);
     CHECK(rc == 0 && t_same_file("tests/tmp/h14/ckpt-00003000.safetensors",
