@@ -217,16 +217,17 @@ kernel_backends=$mutant_backends
 
 # ---- running suites ----
 
-# Runs SUITES one by one, each at most the time left of LIMIT; sets
-# ran_result (pass | fail | timeout) and ran_suite (the one that failed).
+# Runs SUITES one by one, in all at most SECONDS (default: the limit per
+# mutation); sets ran_result (pass | fail | crash | timeout), ran_suite
+# (the one that failed) and ran_times.
 run_suites()
 {
-    local s left start=$SECONDS rc t
+    local s left start=$SECONDS rc t cap=${2:-$limit}
     ran_result=pass ran_suite=- ran_times=
     rm -rf "$S/tests/tmp"
     for s in $1; do
         t=$SECONDS
-        left=$((limit - (SECONDS - start)))
+        left=$((cap - (SECONDS - start)))
         if [ $left -le 0 ]; then
             ran_result=timeout ran_suite=$s
             return
@@ -252,10 +253,7 @@ run_suites()
 all_suites=$(for i in "${pick[@]}"; do printf '%s\n' ${suites[i]}; done | sort -u | tr '\n' ' ')
 echo "mutate: the unmutated tree on: $all_suites"
 t1=$SECONDS
-saved_limit=$limit
-limit=$((limit * 4))
-run_suites "$all_suites"
-limit=$saved_limit
+run_suites "$all_suites" $((limit * $(echo $all_suites | wc -w)))
 if [ $ran_result != pass ]; then
     tail -20 "$S/obj/out.txt" >&2
     echo "mutate: the unmutated tree fails suite $ran_suite ($ran_result): fix that first" >&2
