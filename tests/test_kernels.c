@@ -2,7 +2,8 @@
  *
  * 1. The plain-C twins (*_ref) against values worked out by hand, a naive
  *    double-precision attention, and central finite differences of double
- *    forward passes: this is what makes the twins trustworthy oracles.
+ *    forward passes, float64 sums for the reductions (within the fp32
+ *    error bound): this is what makes the twins trustworthy oracles.
  * 2. Every kernel path the CPU has against the twins, on random inputs at
  *    awkward shapes (rows not a multiple of the tile, widths not a multiple
  *    of the vector, T = 1, head sizes 8, 12, 16, ignored targets).
@@ -933,10 +934,11 @@ static void test_matmul_tn_seg(int n, int p, int q, int seg, double tol)
     k_matmul_tn_seg(got, a, b, n, p, q, seg);
     close_to(what, got, want, nc, tol);
     /* The twin's total against float64, whatever its leaves and tree:
-     * the comparisons below share add_plain and the leaf layout with it */
+     * the comparison below shares add_plain, the tree's addition, with it */
     double *sum = dvec(nc), *mag = dvec(nc);
     matmul64(sum, mag, a, 1, (size_t)n, b, n, p, q, as_double);
-    within_sum_bound("matmul_tn_seg_ref", want, sum, mag, nc, seg_terms(p, seg) + 1);
+    snprintf(what, sizeof what, "matmul_tn_seg_ref n=%d p=%d q=%d seg=%d", n, p, q, seg);
+    within_sum_bound(what, want, sum, mag, nc, seg_terms(p, seg) + 1);
     free(sum), free(mag);
     for (int l = 0; l < L; l++) {
         int k0 = leaf0(l, seg), k1 = leaf1(l, p, seg);
