@@ -2,7 +2,8 @@
  *
  * 1. The plain-C twins (*_ref) against values worked out by hand, a naive
  *    double-precision attention, and central finite differences of double
- *    forward passes: this is what makes the twins trustworthy oracles.
+ *    forward passes, float64 sums for the reductions (within the fp32
+ *    error bound): this is what makes the twins trustworthy oracles.
  * 2. Every kernel path the CPU has against the twins, on random inputs at
  *    awkward shapes (rows not a multiple of the tile, widths not a multiple
  *    of the vector, T = 1, head sizes 8, 12, 16, ignored targets).
@@ -96,6 +97,69 @@ static void same_bits(const char *what, const void *got, const void *want, size_
 
 static int isa_count(void) { return isa_best() + 1; }
 
+/* ---- float64 oracles for the twins' sums ---- */
+
+/* fp32 sums against their float64 values: |got - sum| <= terms u mag per
+ * element, u = 2^-24, mag the sum of the terms' magnitudes, terms the
+ * roundings any one term goes through (the adds of its leaf and of the
+ * tree above, and its product's). This is the textbook bound for any
+ * summation order; a dropped or doubled term, a wrong sign or a wrong
+ * partial is off by a whole term, far above it. An element whose terms
+ * are all zero must be exactly 0. */
+static void within_sum_bound(const char *what, const float *got, const double *sum,
+                             const double *mag, size_t n, int terms)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs(got[i] - sum[i]), bound = terms * 0x1p-24 * mag[i];
+        double r = err == 0 ? 0 : bound > 0 ? err / bound : INFINITY;
+        if (!(r <= worst)) /* NaN counts as the worst */
+            worst = isnan(r) ? INFINITY : r;
+    }
+    CHECK(worst <= 1, "%s vs float64 sums: %.3g of the fp32 bound", what, worst);
+}
+
+/* Roundings a term of a seg reduction over n rows goes through: the adds
+ * of its leaf (at most seg rows, all n when seg < 1) and the tree's depth
+ * ceil(log2(leaves)) above it. */
+static int seg_terms(int n, int seg)
+{
+    int rows = seg < 1 || seg > n ? n : seg, depth = 0;
+    int leaves = n <= 0 ? 0 : seg < 1 ? 1 : (n + seg - 1) / seg;
+    while ((1 << depth) < leaves)
+        depth++;
+    return rows + depth;
+}
+
+static double as_double(float x) { return x; }
+
+/* sum[i,j] and mag[i,j] of the products in(a[i,k]) in(b[k,j]) over k,
+ * in float64; a's element (i,k) at a[i*si + k*sk] (so a [n,p] or a [p,n]
+ * read as its transpose), b [p,q]; in maps each input (as is, or rounded
+ * to bf16). */
+static void matmul64(double *sum /* [n,q] */, double *mag /* [n,q] */, const float *a, size_t si,
+                     size_t sk, const float *b, int n, int p, int q, double (*in)(float))
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < q; j++) {
+            double s = 0, m = 0;
+            for (int k = 0; k < p; k++) {
+                double t = in(a[i * si + k * sk]) * in(b[(size_t)k * q + j]);
+                s += t, m += fabs(t);
+            }
+            sum[(size_t)i * q + j] = s, mag[(size_t)i * q + j] = m;
+        }
+}
+
+/* calloc'd doubles, never NULL */
+static double *dvec(size_t n)
+{
+    double *p = calloc(n ? n : 1, sizeof(double));
+    if (!p)
+        abort();
+    return p;
+}
+
 /* ======================================================================
  * 1. The twins against known answers
  * ====================================================================== */
@@ -120,6 +184,26 @@ static void test_hand_matmul(void)
     same_bits("2x2 matmul_ref", c, mm, sizeof mm);
     k_matmul_tn_ref(c, a, b, 2, 2, 2);
     same_bits("2x2 matmul_tn_ref", c, tn, sizeof tn);
+}
+
+/* The ReLU's backward gate on a hand product: [[1,2],[3,4]] @
+ * [[5,-6,1],[7,-8,1]] = [[19,-22,3],[43,-50,7]], kept only where the gate
+ * (the ReLU's output) is > 0: +0 and -0 close it (a `>=` would not), the
+ * smallest denormal opens it, NaN closes it; and it is the gate that
+ * decides, not the sign of the product (-22 and -50 pass, 19 does not). */
+static void test_hand_gated(void)
+{
+    const float a[4] = {1, 2, 3, 4}, b[6] = {5, -6, 1, 7, -8, 1};
+    const float gate[6] = {0.0f, 1, -0.0f, -1, 0x1p-149f, NAN};
+    const float want[6] = {0, -22, 0, 0, -50, 0};
+    float c[6];
+    k_matmul_gated_ref(c, a, b, gate, 2, 2, 3);
+    same_bits("hand matmul_gated_ref", c, want, sizeof want);
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        k_matmul_gated(c, a, b, gate, 2, 2, 3);
+        same_bits("hand matmul_gated", c, want, sizeof want);
+    }
 }
 
 static void test_hand_layernorm(void)
@@ -217,6 +301,7 @@ static void test_hand_attention(void)
 static void test_hand_values(void)
 {
     test_hand_matmul();
+    test_hand_gated();
     test_hand_layernorm();
     test_hand_xent();
     test_hand_adam();
@@ -380,7 +465,21 @@ static void check_gated(const float *a, const float *b, float *gate, int n, int 
     same_bits(what, got, want, sizeof(float) * nc);
     k_matmul_gated_ref(twin, a, b, gate, n, p, q);
     close_to(what, got, twin, nc, 1e-4);
-    free(got), free(want), free(twin);
+    /* The twin itself against float64 (it is built on k_matmul_ref, so
+     * agreeing with that proves nothing about the gate): the product where
+     * gate > 0, else exactly +0 (relu_bwd's zero) */
+    double *sum = dvec(nc), *mag = dvec(nc);
+    size_t minus0 = 0;
+    matmul64(sum, mag, a, (size_t)p, 1, b, n, p, q, as_double);
+    for (size_t i = 0; i < nc; i++)
+        if (!(gate[i] > 0)) {
+            sum[i] = mag[i] = 0;
+            minus0 += twin[i] == 0 && signbit(twin[i]);
+        }
+    snprintf(what, sizeof what, "matmul_gated_ref n=%d p=%d q=%d", n, p, q);
+    within_sum_bound(what, twin, sum, mag, nc, p + 1);
+    CHECK(minus0 == 0, "%s: %zu closed entries are -0, want +0", what, minus0);
+    free(got), free(want), free(twin), free(sum), free(mag);
 }
 
 static void test_matmul(int n, int p, int q)
@@ -834,6 +933,13 @@ static void test_matmul_tn_seg(int n, int p, int q, int seg, double tol)
     memset(got, 0x7f, sizeof(float) * nc);
     k_matmul_tn_seg(got, a, b, n, p, q, seg);
     close_to(what, got, want, nc, tol);
+    /* The twin's total against float64, whatever its leaves and tree:
+     * the comparison below shares add_plain, the tree's addition, with it */
+    double *sum = dvec(nc), *mag = dvec(nc);
+    matmul64(sum, mag, a, 1, (size_t)n, b, n, p, q, as_double);
+    snprintf(what, sizeof what, "matmul_tn_seg_ref n=%d p=%d q=%d seg=%d", n, p, q, seg);
+    within_sum_bound(what, want, sum, mag, nc, seg_terms(p, seg) + 1);
+    free(sum), free(mag);
     for (int l = 0; l < L; l++) {
         int k0 = leaf0(l, seg), k1 = leaf1(l, p, seg);
         k_matmul_tn_ref(leaves + l * nc, a + (size_t)k0 * n, b + (size_t)k0 * q, n, k1 - k0, q);
@@ -866,12 +972,83 @@ static void test_sum_rows_seg(int n, int q, int seg)
     memset(got, 0x7f, sizeof(float) * q);
     k_sum_rows_seg(got, x, n, q, seg);
     same_bits(what, got, want, sizeof(float) * q);
+    double *sum = dvec((size_t)q), *mag = dvec((size_t)q); /* the total, in float64 */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < q; j++)
+            sum[j] += x[(size_t)i * q + j], mag[j] += fabs(x[(size_t)i * q + j]);
+    snprintf(what, sizeof what, "sum_rows_seg_ref n=%d q=%d seg=%d", n, q, seg);
+    within_sum_bound(what, want, sum, mag, (size_t)q, seg_terms(n, seg));
+    free(sum), free(mag);
     for (int l = 0; l < L; l++)
         k_sum_rows_ref(leaves + (size_t)l * q, x + (size_t)leaf0(l, seg) * q,
                        leaf1(l, n, seg) - leaf0(l, seg), q);
     k_tree_sum_ref(rule, lp, L, (size_t)q);
     same_bits("sum_rows_seg = tree of sum_rows_ref leaves", got, rule, sizeof(float) * q);
     free(x), free(got), free(want), free(rule), free(leaves), free(lp);
+}
+
+/* LayerNorm's backward in float64 from the saved mean and rstd, written
+ * from the calculus, not from the twin: with xh = (x - mean) rstd and
+ * g = dy w, dx = rstd (g - mean_j(g) - xh mean_j(g xh)); dw = sum_i dy xh,
+ * db = sum_i dy, with their magnitudes (for within_sum_bound). */
+static void layernorm_bwd64(double *dx /* [n,c] */, double *dw /* [c] */, double *db /* [c] */,
+                            double *mw /* [c] */, double *mb /* [c] */, const float *dy,
+                            const float *x, const float *w, const float *mean, const float *rstd,
+                            int n, int c)
+{
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * c, *dyi = dy + (size_t)i * c;
+        double mg = 0, mgx = 0;
+        for (int j = 0; j < c; j++) {
+            double xh = ((double)xi[j] - mean[i]) * rstd[i], g = (double)dyi[j] * w[j];
+            mg += g / c, mgx += g * xh / c;
+            dw[j] += dyi[j] * xh, mw[j] += fabs(dyi[j] * xh);
+            db[j] += dyi[j], mb[j] += fabs(dyi[j]);
+        }
+        for (int j = 0; j < c; j++) {
+            double xh = ((double)xi[j] - mean[i]) * rstd[i], g = (double)dyi[j] * w[j];
+            dx[(size_t)i * c + j] = rstd[i] * (g - mg - xh * mgx);
+        }
+    }
+}
+
+/* got [n] floats against want [n] doubles, as close_to (relative, with
+ * the RMS of want as the floor). */
+static void close_to64(const char *what, const float *got, const double *want, size_t n,
+                       double tol)
+{
+    double s = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        s += want[i] * want[i];
+    double floor = n && sqrt(s / n) > 1e-30 ? sqrt(s / n) : 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - want[i]) / fmax(fabs(want[i]), floor);
+        if (!(e <= worst)) /* NaN counts as the worst */
+            worst = isnan(e) ? INFINITY : e;
+    }
+    CHECK(worst <= tol, "%s vs float64: relative error %.3g > %.3g", what, worst, tol);
+}
+
+/* The twin against layernorm_bwd64: dx to a few ulps (sums across a row
+ * of c <= 96 terms), dw and db within the fp32 bound of their sums over
+ * rows (dw's terms also carry the roundings of xh and of dy xh). The
+ * comparisons after this one share layernorm_bwd_rows_ref with the twin. */
+static void layernorm_bwd_seg_vs64(const float *dx, const float *dw, const float *db,
+                                   const float *dy, const float *x, const float *w,
+                                   const float *mean, const float *rstd, int n, int c, int seg)
+{
+    size_t nx = (size_t)n * c;
+    double *dx64 = dvec(nx), *g64 = dvec(4 * (size_t)c); /* dw, db, their magnitudes */
+    double *dw64 = g64, *db64 = g64 + c, *mw = g64 + 2 * c, *mb = g64 + 3 * c;
+    char what[80];
+    layernorm_bwd64(dx64, dw64, db64, mw, mb, dy, x, w, mean, rstd, n, c);
+    snprintf(what, sizeof what, "layernorm_bwd_seg_ref dx n=%d c=%d seg=%d", n, c, seg);
+    close_to64(what, dx, dx64, nx, 1e-5);
+    snprintf(what, sizeof what, "layernorm_bwd_seg_ref dw n=%d c=%d seg=%d", n, c, seg);
+    within_sum_bound(what, dw, dw64, mw, (size_t)c, seg_terms(n, seg) + 3);
+    snprintf(what, sizeof what, "layernorm_bwd_seg_ref db n=%d c=%d seg=%d", n, c, seg);
+    within_sum_bound(what, db, db64, mb, (size_t)c, seg_terms(n, seg));
+    free(dx64), free(g64);
 }
 
 /* db is additions only: equal to the twin. dw's SIMD leaves fuse the
@@ -889,6 +1066,7 @@ static void test_layernorm_bwd_seg(int n, int c, int seg)
     snprintf(what, sizeof what, "layernorm_bwd_seg n=%d c=%d seg=%d", n, c, seg);
     k_layernorm_ref(y, mean, rstd, x, w, b, n, c);
     k_layernorm_bwd_seg_ref(dx1, g1, g1 + c, dy, x, w, mean, rstd, n, c, seg);
+    layernorm_bwd_seg_vs64(dx1, g1, g1 + c, dy, x, w, mean, rstd, n, c, seg);
     memset(g2, 0x7f, sizeof(float) * 2 * c);
     k_layernorm_bwd_seg(dx2, g2, g2 + c, dy, x, w, mean, rstd, n, c, seg);
     close_to(what, dx2, dx1, nx, 1e-5);
@@ -973,6 +1151,15 @@ static void test_embed_bwd_seg(int n, int c, int v, int seg)
     memset(got, 0x7f, sizeof(float) * cv);
     k_embed_bwd_seg(got, idx, dy, n, c, v, seg);
     same_bits(what, got, want, sizeof(float) * cv);
+    double *sum = dvec(cv), *mag = dvec(cv); /* the scatter-add, in float64 */
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) {
+            size_t at = (size_t)ch * v + idx[i];
+            sum[at] += dy[(size_t)i * c + ch], mag[at] += fabs(dy[(size_t)i * c + ch]);
+        }
+    snprintf(what, sizeof what, "embed_bwd_seg_ref n=%d c=%d v=%d seg=%d", n, c, v, seg);
+    within_sum_bound(what, want, sum, mag, cv, seg_terms(n, seg));
+    free(sum), free(mag);
     for (int l = 0; l < L; l++)
         k_embed_bwd_ref(leaves + l * cv, idx + leaf0(l, seg), dy + (size_t)leaf0(l, seg) * c,
                         leaf1(l, n, seg) - leaf0(l, seg), c, v);
@@ -1565,6 +1752,13 @@ static void test_bf16_tn(int n, int p, int q, int seg, int kind)
     snprintf(what, sizeof what, "matmul_tn_seg_bf16_ref n=%d p=%d q=%d seg=%d kind %d", n, p, q,
              seg, kind);
     same_bits_nan(what, want, got, nc);
+    if (kind == BF_PLAIN) { /* both sides above step by bf16_dot: the total, independently, is
+                             * the float64 sum of the bf16 products (none near 2^-126 here) */
+        double *sum = dvec(nc), *mag = dvec(nc);
+        matmul64(sum, mag, a, 1, (size_t)n, b, n, p, q, bf16_exact);
+        within_sum_bound(what, want, sum, mag, nc, seg_terms(p, seg) + 1);
+        free(sum), free(mag);
+    }
     for (int isa = 0; isa < isa_count(); isa++) {
         isa_set(isa);
         snprintf(what, sizeof what, "matmul_tn_seg_bf16%s n=%d p=%d q=%d seg=%d kind %d",
