@@ -3,8 +3,9 @@
  * Python's tarfile, by GNU tar and by us, read as WebDataset documents and
  * checked against Python's own reading (tests/tar_check.py); every kind of
  * damaged shard refused in one line naming the exact offset; pipe:
- * sources and their exit status; and gpt shard end to end. Python checks
- * are counted skips when /usr/bin/python3 is missing. */
+ * sources and their exit status; gpt shard end to end; and the random
+ * test windows drawn from text in memory (text.c). Python checks are
+ * counted skips when /usr/bin/python3 is missing. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 #include "data.h"
 #include "safetensors.h"
+#include "text.h"
 #include "test.h"
 
 #define TMP "tests/tmp/data"
@@ -710,6 +712,52 @@ static void check_shard_refusals(void)
         t_expect_one_line(bad[i].cmd, bad[i].code, bad[i].says);
 }
 
+/* ---- random windows from text in memory ---- */
+
+/* sample_windows draws the eval lines' test windows: T bytes each from
+ * [lo, lo+len), starting uniformly in [lo, lo + len - T), as the
+ * reference's torch.randint(len(data) - block_size) does. On a split only
+ * 1 to 3 bytes longer than a window, every allowed start must come up, at
+ * about its share, and no other: an off-by-one in the range shows here,
+ * where on a big split it would hardly move a draw. Byte i of the text is
+ * i, so a window's first token is its start. */
+static void check_test_windows(void)
+{
+    enum { T = 8, B = 30, CALLS = 100, LO = 20 };
+    unsigned char text[64];
+    for (int i = 0; i < 64; i++)
+        text[i] = (unsigned char)i;
+    Data d = {text, sizeof text, LO};
+    Batch b;
+    batch_alloc(&b, B, T);
+    for (size_t gap = 1; gap <= 3; gap++) {
+        size_t len = T + gap, count[64] = {0}, bad = 0;
+        Rng r;
+        rng_seed(&r, 1234 + gap, RNG_EVAL);
+        for (int c = 0; c < CALLS; c++) {
+            sample_windows(&b, &d, LO, len, &r);
+            for (int i = 0; i < B; i++) {
+                const int32_t *w = b.tok + (size_t)i * T;
+                for (int t = 0; t < T; t++) /* T consecutive bytes of the text */
+                    bad += w[t] != w[0] + t;
+                count[w[0]]++;
+            }
+        }
+        CHECK(!bad, "gap %zu: %zu tokens of a window are not the text after its start", gap, bad);
+        size_t outside = 0, draws = (size_t)B * CALLS, share = draws / gap;
+        for (size_t s = 0; s < 64; s++)
+            if (s < LO || s >= LO + gap)
+                outside += count[s];
+        CHECK(!outside, "gap %zu: %zu windows start outside [%d, %zu)", gap, outside, LO,
+              LO + gap);
+        /* a share of 1000 to 3000 draws: 20% off is over 7 standard deviations */
+        for (size_t s = LO; s < LO + gap; s++)
+            CHECK(count[s] * 10 >= share * 8 && count[s] * 10 <= share * 12, "gap %zu: the start "
+                  "%zu drawn %zu times in %zu, want about %zu", gap, s, count[s], draws, share);
+    }
+    batch_free(&b);
+}
+
 void test_data(void)
 {
     char out[256];
@@ -727,4 +775,5 @@ void test_data(void)
     check_pipes();
     check_shard_command();
     check_shard_refusals();
+    check_test_windows();
 }

@@ -1,11 +1,15 @@
 /* tests/test_loader.c: training on a corpus streamed in parts, as a user
  * runs it: tar shards written by gpt shard, the same through pipe:, a
  * resume mid-part that continues bit for bit, epochs through a small
- * shuffle buffer, --vocab 256 on UTF-8 text, and the one-line errors. */
+ * shuffle buffer, --vocab 256 on UTF-8 text, and the one-line errors;
+ * then the loader's draws themselves (loader.h), against what its scheme
+ * predicts: the shuffle buffer, each epoch's order of parts, and parts
+ * split over streams. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "loader.h"
 #include "test.h"
 
 #define LD "tests/tmp/ld"
@@ -167,6 +171,190 @@ static void check_errors(void)
                  "--vocab must be 128");
 }
 
+/* ---- the loader's draws, against its scheme ---- */
+
+#define WT 8 /* bytes a window in these tests */
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* A loader of windows of WT bytes over parts: S streams, all on this host,
+ * B windows a step, a buffer of K windows. */
+static Loader *start_loader(const DataList *parts, int S, int B, int K, uint64_t seed)
+{
+    LoaderSpec spec = {.T = WT, .B = B, .streams = S, .first = 0, .count = S, .buffer = K,
+                       .vocab = 128, .seed = seed};
+    char err[1024];
+    Loader *l = loader_start(&spec, parts, NULL, err, sizeof err);
+    CHECK(l, "loader_start: %s", err);
+    return l;
+}
+
+/* The next step's windows, or NULL after a failed check. */
+static const unsigned char *next_rows(Loader *l)
+{
+    char err[1024];
+    const unsigned char *rows = loader_next(l, NULL, err, sizeof err);
+    CHECK(rows, "loader_next: %s", err);
+    return rows;
+}
+
+/* Parts of one window each, "aaaaaaaa", "bbbbbbbb", ...: a window's first
+ * byte names its part. */
+static void one_window_parts(DataList *parts, int n)
+{
+    char path[256], text[WT + 1];
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, LD "/lt/part-%c.txt", 'a' + i);
+        memset(text, 'a' + i, WT);
+        text[WT] = 0;
+        write_text(path, text);
+        data_list_add(parts, path);
+    }
+}
+
+/* The shuffle buffer of K windows: it starts with the stream's first K
+ * windows, and each draw takes one of its K slots uniformly, which the
+ * stream's next window refills. So the first window drawn is uniformly one
+ * of the first K (over 40 seeds each comes up: all but one fail to with
+ * probability below 1e-4); draw i takes a window among the first K + i;
+ * none is drawn twice; and a window waits a geometric time (p = 1/K) to be
+ * drawn: one still in the buffer after 60 draws has odds of 1e-7. One part
+ * of 400 numbered windows, "w000123\n", not read to its end here. */
+static void check_shuffle_buffer(void)
+{
+    enum { K = 4, N = 400, DRAWS = 300, SEEDS = 40 };
+    static char text[N * WT + 1];
+    for (int i = 0; i < N; i++)
+        snprintf(text + i * WT, WT + 1, "w%06d\n", i);
+    write_text(LD "/lt/numbered.txt", text);
+    DataList parts = {0};
+    data_list_add(&parts, LD "/lt/numbered.txt");
+    int first[K] = {0}, wild = 0;
+    for (int seed = 1; seed <= SEEDS; seed++) {
+        Loader *l = start_loader(&parts, 1, 1, K, (uint64_t)seed);
+        const unsigned char *rows = l ? next_rows(l) : NULL;
+        int w = rows ? atoi((const char *)rows + 1) : -1;
+        if (w >= 0 && w < K)
+            first[w]++;
+        else
+            wild++;
+        loader_stop(l);
+    }
+    for (int k = 0; k < K; k++)
+        CHECK(first[k] > 0, "of %d seeds none drew window %d first (the buffer holds windows "
+              "0..%d at the start)", SEEDS, k, K - 1);
+    CHECK(!wild, "%d of %d seeds drew first a window the buffer cannot hold yet", wild, SEEDS);
+
+    int times[N] = {0}, late = 0;
+    Loader *l = start_loader(&parts, 1, 1, K, 7);
+    for (int i = 0; l && i < DRAWS; i++) {
+        const unsigned char *rows = next_rows(l);
+        if (!rows)
+            break;
+        int w = atoi((const char *)rows + 1);
+        if (w < 0 || w >= K + i) {
+            late++;
+            continue;
+        }
+        times[w]++;
+    }
+    loader_stop(l);
+    CHECK(!late, "%d draws took a window not yet read into the buffer", late);
+    int twice = 0, missed = 0;
+    for (int w = 0; w < N; w++) {
+        twice += times[w] > 1;
+        missed += w < DRAWS - 60 && times[w] == 0;
+    }
+    CHECK(!twice && !missed, "of windows 0..%d, %d drawn more than once, %d never drawn in %d "
+          "draws", DRAWS - 61, twice, missed, DRAWS);
+    data_list_free(&parts);
+}
+
+/* Each epoch's order of parts is a uniformly random permutation (a
+ * Fisher-Yates shuffle): over 180 epochs of 3 parts, each of the 6 orders
+ * comes up about 30 times, the 4 that leave a part in place included. One
+ * stream with a buffer of one window reads the parts in the epoch's order,
+ * and a step of 3 windows is an epoch. */
+static void check_part_order(void)
+{
+    enum { EPOCHS = 180 };
+    static const char *const order[6] = {"abc", "acb", "bac", "bca", "cab", "cba"};
+    DataList parts = {0};
+    one_window_parts(&parts, 3);
+    int seen[6] = {0}, other = 0;
+    Loader *l = start_loader(&parts, 1, 3, 1, 11);
+    for (int e = 0; l && e < EPOCHS; e++) {
+        const unsigned char *rows = next_rows(l);
+        if (!rows)
+            break;
+        char got[4] = {(char)rows[0], (char)rows[WT], (char)rows[2 * WT], 0};
+        int k = 0;
+        while (k < 6 && strcmp(got, order[k]))
+            k++;
+        if (k < 6)
+            seen[k]++;
+        else
+            other++;
+    }
+    loader_stop(l);
+    CHECK(!other, "%d of %d epochs did not read each part once", other, EPOCHS);
+    /* each order's count is binomial (180, 1/6): mean 30, deviation 5 */
+    for (int k = 0; k < 6; k++)
+        CHECK(seen[k] >= 10 && seen[k] <= 50, "the parts in order %s in %d of %d epochs, want "
+              "about %d", order[k], seen[k], EPOCHS, EPOCHS / 6);
+    data_list_free(&parts);
+}
+
+/* 5 parts over 2 streams: part i of an epoch's order belongs to stream
+ * i mod 2, so stream 0 reads 3 parts an epoch and stream 1 reads 2, and
+ * together they read every part once. One window a part and a buffer of
+ * one window: stream 0's windows 3e..3e+2 and stream 1's 2e..2e+1 are
+ * epoch e's parts. The report's bytes of an epoch add up to the corpus. */
+static void check_stream_split(void)
+{
+    enum { STEPS = 30, EPOCHS = STEPS / 3 };
+    DataList parts = {0};
+    one_window_parts(&parts, 5);
+    char win[2][STEPS];
+    int steps = 0;
+    Loader *l = start_loader(&parts, 2, 2, 1, 5);
+    for (; l && steps < STEPS; steps++) {
+        const unsigned char *rows = next_rows(l); /* row r from stream r */
+        if (!rows)
+            break;
+        win[0][steps] = (char)rows[0];
+        win[1][steps] = (char)rows[WT];
+    }
+    int bad = steps < STEPS;
+    for (int e = 0; !bad && e < EPOCHS; e++) {
+        int read[6] = {0}; /* read[5]: a window of no part */
+        for (int i = 0; i < 5; i++) {
+            int p = (i < 3 ? win[0][3 * e + i] : win[1][2 * e + i - 3]) - 'a';
+            read[p >= 0 && p < 5 ? p : 5]++;
+        }
+        for (int p = 0; p < 6; p++)
+            bad += read[p] != (p < 5);
+        CHECK(!bad, "epoch %d: stream 0 read %.3s, stream 1 %.2s: not each of 5 parts once", e,
+              win[0] + 3 * e, win[1] + 2 * e);
+    }
+    StreamStats s0 = l ? loader_stats(l, 0) : (StreamStats){0};
+    StreamStats s1 = l ? loader_stats(l, 1) : (StreamStats){0};
+    loader_stop(l);
+    CHECK(s0.parts == 3 && s1.parts == 2 && s0.epochs >= EPOCHS - 1 && s1.epochs >= EPOCHS - 1 &&
+          s0.epoch_bytes + s1.epoch_bytes == 5 * WT, "streams of 5 parts: %d and %d parts, "
+          "%llu and %llu bytes an epoch (want 3 and 2 parts, %d bytes in all)", s0.parts,
+          s1.parts, (unsigned long long)s0.epoch_bytes, (unsigned long long)s1.epoch_bytes,
+          5 * WT);
+    data_list_free(&parts);
+}
+
 void test_loader(void)
 {
     make_corpus();
@@ -176,4 +364,9 @@ void test_loader(void)
     check_epochs();
     check_vocab();
     check_errors();
+    char out[256];
+    t_run("mkdir -p " LD "/lt", out, sizeof out);
+    check_shuffle_buffer();
+    check_part_order();
+    check_stream_split();
 }
