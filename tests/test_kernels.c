@@ -1605,6 +1605,47 @@ static void bf16_fill(float *x, size_t n, int kind, int is_bias)
     }
 }
 
+/* A ReLU output as the gate of the bf16 gated matmul: ReLU gives exact
+ * zeros often, so a third of the gate is +0 or -0, the rest keeps its
+ * sign (negative values stand for a gate the twin must also close). */
+static void bf16_gate_fill(float *gate, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (i % 3 == 0)
+            gate[i] = i % 2 ? -0.0f : 0.0f;
+}
+
+/* The gated twin c against its definition: ReLU's derivative closes the
+ * gate where gate <= 0 (+0 exactly there); where it is open, the fp32 sum
+ * within (p+1) u sum |products| of the float64 sum of bf16-rounded
+ * products, plus 2^-126 per flush (only for plain inputs: edges may be
+ * inf or NaN). */
+static void bf16_gated_check(const float *c, const float *a, const float *b, const float *gate,
+                             int n, int p, int q, int plain)
+{
+    int closed_bad = 0, open_bad = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < q; j++) {
+            size_t at = (size_t)i * q + j;
+            if (!(gate[at] > 0)) {
+                closed_bad += f_bits(c[at]) != 0;
+                continue;
+            }
+            if (!plain)
+                continue;
+            double s = 0, mag = 0;
+            for (int k = 0; k < p; k++) {
+                double t = bf16_exact(a[(size_t)i * p + k]) * bf16_exact(b[(size_t)k * q + j]);
+                s += t, mag += fabs(t);
+            }
+            open_bad += fabs(c[at] - s) > (p + 1) * 0x1p-24 * mag + (p + 2) * 0x1p-126;
+        }
+    CHECK(closed_bad == 0, "matmul_bf16_gated_ref n=%d p=%d q=%d: %d outputs not +0 where the "
+          "gate is <= 0", n, p, q, closed_bad);
+    CHECK(open_bad == 0, "matmul_bf16_gated_ref n=%d p=%d q=%d: %d outputs off the exact sum "
+          "where the gate is open", n, p, q, open_bad);
+}
+
 /* All paths on one shape: bit-identical to the twin and to each other
  * (native, emulated, every ISA), and the twin within the fp32 error bound
  * of the exact sum of the bf16 products. */
@@ -1642,9 +1683,12 @@ static void test_bf16_shape(int n, int p, int q, float scale, int kind)
             }
         }
     }
-    /* the ReLU's backward gate (r1 as the ReLU's output): k_matmul_bf16 then
-     * relu_bwd, and the twin, bit for bit */
+    /* the ReLU's backward gate (r1 as the ReLU's output, with exact zeros):
+     * k_matmul_bf16 then relu_bwd, and the twin, bit for bit; the twin
+     * against the exact products, gated */
+    bf16_gate_fill(r1, nc);
     k_matmul_bf16_gated_ref(want, a, b, r1, n, p, q);
+    bf16_gated_check(want, a, b, r1, n, p, q, kind == BF_PLAIN);
     for (int isa = 0; isa < isa_count(); isa++) {
         isa_set(isa);
         snprintf(what, sizeof what, "matmul_bf16_gated n=%d p=%d q=%d [%s]", n, p, q,

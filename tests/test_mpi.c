@@ -134,6 +134,22 @@ static void check_grad_accum(void)
 }
 
 /* Ranks started with different flags are refused, naming the rank. */
+/* 4 ranks with a gradient over SMALL_ALL_REDUCE_BYTES (comm.c: 32 KiB):
+ * the all-reduce's sharded path, where each rank sums its shard of the 4
+ * ranks' copies, must add them in rank order, as one process does. The
+ * small models above stay under it (and 2 ranks never take it). */
+static void check_large_all_reduce(void)
+{
+    char out[65536];
+    int rc = train(0, 1, "--steps 3 --mlp 256", "tests/tmp/m-big1", out, sizeof out);
+    CHECK(rc == 0, "one process, --mlp 256: rc %d: %s", rc, out);
+    rc = train(4, 1, "--steps 3 --mlp 256 --metrics", "tests/tmp/m-big4", out, sizeof out);
+    const char *bytes = strstr(out, "CrossHostAllReduceBytes");
+    CHECK(rc == 0 && bytes, "4x1, --mlp 256: rc %d: %s", rc, out);
+    CHECK(t_same_tensors(CKPT("m-big1", "03"), CKPT("m-big4", "03")),
+          "4x1 with a %s all-reduce differs from one process", bytes ? bytes : "large");
+}
+
 static void check_flag_mismatch(void)
 {
     char out[65536];
@@ -434,6 +450,7 @@ void test_mpi(void)
     check_tcp();
     check_eager();
     check_grad_accum();
+    check_large_all_reduce();
     check_flag_mismatch();
     check_errors_said_once();
     check_shards();
