@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include "test.h"
 #include "../safetensors.h"
 #include "../tensor.h"
@@ -152,6 +154,48 @@ int t_same_tensors(const char *a, const char *b)
     st_free(&fa);
     st_free(&fb);
     return ok;
+}
+
+/* The step of dir's newest whole checkpoint; 0 when it has none. */
+int t_newest_step(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int newest = 0, step;
+    while (d && (e = readdir(d)))
+        if (!strstr(e->d_name, ".tmp") && sscanf(e->d_name, "ckpt-%d", &step) == 1 &&
+            step > newest)
+            newest = step;
+    if (d)
+        closedir(d);
+    return newest;
+}
+
+/* How many steps dir's run log (metrics.jsonl, flushed each step) records. */
+int t_steps_logged(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *log = (char *)t_slurp(path, NULL), *at = log;
+    int n = 0;
+    while (at && (at = strstr(at, "\"kind\":\"step\"")))
+        n++, at++;
+    free(log);
+    return n;
+}
+
+/* Waits until progress(dir) reaches n (a checkpoint's step, steps logged):
+ * training has begun and got that far. Gives up if the child pid exits
+ * (left unreaped, for the caller's waitpid) or after a minute of a
+ * crowded machine. */
+void t_wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid)
+{
+    for (int ms = 0; ms < 60000 && progress(dir) < n; ms++) {
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+            return;
+        usleep(1000);
+    }
 }
 
 /* Pseudo-English from a fixed word list: small, learnable, reproducible. */

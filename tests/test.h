@@ -3,6 +3,7 @@
 #define TEST_H
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 extern int t_pass, t_fail, t_skip;
 
@@ -54,6 +55,14 @@ int t_same_file(const char *a, const char *b);
 /* 1 when two checkpoints hold the same tensors, bit for bit (names, types,
  * places and bytes); their metadata (the flags of the run) may differ. */
 int t_same_tensors(const char *a, const char *b);
+/* Signal tests: a trainer's progress in its --out dir, and a wait for it.
+ * The step of dir's newest whole checkpoint (0: none); the steps its run
+ * log (metrics.jsonl, flushed each step) records; t_wait_for polls until
+ * progress(dir) reaches n, or the child pid exits (left unreaped for the
+ * caller's waitpid), or a minute passes. */
+int t_newest_step(const char *dir);
+int t_steps_logged(const char *dir);
+void t_wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid);
 /* At least `at_least` bytes of pseudo-English from a fixed seed. */
 void t_write_words(const char *path, size_t at_least);
 

@@ -157,48 +157,6 @@ static int has_ckpt_file(const char *dir, int tmp)
 
 static int has_ckpt(const char *dir) { return has_ckpt_file(dir, 0); }
 
-/* The step of dir's newest whole checkpoint; 0 when it has none. */
-static int newest_step(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    int newest = 0, step;
-    while (d && (e = readdir(d)))
-        if (!strstr(e->d_name, ".tmp") && sscanf(e->d_name, "ckpt-%d", &step) == 1 &&
-            step > newest)
-            newest = step;
-    if (d)
-        closedir(d);
-    return newest;
-}
-
-/* How many steps dir's run log (metrics.jsonl, flushed each step) records. */
-static int steps_logged(const char *dir)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    char *log = (char *)t_slurp(path, NULL), *at = log;
-    int n = 0;
-    while (at && (at = strstr(at, "\"kind\":\"step\"")))
-        n++, at++;
-    free(log);
-    return n;
-}
-
-/* Waits until progress(dir) reaches n (a checkpoint's step, steps logged):
- * training has begun and got that far. Gives up if the child pid exits
- * (left unreaped, for the caller's waitpid) or after a minute of a
- * crowded machine. */
-static void wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid)
-{
-    for (int ms = 0; ms < 60000 && progress(dir) < n; ms++) {
-        siginfo_t si = {0};
-        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
-            return;
-        usleep(1000);
-    }
-}
-
 #define KILLRUN "exec ./gpt train " SMALL " --steps 400 --ckpt-every 3 --keep 2 --out tests/tmp/k1 " \
                 ">/dev/null 2>&1"
 
@@ -218,20 +176,20 @@ static void check_kill_resume(void)
     t_run("rm -rf tests/tmp/k1", out, sizeof out);
     int kills = 0, cut = 0, st, at = 0;
     for (int round = 0; round < 8; round++) {
-        int from = newest_step("tests/tmp/k1");
+        int from = t_newest_step("tests/tmp/k1");
         at = from + 3 + rand() % 30;
         pid_t pid = spawn(from ? KILLRUN " --resume" : KILLRUN);
-        wait_for(newest_step, "tests/tmp/k1", at, pid);
+        t_wait_for(t_newest_step, "tests/tmp/k1", at, pid);
         usleep((useconds_t)(rand() % 3000));
         kill(pid, SIGKILL);
         waitpid(pid, &st, 0);
         /* killed, and past the drawn step: mid-run */
-        kills += WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && newest_step("tests/tmp/k1") >= at;
+        kills += WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && t_newest_step("tests/tmp/k1") >= at;
         cut += has_ckpt_file("tests/tmp/k1", 1);
     }
     CHECK(kills == 8, "%d of 8 SIGKILLs (seed %u) hit a trainer mid-run; the last round waited "
           "for step %d, the newest checkpoint is step %d", kills, seed, at,
-          newest_step("tests/tmp/k1"));
+          t_newest_step("tests/tmp/k1"));
     int rc = t_run(has_ckpt("tests/tmp/k1") ? KILLRUN " --resume" : KILLRUN, out, sizeof out);
     CHECK(rc == 0 &&
               t_same_file("tests/tmp/k0/ckpt-00000400.safetensors", "tests/tmp/k1/ckpt-00000400.safetensors"),
@@ -344,7 +302,7 @@ static void check_sigterm(void)
     t_run("rm -rf tests/tmp/k2 tests/tmp/k2.err", out, sizeof out);
     pid_t pid = spawn("exec ./gpt train " SMALL " --steps 400 --out tests/tmp/k2 --threads 2 "
                       ">/dev/null 2>tests/tmp/k2.err");
-    wait_for(steps_logged, "tests/tmp/k2", 10, pid);
+    t_wait_for(t_steps_logged, "tests/tmp/k2", 10, pid);
     kill(pid, SIGTERM);
     int st, step = -1;
     waitpid(pid, &st, 0);
@@ -354,10 +312,10 @@ static void check_sigterm(void)
         step = atoi(said + strlen("stopped by signal 15 after step "));
     snprintf(ckpt, sizeof ckpt, "tests/tmp/k2/ckpt-%08d.safetensors", step);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 143 && step >= 10 && step < 400 &&
-              access(ckpt, F_OK) == 0 && newest_step("tests/tmp/k2") == step,
+              access(ckpt, F_OK) == 0 && t_newest_step("tests/tmp/k2") == step,
           "SIGTERM mid-run: exit %d, stopped after step %d, its checkpoint %s (newest %d): %s",
           WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st), step,
-          access(ckpt, F_OK) ? "missing" : "saved", newest_step("tests/tmp/k2"),
+          access(ckpt, F_OK) ? "missing" : "saved", t_newest_step("tests/tmp/k2"),
           err ? err : "(no output)");
     free(err);
     int rc = t_run("./gpt train --steps 400 --out tests/tmp/k2 --resume --threads 1 --data tests/tmp/d.txt",

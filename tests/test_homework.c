@@ -131,48 +131,6 @@ static void check_dropout_masks(void)
     CHECK(memcmp(y, y2, sizeof y), "two steps' keys give one mask");
 }
 
-/* The step of dir's newest whole checkpoint; 0 when it has none. */
-static int newest_step(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    int newest = 0, step;
-    while (d && (e = readdir(d)))
-        if (!strstr(e->d_name, ".tmp") && sscanf(e->d_name, "ckpt-%d", &step) == 1 &&
-            step > newest)
-            newest = step;
-    if (d)
-        closedir(d);
-    return newest;
-}
-
-/* How many steps dir's run log (metrics.jsonl, flushed each step) records. */
-static int steps_logged(const char *dir)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    char *log = (char *)t_slurp(path, NULL), *at = log;
-    int n = 0;
-    while (at && (at = strstr(at, "\"kind\":\"step\"")))
-        n++, at++;
-    free(log);
-    return n;
-}
-
-/* Waits until progress(dir) reaches n (a checkpoint's step, steps logged):
- * training has begun and got that far. Gives up if the child pid exits
- * (left unreaped, for the caller's waitpid) or after a minute of a
- * crowded machine. */
-static void wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid)
-{
-    for (int ms = 0; ms < 60000 && progress(dir) < n; ms++) {
-        siginfo_t si = {0};
-        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
-            return;
-        usleep(1000);
-    }
-}
-
 /* The step after which a run's output (a file) says it stopped on `sig`,
  * and whether that step's checkpoint is in dir and the newest there; -1
  * when it does not say so. Waits up to a minute for the line: a sweep's
@@ -191,7 +149,7 @@ static int stopped_at(const char *log, int sig, const char *dir, int *saved)
             usleep(10000);
     }
     snprintf(ckpt, sizeof ckpt, "%s/ckpt-%08d.safetensors", dir, step);
-    *saved = step > 0 && access(ckpt, F_OK) == 0 && newest_step(dir) == step;
+    *saved = step > 0 && access(ckpt, F_OK) == 0 && t_newest_step(dir) == step;
     return step;
 }
 
@@ -238,7 +196,7 @@ static void check_dropout_runs(void)
               "--out tests/tmp/h5 > /dev/null 2>tests/tmp/h5.err", (char *)NULL);
         _exit(127);
     }
-    wait_for(steps_logged, "tests/tmp/h5", 7, pid);
+    t_wait_for(t_steps_logged, "tests/tmp/h5", 7, pid);
     kill(pid, SIGTERM);
     int st, saved;
     waitpid(pid, &st, 0);
@@ -341,8 +299,8 @@ static void check_sweep(void)
               "--out tests/tmp/sw2 > /dev/null 2>&1", (char *)NULL);
         _exit(127);
     }
-    wait_for(steps_logged, "tests/tmp/sw2/lr=1e-3", 5, pid);
-    wait_for(steps_logged, "tests/tmp/sw2/lr=3e-3", 5, pid);
+    t_wait_for(t_steps_logged, "tests/tmp/sw2/lr=1e-3", 5, pid);
+    t_wait_for(t_steps_logged, "tests/tmp/sw2/lr=3e-3", 5, pid);
     kill(pid, SIGKILL);
     int st, saved[2], step[2];
     waitpid(pid, &st, 0);

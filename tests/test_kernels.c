@@ -160,6 +160,13 @@ static double *dvec(size_t n)
     return p;
 }
 
+/* f[0..n) = d[0..n) rounded to float: a float64 answer in a kernel's type */
+static void to_float(float *f, const double *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)d[i];
+}
+
 /* ======================================================================
  * 1. The twins against known answers
  * ====================================================================== */
@@ -369,10 +376,8 @@ static void test_attention_twin(int B, int T, int C, int H)
     for (size_t i = 0; i < nq; i++)
         dq[i] = qkv[i];
     attention_naive(dout, dlse, dq, B, T, C, H);
-    for (size_t i = 0; i < no; i++)
-        fo[i] = (float)dout[i];
-    for (size_t i = 0; i < nl; i++)
-        fl[i] = (float)dlse[i];
+    to_float(fo, dout, no);
+    to_float(fl, dlse, nl);
     k_attention_ref(out, lse, qkv, B, T, C, H);
     snprintf(what, sizeof what, "attention_ref vs double B=%d T=%d C=%d H=%d", B, T, C, H);
     close_to(what, out, fo, no, 1e-5);
@@ -819,8 +824,7 @@ static void test_xent(int n, int v, int skip, double tol_loss)
     /* the fused twin against the loss and gradient computed here in double */
     double *dg = malloc(sizeof(double) * nx);
     float want = (float)xent_double(dg, logits, t, dloss, n, v);
-    for (size_t i = 0; i < nx; i++)
-        d2[i] = (float)dg[i];
+    to_float(d2, dg, nx);
     k_xent_grad_ref(&l3, d1, logits, t, &dloss, n, v);
     snprintf(what, sizeof what, "xent_grad_ref loss vs double n=%d v=%d", n, v);
     close_to(what, &l3, &want, 1, 1e-5);
@@ -1919,12 +1923,9 @@ static void test_bf16_attention_twins(const float *qkv, const float *dout, int B
         rd[i] = bf16_exact(dout[i]);
     attention_naive(o, l, rq, B, T, C, H);
     attention_bwd_naive(dq, rd, rq, B, T, C, H);
-    for (size_t i = 0; i < n1; i++)
-        fo[i] = (float)o[i];
-    for (size_t i = 0; i < nl; i++)
-        fl[i] = (float)l[i];
-    for (size_t i = 0; i < n3; i++)
-        fdq[i] = (float)dq[i];
+    to_float(fo, o, n1);
+    to_float(fl, l, nl);
+    to_float(fdq, dq, n3);
     k_attention_bf16_ref(got, gl, qkv, B, T, C, H);
     snprintf(what, sizeof what, "attention_bf16_ref vs double B=%d T=%d C=%d H=%d", B, T, C, H);
     close_to(what, got, fo, n1, 1e-5);
