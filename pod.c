@@ -39,6 +39,20 @@ _Noreturn void exit_planned(int code)
     exit(code);
 }
 
+/* "gpt: [rank R: ]MESSAGE\n" on stderr in one write (rank < 0: none), so
+ * that the lines of ranks sharing a terminal or a pipe never interleave. */
+static void say_line(int rank, const char *fmt, va_list ap)
+{
+    char line[4096];
+    int n = rank >= 0 ? snprintf(line, sizeof line, "gpt: rank %d: ", rank)
+                      : snprintf(line, sizeof line, "gpt: ");
+    n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    if (n > (int)sizeof line - 2)
+        n = (int)sizeof line - 2; /* cut short, the newline still last */
+    line[n++] = '\n';
+    fwrite(line, 1, (size_t)n, stderr);
+}
+
 /* Usage errors exit 2, runtime errors 1; both are one line on stderr. In
  * a pod a usage error is every rank's (they run the same flags), so the
  * master alone says it while the others wait for it to; a runtime error is
@@ -53,13 +67,8 @@ static _Noreturn void vdie(int code, const char *fmt, va_list ap)
         comm_barrier();
         waited = 1; /* the master met no such error: say it here */
     }
-    if (code != 2 || is_master() || waited) {
-        fputs("gpt: ", stderr);
-        if (comm_size() > 1 && (code != 2 || waited))
-            fprintf(stderr, "rank %d: ", comm_rank());
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-    }
+    if (code != 2 || is_master() || waited)
+        say_line(comm_size() > 1 && (code != 2 || waited) ? comm_rank() : -1, fmt, ap);
     if (comm_size() > 1)
         comm_abort(code);
     exit(code);
@@ -91,11 +100,8 @@ _Noreturn void die_all(int code, const char *fmt, ...)
     va_start(ap, fmt);
     if (comm_size() == 1)
         vdie(code, fmt, ap);
-    if (is_master()) {
-        fputs("gpt: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-    }
+    if (is_master())
+        say_line(-1, fmt, ap);
     va_end(ap);
     comm_barrier();
     exit_planned(code);
