@@ -62,6 +62,12 @@ static void graph_step(Graph *g, float *p, float *m, float *v, const float *grad
     g_mark_step(g, NULL, 0); /* the lazy device runs it here */
 }
 
+/* The larger of a running error and a new one; a NaN is the worst and
+ * stays. (Not fmax, which drops NaNs, and whose reductions in adam_run
+ * crash aarch64 gcc 12 at -O2: an internal error in
+ * vect_transform_reduction.) */
+static double worst(double a, double b) { return isnan(a) || b <= a ? a : b; }
+
 /* ADAM_STEPS steps from adam_p0, each compared with PyTorch's. */
 static struct adam_err adam_run(enum adam_path path, const struct adam_hyper *h)
 {
@@ -70,7 +76,7 @@ static struct adam_err adam_run(enum adam_path path, const struct adam_hyper *h)
     memcpy(p, adam_p0, sizeof p);
     for (int s = 0; s < ADAM_STEPS; s++)
         for (int i = 0; i < ADAM_N; i++)
-            size[i] = fmax(size[i], fabs(adam_grad[s][i]));
+            size[i] = worst(size[i], fabs(adam_grad[s][i]));
     Graph *g = path >= BY_EAGER ? g_new() : NULL;
     if (g)
         g_set_lazy(g, path == BY_LAZY);
@@ -84,9 +90,9 @@ static struct adam_err adam_run(enum adam_path path, const struct adam_hyper *h)
         else
             graph_step(g, p, m, v, adam_grad[s], &t, &lr, h);
         for (int i = 0; i < ADAM_N; i++) {
-            e.p = fmax(e.p, fabs((double)p[i] - adam_want_p[s][i]) / ADAM_LR);
-            e.m = fmax(e.m, fabs((double)m[i] - adam_want_m[s][i]) / size[i]);
-            e.v = fmax(e.v, fabs((double)v[i] - adam_want_v[s][i]) / (size[i] * size[i]));
+            e.p = worst(e.p, fabs((double)p[i] - adam_want_p[s][i]) / ADAM_LR);
+            e.m = worst(e.m, fabs((double)m[i] - adam_want_m[s][i]) / size[i]);
+            e.v = worst(e.v, fabs((double)v[i] - adam_want_v[s][i]) / (size[i] * size[i]));
         }
     }
     if (g)
