@@ -5,15 +5,21 @@ CFLAGS  ?= -O2 -g
 # and picks its kernels at run time (tensor.c, compiled once per backend).
 # -ffp-contract=off: no a*b+c fused into an FMA behind our back, so every
 # compiler and every backend gives the same bits.
-WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -ffp-contract=off
+WARN    := -I. -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -ffp-contract=off
 OMP     := -fopenmp
 LDLIBS  := -lm
-SRC     := gpt.c ckpt.c train.c flags.c text.c pod.c rundir.c commands.c sweep.c rng.c util.c \
-           safetensors.c data.c loader.c watch.c graph.c trace.c fuse.c plan.c lower.c dump.c \
-           xla_sim.c metrics.c comm.c tensor_ref.c tensor_bf16.c
-HDR     := gpt.h commands.h flags.h text.h pod.h rundir.h rng.h util.h safetensors.h data.h \
-           loader.h watch.h graph.h compiler.h xla_sim.h ops.def comm.h tensor.h tensor_impl.h \
-           vec.h fmath.h
+# The four files of the design card at the top, each layer's other rooms in
+# a folder named for it (README.md, "The map"). Every include is written
+# from the top (-I.): #include "compiler/compiler.h".
+SRC     := cmd/train.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c cmd/rundir.c \
+           gpt.c graph.c compiler/trace.c compiler/fuse.c compiler/plan.c compiler/lower.c \
+           compiler/dump.c xla_sim.c device/metrics.c kernels/tensor_ref.c kernels/tensor_bf16.c \
+           pod/pod.c pod/comm.c data/data.c data/loader.c data/text.c watch/watch.c \
+           safetensors/safetensors.c util/util.c util/rng.c
+HDR     := gpt.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h cmd/rundir.h \
+           compiler/compiler.h device/ops.def kernels/tensor_impl.h kernels/vec.h pod/pod.h \
+           pod/comm.h data/data.h data/loader.h data/text.h watch/watch.h \
+           safetensors/safetensors.h util/util.h util/rng.h util/fmath.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \
@@ -139,8 +145,8 @@ bench-flavours: bench/gpt-gcc gpt-llvm
 # mostly measure waiting, their bytes are exact) and 2 over shared memory.
 MPIRUN := mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
           --mca btl_vader_single_copy_mechanism none
-bench/comm_bench: comm.c comm.h tensor_ref.c tensor_bf16.c util.c $(KOBJ) $(HDR) bench/comm_bench.c
-	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ comm.c tensor_ref.c tensor_bf16.c util.c bench/comm_bench.c $(KOBJ) $(LDLIBS)
+bench/comm_bench: pod/comm.c kernels/tensor_ref.c kernels/tensor_bf16.c util/util.c $(KOBJ) $(HDR) bench/comm_bench.c
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ pod/comm.c kernels/tensor_ref.c kernels/tensor_bf16.c util/util.c bench/comm_bench.c $(KOBJ) $(LDLIBS)
 
 bench-mpi: bench/comm_bench
 	$(MPIRUN) --mca btl self,tcp -np 2 ./bench/comm_bench "TCP on loopback"
@@ -207,7 +213,7 @@ fuzz: $(SRC) $(KSRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
 	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=60 \
 	    -artifact_prefix=tests/tmp/ \
 	    tests/tmp/fuzz tests/fuzz-corpus
-	$(FUZZ_CC) -o tests/tmp/fuzz_tar data.c tests/fuzz_tar.c
+	$(FUZZ_CC) -o tests/tmp/fuzz_tar data/data.c tests/fuzz_tar.c
 	./tests/tmp/fuzz_tar -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 \
 	    -artifact_prefix=tests/tmp/tar- \
 	    tests/tmp/fuzz-tar tests/fuzz-tar-corpus
@@ -261,11 +267,11 @@ test-arm64: gpt-arm64 tests/run-arm64
 # make install [PREFIX=/usr/local] [DESTDIR=...]: the binary (and gpt-mpi
 # when built) and the man page.
 PREFIX ?= /usr/local
-install: gpt gpt.1
+install: gpt docs/gpt.1
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 gpt $(DESTDIR)$(PREFIX)/bin/gpt
 	if [ -x gpt-mpi ]; then install -m 755 gpt-mpi $(DESTDIR)$(PREFIX)/bin/gpt-mpi; fi
-	install -m 644 gpt.1 $(DESTDIR)$(PREFIX)/share/man/man1/gpt.1
+	install -m 644 docs/gpt.1 $(DESTDIR)$(PREFIX)/share/man/man1/gpt.1
 
 clean:
 	rm -f gpt gpt-mpi gpt-debug gpt-dyn gpt-llvm tests/run tests/run-debug bench/bench bench/comm_bench

@@ -13,9 +13,9 @@
  * its flags (flags.c), its text (text.c), the other commands (commands.c,
  * sweep.c). */
 #include "gpt.h"
-#include "rng.h"
-#include "util.h"
-#include "fmath.h"
+#include "util/rng.h"
+#include "util/util.h"
+#include "util/fmath.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -795,9 +795,9 @@ void batch_finish(Batch *b)
 /* ==== main ====
  * Left out of the tests (GPT_NO_MAIN), which link everything else. */
 #ifndef GPT_NO_MAIN
-#include "commands.h"
-#include "comm.h"
-#include "pod.h"
+#include "cmd/commands.h"
+#include "pod/comm.h"
+#include "pod/pod.h"
 #include "tensor.h"
 
 static void usage_main(FILE *f)

@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "graph.h"
-#include "safetensors.h"
-#include "rng.h"
+#include "safetensors/safetensors.h"
+#include "util/rng.h"
 
 #define GPT_VERSION "1.0.0"
 #define GPT_STR_(x) #x

@@ -42,7 +42,7 @@
  * Memory for one step (tensor headers and eager data) comes from bump
  * arenas that g_reset rewinds, so a training step calls malloc only while
  * the arenas are still growing in the first step. */
-#include "compiler.h"
+#include "compiler/compiler.h"
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -29,9 +29,9 @@
  * leaves and tree of tensor.h. What a backend may choose is only how many
  * elements it works on at once (MR, the V_* widths below), never the
  * order of the operations on one of them. */
-#include "tensor_impl.h"
-#include "fmath.h"
-#include "vec.h"
+#include "kernels/tensor_impl.h"
+#include "util/fmath.h"
+#include "kernels/vec.h"
 #include <math.h>
 #include <string.h>
 

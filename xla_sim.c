@@ -4,8 +4,8 @@
  * decides what to run; metrics.c keeps what the run tells (--metrics,
  * --profile). */
 #include "xla_sim.h"
-#include "comm.h"
-#include "util.h"
+#include "pod/comm.h"
+#include "util/util.h"
 #include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -90,7 +90,7 @@ static double flops_elementwise(const struct kinstr *k) { return (double)k->attr
 #define OP(NAME, name, attrs, flops, nin, in, nout, out) \
     [KOP_##NAME] = {#name, NAME##_NIN, NAME##_NOUT, ATTRS_##attrs, flops},
 static const struct kop_info kop_table[KOP_COUNT] = {
-#include "ops.def"
+#include "device/ops.def"
 };
 #undef OP
 #undef L

@@ -16,7 +16,7 @@
  * LAYERNORM_IN_X, LAYERNORM_OUT_MEAN, ..., never a bare in[1]. */
 #define OP(NAME, name, attrs, flops, nin, in, nout, out) KOP_##NAME,
 enum kop {
-#include "ops.def"
+#include "device/ops.def"
     KOP_COUNT
 };
 #undef OP
@@ -43,7 +43,7 @@ enum kop {
 #define OP(NAME, name, attrs, flops, nin, in, nout, out)      \
     enum { KOP_EACH(nin, KOP_IN_NAME, NAME, in) NAME##_NIN }; \
     enum { KOP_EACH(nout, KOP_OUT_NAME, NAME, out) NAME##_NOUT };
-#include "ops.def"
+#include "device/ops.def"
 #undef OP
 
 /* An op's named attributes: the union member its line of ops.def names.

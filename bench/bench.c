@@ -35,9 +35,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data.h"
+#include "data/data.h"
 #include "gpt.h"
-#include "loader.h"
+#include "data/loader.h"
 #include "tensor.h"
 #include "xla_sim.h"
 #if defined(__x86_64__)

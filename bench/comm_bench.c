@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "comm.h"
+#include "pod/comm.h"
 #include "tensor.h"
 
 static int cmp_double(const void *a, const void *b)

@@ -6,7 +6,7 @@
  * ASan and UBSan and runs it from the seeds in tests/fuzz-tar-corpus/. */
 #include <stdint.h>
 #include <stdio.h>
-#include "data.h"
+#include "data/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

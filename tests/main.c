@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
-#include "../safetensors.h"
-#include "../tensor.h"
+#include "safetensors/safetensors.h"
+#include "tensor.h"
 
 int t_pass, t_fail, t_skip;
 

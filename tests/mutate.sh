@@ -113,8 +113,9 @@ objects_of()
 {
     local f=$1 s b o
     for s in $SRC; do
-        [ "$f" = "$s" ] || [ "${f%.h}" != "$f" ] || [ "$f" = ops.def ] || continue
+        [ "$f" = "$s" ] || [ "${f%.h}" != "$f" ] || [ "$f" = device/ops.def ] || continue
         o=${s%.c}
+        o=${o//\//-} # cmd/train.c -> obj/cmd-train.o
         if [ "$s" = gpt.c ]; then
             printf 'obj/gpt-main.o\t%s -c -o obj/gpt-main.o gpt.c\n' "$BASE"
             printf 'obj/gpt-nomain.o\t%s -DGPT_NO_MAIN -I. -c -o obj/gpt-nomain.o gpt.c\n' "$BASE"
@@ -127,7 +128,7 @@ objects_of()
             printf 'obj/mpi-%s.o\t%s %s %s %s -DGPT_MPI -c -o obj/mpi-%s.o %s\n' "$o" \
                 "$MPICC" "$CFLAGS" "$WARN" "$OMP" "$o" "$s" ;; esac
     done
-    if [ "$f" = tensor.c ] || [ "${f%.h}" != "$f" ] || [ "$f" = ops.def ]; then
+    if [ "$f" = tensor.c ] || [ "${f%.h}" != "$f" ] || [ "$f" = device/ops.def ]; then
         for b in $kernel_backends; do
             printf 'obj/tensor-%s.o\t%s %s -c -o obj/tensor-%s.o tensor.c\n' "$b" "$BASE" \
                 "$(mvar "KFLAGS_$b")" "$b"
@@ -160,9 +161,10 @@ link()
     for b in $BACKENDS; do kobj+=" obj/tensor-$b.o"; done
     for s in $SRC; do
         [ "$s" = gpt.c ] && continue
-        o=obj/${s%.c}.o
-        common+=" $o"
-        case " $mpi_src " in *" $s "*) mpiobjs+=" obj/mpi-${s%.c}.o" ;; *) mpiobjs+=" $o" ;; esac
+        o=${s%.c}
+        o=${o//\//-}
+        common+=" obj/$o.o"
+        case " $mpi_src " in *" $s "*) mpiobjs+=" obj/mpi-$o.o" ;; *) mpiobjs+=" obj/$o.o" ;; esac
     done
     for s in $TESTSRC; do tobj+=" obj/tests-$(basename "${s%.c}").o"; done
     (cd "$S" && eval "$BASE $STATIC -o gpt obj/gpt-main.o $common $kobj $LDLIBS" &&

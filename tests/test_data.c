@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "data.h"
-#include "safetensors.h"
-#include "text.h"
+#include "data/data.h"
+#include "safetensors/safetensors.h"
+#include "data/text.h"
 #include "test.h"
 
 #define TMP "tests/tmp/data"

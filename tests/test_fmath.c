@@ -5,7 +5,7 @@
  * fmath's within 0.8, so the two stay within 2 ulp of each other. The
  * answer is the hash of fmath's own bits over fixed inputs, which every
  * machine must reproduce (section 4). */
-#include "fmath.h"
+#include "util/fmath.h"
 #include "test.h"
 #include <limits.h>
 #include <math.h>

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "loader.h"
+#include "data/loader.h"
 #include "test.h"
 
 #define LD "tests/tmp/ld"

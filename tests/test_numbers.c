@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "test.h"
-#include "../flags.h"
-#include "../gpt.h"
-#include "../rng.h"
+#include "cmd/flags.h"
+#include "gpt.h"
+#include "util/rng.h"
 
 #define DIR "tests/tmp/numbers"
 

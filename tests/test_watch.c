@@ -109,7 +109,7 @@ static void check_plot_and_version(void)
                "--version && test -f " WD "/inst/share/man/man1/gpt.1", out, sizeof out);
     CHECK(rc == 0 && !strncmp(out, "gpt ", 4), "make install: rc %d: %s", rc, out);
     if (have("man --version")) {
-        rc = t_run("man -l --warnings gpt.1 2>&1 >/dev/null", out, sizeof out);
+        rc = t_run("man -l --warnings docs/gpt.1 2>&1 >/dev/null", out, sizeof out);
         CHECK(rc == 0 && !out[0], "the man page has warnings: rc %d: %s", rc, out);
     } else {
         SKIP_MISSING("man-db", "gpt.1 not checked for warnings: no man");

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "gpt.h"
-#include "safetensors.h"
+#include "safetensors/safetensors.h"
 
 /* Joins the pod at the start of main; the other ranks keep quiet. */
 void join_pod(int *argc, char ***argv);

@@ -5,8 +5,8 @@
  * Layout: u64 little-endian header length N, N bytes of JSON, then the raw
  * data. Everything a hostile file could lie about is checked: lengths,
  * nesting, number ranges, offsets, overlaps, holes and duplicate names. */
-#include "safetensors.h"
-#include "util.h"
+#include "safetensors/safetensors.h"
+#include "util/util.h"
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* rng.c: xoshiro256**, seeded through splitmix64 (rng.h). */
-#include "rng.h"
-#include "util.h"
+#include "util/rng.h"
+#include "util/util.h"
 
 void rng_seed(Rng *r, uint64_t seed, uint64_t stream)
 {

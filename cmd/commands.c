@@ -1,17 +1,17 @@
 /* commands.c: gpt sample, eval, shard and plot: the commands besides
  * train (train.c) and sweep (sweep.c). */
-#include "commands.h"
-#include "flags.h"
-#include "pod.h"
-#include "rundir.h"
-#include "text.h"
+#include "cmd/commands.h"
+#include "cmd/flags.h"
+#include "pod/pod.h"
+#include "cmd/rundir.h"
+#include "data/text.h"
 #include "gpt.h"
-#include "data.h"
-#include "watch.h"
+#include "data/data.h"
+#include "watch/watch.h"
 #include "xla_sim.h"
-#include "comm.h"
-#include "rng.h"
-#include "util.h"
+#include "pod/comm.h"
+#include "util/rng.h"
+#include "util/util.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

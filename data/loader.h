@@ -26,8 +26,8 @@
 #define LOADER_H
 #include <stddef.h>
 #include <stdint.h>
-#include "data.h"
-#include "rng.h"
+#include "data/data.h"
+#include "util/rng.h"
 
 #define LOADER_MAX_STREAMS 64
 

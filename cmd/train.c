@@ -5,19 +5,19 @@
  * run_training loops: a batch, a step, now and then an eval line, a
  * checkpoint, a passage. A signal stops it at a step boundary, with a
  * checkpoint. */
-#include "commands.h"
-#include "flags.h"
-#include "pod.h"
-#include "rundir.h"
-#include "text.h"
+#include "cmd/commands.h"
+#include "cmd/flags.h"
+#include "pod/pod.h"
+#include "cmd/rundir.h"
+#include "data/text.h"
 #include "gpt.h"
-#include "loader.h"
-#include "watch.h"
+#include "data/loader.h"
+#include "watch/watch.h"
 #include "xla_sim.h"
-#include "comm.h"
-#include "rng.h"
-#include "util.h"
-#include "fmath.h"
+#include "pod/comm.h"
+#include "util/rng.h"
+#include "util/util.h"
+#include "util/fmath.h"
 #include <omp.h>
 #include <errno.h>
 #include <limits.h>

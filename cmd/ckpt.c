@@ -3,7 +3,7 @@
  * state under _gpt.*. The file format is
  * safetensors.c's; this is the model's side of it. */
 #include "gpt.h"
-#include "util.h"
+#include "util/util.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

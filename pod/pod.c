@@ -7,9 +7,9 @@
  * host draws the same global batch from the same seed and trains on its
  * share; the all-reduce joins them (xla_sim.c over comm.c). With one
  * process (the static gpt) all of this reduces to nothing. */
-#include "pod.h"
-#include "comm.h"
-#include "util.h"
+#include "pod/pod.h"
+#include "pod/comm.h"
+#include "util/util.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,11 +3,11 @@
  * check_* functions refuse what cannot run, and the rest turns settings
  * into the simulated board, a graph and a precision. Usage errors exit 2
  * with one line (pod.c's need and die). */
-#include "flags.h"
-#include "pod.h"
+#include "cmd/flags.h"
+#include "pod/pod.h"
 #include "xla_sim.h"
-#include "loader.h"
-#include "fmath.h"
+#include "data/loader.h"
+#include "util/fmath.h"
 #include <omp.h>
 #include <errno.h>
 #include <limits.h>

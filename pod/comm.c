@@ -4,12 +4,12 @@
  * summation order, so each shard of the buffer is sent to the rank that
  * owns it, which adds every rank's copy in the fixed tree, and the summed
  * shards are then sent to every rank. */
-#include "comm.h"
+#include "pod/comm.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tensor.h"
-#include "util.h"
+#include "util/util.h"
 
 static double timeout_s = 300;
 

@@ -1,6 +1,6 @@
 /* dump.c: a trace, and the program made of it, as text or as DOT
  * (GPT_SAVE_GRAPHS; docs/examples shows both). */
-#include "compiler.h"
+#include "compiler/compiler.h"
 
 static void ref_name(char *buf, size_t n, struct ref r)
 {

@@ -4,7 +4,7 @@
  * (--profile: Chrome trace events). xla_sim.c runs the kernels and reports
  * each one here (xs_kernel_ran); nothing here changes what runs. */
 #include "xla_sim.h"
-#include "util.h"
+#include "util/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -10,8 +10,8 @@
  * windows are its own rows. loader_state pauses the thread and undoes the
  * steps made ahead on a copy, newest first; this costs a step a few bytes
  * a window, however large the buffer. */
-#include "loader.h"
-#include "util.h"
+#include "data/loader.h"
+#include "util/util.h"
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
 /* rundir.c: a run's directory (--out): its checkpoints,
  * ckpt-<step>.safetensors, found, pruned and named. */
-#include "rundir.h"
-#include "pod.h"
+#include "cmd/rundir.h"
+#include "pod/pod.h"
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* watch.c: the run log, the loss chart and the TensorBoard event file (see
  * watch.h). Read top-down: the log's lines and how a resume keeps them,
  * the chart, the event file, then the RunLog that drives all three. */
-#include "watch.h"
+#include "watch/watch.h"
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>

@@ -10,7 +10,7 @@
  * forward, so a shard may arrive through a pipe. Everything a damaged
  * shard could lie about is checked, and each error is one line naming the
  * shard and the byte offset where it went wrong. */
-#include "data.h"
+#include "data/data.h"
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>

@@ -26,9 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "util.h"
-#include "watch.h"
+#include "cmd/commands.h"
+#include "util/util.h"
+#include "watch/watch.h"
 
 #define MAX_RUNS 256
 #define MAX_ARGS 128

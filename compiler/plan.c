@@ -4,7 +4,7 @@
  * disjoint offsets of one arena. In order: collect_values (each value
  * and when it lives), place_values (its offset), check_hbm (the arena and
  * the resident buffers fit a core). lower.c calls them. */
-#include "compiler.h"
+#include "compiler/compiler.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * kernels built on it: rounding, matmul, weight gradients, attention.
  * tensor_ref.c holds the fp32 twins and dispatch; a first read of the
  * fp32 default path skips this file. */
-#include "tensor_impl.h"
+#include "kernels/tensor_impl.h"
 #include <math.h>
 #include <string.h>
 

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "graph.h"
-#include "util.h"
+#include "util/util.h"
 
 /* ---- level 2: the traced node and its operand references ---- */
 

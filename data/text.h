@@ -3,7 +3,7 @@
 #define TEXT_H
 #include <stddef.h>
 #include "gpt.h"
-#include "rng.h"
+#include "util/rng.h"
 
 typedef struct Data {
     unsigned char *bytes; /* [n] */

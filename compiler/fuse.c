@@ -3,7 +3,7 @@
  * fuse_layernorm_bwd, fuse_xent. A pass marks nodes dead and rewrites
  * operands; none changes a bit of any result: every fusion keeps the order
  * of floating-point operations. */
-#include "compiler.h"
+#include "compiler/compiler.h"
 #include <stdlib.h>
 #include <string.h>
 

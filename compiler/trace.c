@@ -7,7 +7,7 @@
  * cache writes): that is the trace. Its structure (ops, shapes, attributes,
  * which operand comes from where) is serialised into a key. The key's hash
  * finds a cached program; the full key confirms it. */
-#include "compiler.h"
+#include "compiler/compiler.h"
 #include <stdlib.h>
 #include <string.h>
 

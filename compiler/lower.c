@@ -1,7 +1,7 @@
 /* lower.c: compile() runs the passes (fuse.c) and lowers what survives
  * into a Program (xla_sim.h): the memory plan (plan.c) gives each value an
  * arena offset, and each operand becomes a place: an offset, or a slot. */
-#include "compiler.h"
+#include "compiler/compiler.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

@@ -21,9 +21,9 @@
  * the tree; weight-gradient matmul; attention; dropout; layernorm; softmax
  * cross-entropy; element-wise; sums over rows; transpose; embedding;
  * Adam; the entry points. */
-#include "tensor_impl.h"
-#include "fmath.h"
-#include "util.h"
+#include "kernels/tensor_impl.h"
+#include "util/fmath.h"
+#include "util/util.h"
 #include <math.h>
 #include <string.h>
 

@@ -1,10 +1,10 @@
 /* text.c: training and test text in memory: one file (the reference's
  * 80/20 split) or a whole corpus (a test set), and the random windows
  * drawn from it. A corpus trained on is streamed instead (loader.c). */
-#include "text.h"
-#include "data.h"
-#include "pod.h"
-#include "util.h"
+#include "data/text.h"
+#include "data/data.h"
+#include "pod/pod.h"
+#include "util/util.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

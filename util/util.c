@@ -1,5 +1,5 @@
 /* util.c: allocation, the clock and a hash (util.h). */
-#include "util.h"
+#include "util/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
