@@ -232,6 +232,7 @@ static const struct {
     {"golden", test_golden},
     {"numbers", test_numbers},
     {"optim", test_optim},
+    {"house", test_house},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */
