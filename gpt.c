@@ -313,6 +313,14 @@ Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
     return g_xent(g, *logits, tgt);
 }
 
+/* The mean loss of a batch, without gradients. */
+float batch_loss(Model *m, Graph *g, const Batch *b)
+{
+    Tensor *leaf[MAX_PARAMS], *logits;
+    g_reset(g);
+    return *(const float *)g_read(g, model_loss(m, g, b, leaf, &logits, 0));
+}
+
 /* Adam on every parameter, on every core's replica; t, read only, is shared. */
 static void adam_update(Model *m, Graph *g, Tensor **leaf, Tensor **grad, float lr)
 {
@@ -756,98 +764,3 @@ static Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col)
         base[c] = col + (size_t)c * rows;
     return per_core_leaf(g, TK_INPUT, DT_I32, base, 0, 1, rows);
 }
-
-/* ==== batches ==== */
-
-/* Batches: B windows of T token bytes, their positions and targets. */
-void batch_alloc(Batch *b, int B, int T)
-{
-    b->B = B;
-    b->T = T;
-    b->tok = xcalloc((size_t)B * T, sizeof(int32_t));
-    b->pos = xcalloc((size_t)B * T, sizeof(int32_t));
-    b->tgt = xcalloc((size_t)B * T, sizeof(int32_t));
-    b->row = xcalloc((size_t)B * T, sizeof(int32_t));
-    for (size_t k = 0; k < (size_t)B * T; k++) /* fixed: a host's share keeps its rows' */
-        b->row[k] = (int32_t)k;
-}
-
-void batch_free(Batch *b)
-{
-    free(b->tok);
-    free(b->pos);
-    free(b->tgt);
-    free(b->row);
-    memset(b, 0, sizeof *b);
-}
-
-void batch_finish(Batch *b)
-{
-    for (int i = 0; i < b->B; i++) {
-        for (int t = 0; t < b->T; t++) {
-            size_t k = (size_t)i * b->T + t;
-            b->pos[k] = t;
-            b->tgt[k] = t + 1 < b->T ? b->tok[k + 1] : -1;
-        }
-    }
-}
-
-/* ==== main ====
- * Left out of the tests (GPT_NO_MAIN), which link everything else. */
-#ifndef GPT_NO_MAIN
-#include "cmd/commands.h"
-#include "pod/comm.h"
-#include "pod/pod.h"
-#include "tensor.h"
-
-static void usage_main(FILE *f)
-{
-    fputs("usage: gpt <command> [flags]\n"
-          "  train    train the byte-level GPT (no flags = the reference's run)\n"
-          "  sample   stream a continuation from a checkpoint\n"
-          "  eval     test-split loss of a checkpoint\n"
-          "  shard    write text files as WebDataset tar shards\n"
-          "  plot     draw runs' losses on one chart (their --out directories)\n"
-          "  sweep    a grid of training runs at once (flags with comma lists)\n"
-          "gpt --version prints the version.\n"
-          "gpt <command> --help lists each command's flags.\n"
-          "GPT_ISA=scalar|avx2|avx512 lowers the kernel path.\n", f);
-}
-
-static int run_command(int argc, char **argv)
-{
-    if (argc < 2) {
-        if (is_master())
-            usage_main(stderr);
-        return 2;
-    }
-    isa_best(); /* validates GPT_ISA before any work */
-    if (!strcmp(argv[1], "train"))
-        return cmd_train(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "sample"))
-        return cmd_sample(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "eval"))
-        return cmd_eval(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "shard"))
-        return cmd_shard(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "plot"))
-        return cmd_plot(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "sweep"))
-        return cmd_sweep(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-        printf("gpt %s (%s build, %s, %s)\n", GPT_VERSION, comm_name(), GPT_COMPILER, GPT_RUNTIME);
-        return 0;
-    }
-    if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage_main(stdout);
-        return 0;
-    }
-    die(2, "unknown command '%s' (gpt --help lists them)", argv[1]);
-}
-
-int main(int argc, char **argv)
-{
-    join_pod(&argc, &argv);
-    exit_planned(run_command(argc, argv));
-}
-#endif

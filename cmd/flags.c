@@ -5,6 +5,7 @@
  * with one line (pod.c's need and die). */
 #include "cmd/flags.h"
 #include "pod/pod.h"
+#include "util/error.h"
 #include "xla_sim.h"
 #include "data/loader.h"
 #include "util/fmath.h"
