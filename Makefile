@@ -14,12 +14,12 @@ LDLIBS  := -lm
 # is MAIN's alone: the tests and the benchmark link SRC with a main() of
 # their own.
 MAIN    := cmd/main.c
-SRC     := cmd/train.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c cmd/rundir.c \
+SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c cmd/rundir.c \
            gpt.c graph.c compiler/trace.c compiler/fuse.c compiler/plan.c compiler/lower.c \
            compiler/dump.c xla_sim.c device/metrics.c kernels/tensor_ref.c kernels/tensor_bf16.c \
            pod/pod.c pod/comm.c data/batch.c data/data.c data/loader.c data/text.c \
            watch/watch.c safetensors/safetensors.c util/util.c util/error.c util/rng.c
-HDR     := gpt.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h cmd/rundir.h \
+HDR     := gpt.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h cmd/rundir.h cmd/schedule.h \
            compiler/compiler.h device/ops.def kernels/tensor_impl.h kernels/vec.h pod/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h watch/watch.h \
            safetensors/safetensors.h util/util.h util/error.h util/rng.h util/fmath.h
@@ -216,7 +216,7 @@ fuzz: $(SRC) $(KSRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
 	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=60 \
 	    -artifact_prefix=tests/tmp/ \
 	    tests/tmp/fuzz tests/fuzz-corpus
-	$(FUZZ_CC) -o tests/tmp/fuzz_tar data/data.c tests/fuzz_tar.c
+	$(FUZZ_CC) -o tests/tmp/fuzz_tar data/data.c util/util.c tests/fuzz_tar.c
 	./tests/tmp/fuzz_tar -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 \
 	    -artifact_prefix=tests/tmp/tar- \
 	    tests/tmp/fuzz-tar tests/fuzz-tar-corpus

@@ -10,6 +10,7 @@
 #include "pod/pod.h"
 #include "util/error.h"
 #include "cmd/rundir.h"
+#include "cmd/schedule.h"
 #include "data/text.h"
 #include "gpt.h"
 #include "data/loader.h"
