@@ -14,15 +14,16 @@ LDLIBS  := -lm
 # is MAIN's alone: the tests and the benchmark link SRC with a main() of
 # their own.
 MAIN    := cmd/main.c
-SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c cmd/rundir.c \
-           gpt.c graph.c compiler/trace.c compiler/fuse.c compiler/plan.c compiler/lower.c \
-           compiler/dump.c xla_sim.c device/metrics.c kernels/tensor_ref.c kernels/tensor_bf16.c \
-           pod/pod.c pod/comm.c data/batch.c data/data.c data/loader.c data/text.c \
-           watch/watch.c safetensors/safetensors.c util/util.c util/error.c util/rng.c
-HDR     := gpt.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h cmd/rundir.h cmd/schedule.h \
-           compiler/compiler.h device/ops.def kernels/tensor_impl.h kernels/vec.h pod/pod.h \
-           pod/comm.h data/batch.h data/data.h data/loader.h data/text.h watch/watch.h \
-           safetensors/safetensors.h util/util.h util/error.h util/rng.h util/fmath.h
+SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c \
+           cmd/rundir.c gpt.c model/sample.c model/replicas.c graph.c compiler/trace.c \
+           compiler/fuse.c compiler/plan.c compiler/lower.c compiler/dump.c xla_sim.c \
+           device/metrics.c kernels/tensor_ref.c kernels/tensor_bf16.c pod/pod.c pod/comm.c \
+           data/batch.c data/data.c data/loader.c data/text.c watch/watch.c \
+           safetensors/safetensors.c util/util.c util/error.c util/rng.c
+HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
+           cmd/rundir.h cmd/schedule.h compiler/compiler.h device/ops.def kernels/tensor_impl.h \
+           kernels/vec.h pod/pod.h pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
+           watch/watch.h safetensors/safetensors.h util/util.h util/error.h util/rng.h util/fmath.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \
