@@ -2,7 +2,7 @@
  * opt over one struct settings (flags.h); parse_opts reads them, the
  * check_* functions refuse what cannot run, and the rest turns settings
  * into the simulated board, a graph and a precision. Usage errors exit 2
- * with one line (pod.c's need and die). */
+ * with one line (util/error.h's need and die). */
 #include "cmd/flags.h"
 #include "pod/pod.h"
 #include "util/error.h"
