@@ -14,8 +14,8 @@ LDLIBS  := -lm
 # is MAIN's alone: the tests and the benchmark link SRC with a main() of
 # their own.
 MAIN    := cmd/main.c
-SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c \
-           cmd/rundir.c gpt.c model/sample.c model/replicas.c graph.c compiler/trace.c \
+SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
+           gpt.c model/sample.c model/replicas.c model/ckpt.c graph.c compiler/trace.c \
            compiler/fuse.c compiler/plan.c compiler/lower.c compiler/dump.c xla_sim.c \
            device/metrics.c kernels/tensor_ref.c kernels/tensor_bf16.c pod/pod.c pod/comm.c \
            data/batch.c data/data.c data/loader.c data/text.c watch/watch.c \

@@ -5,10 +5,10 @@
  *   the training step  the loss, backward, the all-reduce and Adam, with
  *                      gradient accumulation's micro-batches
  * Beside it, read second (model/): the sampler (sample.c: the KV-cache
- * decoder, temperature and top-k) and the per-core replicas and batch
- * shards of data parallelism (replicas.c), kept out of the model's way.
- * Elsewhere: batches (data/batch.c), the checkpoints' names (cmd/ckpt.c),
- * the training run (cmd/train.c) and the other commands (cmd/). */
+ * decoder, temperature and top-k), the per-core replicas and batch shards
+ * of data parallelism (replicas.c), kept out of the model's way, and the
+ * checkpoints' names (ckpt.c). Elsewhere: batches (data/batch.c), the
+ * training run (cmd/train.c) and the other commands (cmd/). */
 #include "gpt.h"
 #include "model/model.h"
 #include "util/rng.h"

@@ -1,5 +1,6 @@
-/* gpt.h: the model (gpt.c): its parameters, training step and sampler,
- * and its checkpoints (ckpt.c, in the format of safetensors.h). */
+/* gpt.h: the model (gpt.c): its parameters and training step, its sampler
+ * (model/sample.c), replicas (model/replicas.c) and checkpoints
+ * (model/ckpt.c, in the format of safetensors.h). */
 #ifndef GPT_H
 #define GPT_H
 #include <stddef.h>
@@ -122,7 +123,7 @@ void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, i
 void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
                           const SampleOpts *o, Rng *r);
 
-/* Checkpoints (ckpt.c): the reference's state_dict names plus _gpt.* training state. */
+/* Checkpoints (model/ckpt.c): the reference's state_dict names plus _gpt.* training state. */
 int ckpt_save(const Model *m, const char *path, const char *const *mkey,
               const char *const *mval, int nmeta, char *err, size_t elen);
 /* The config a file describes (metadata, else tensor shapes; heads then
