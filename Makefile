@@ -10,16 +10,20 @@ OMP     := -fopenmp
 LDLIBS  := -lm
 # The four files of the design card at the top, each layer's other rooms in
 # a folder named for it (README.md, "The map"). Every include is written
-# from the top (-I.): #include "compiler/compiler.h".
-SRC     := cmd/train.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c cmd/rundir.c \
-           gpt.c graph.c compiler/trace.c compiler/fuse.c compiler/plan.c compiler/lower.c \
-           compiler/dump.c xla_sim.c device/metrics.c kernels/tensor_ref.c kernels/tensor_bf16.c \
-           pod/pod.c pod/comm.c data/data.c data/loader.c data/text.c watch/watch.c \
-           safetensors/safetensors.c util/util.c util/rng.c
-HDR     := gpt.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h cmd/rundir.h \
-           compiler/compiler.h device/ops.def kernels/tensor_impl.h kernels/vec.h pod/pod.h \
-           pod/comm.h data/data.h data/loader.h data/text.h watch/watch.h \
-           safetensors/safetensors.h util/util.h util/rng.h util/fmath.h
+# from the top (-I.): #include "compiler/compiler.h". The program's main()
+# is MAIN's alone: the tests and the benchmark link SRC with a main() of
+# their own.
+MAIN    := cmd/main.c
+SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
+           gpt.c model/sample.c model/replicas.c model/ckpt.c graph.c compiler/trace.c \
+           compiler/fuse.c compiler/plan.c compiler/lower.c compiler/dump.c xla_sim.c \
+           device/metrics.c kernels/tensor_ref.c kernels/tensor_bf16.c pod/pod.c pod/comm.c \
+           data/batch.c data/data.c data/loader.c data/text.c watch/watch.c \
+           safetensors/safetensors.c util/util.c util/error.c util/rng.c
+HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
+           cmd/rundir.h cmd/schedule.h compiler/compiler.h device/ops.def kernels/tensor_impl.h \
+           kernels/vec.h pod/pod.h pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
+           watch/watch.h safetensors/safetensors.h util/util.h util/error.h util/rng.h util/fmath.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \
@@ -78,26 +82,26 @@ build/gpt/tensor-%.o: tensor.c $(HDR) $(FLAVOUR)
 	@mkdir -p build/gpt
 	$(CC) $(CFLAGS) $(WARN) $(OMP) $(KFLAGS_$*) -c -o $@ tensor.c
 
-gpt: $(SRC) $(KOBJ) $(HDR) $(FLAVOUR)
-	$(CC) $(CFLAGS) $(WARN) $(OMP) $(STATIC) -o $@ $(SRC) $(call kobjs,build/gpt) $(LDLIBS)
+gpt: $(MAIN) $(SRC) $(KOBJ) $(HDR) $(FLAVOUR)
+	$(CC) $(CFLAGS) $(WARN) $(OMP) $(STATIC) -o $@ $(MAIN) $(SRC) $(call kobjs,build/gpt) $(LDLIBS)
 
 # The LLVM flavour under its own name, for make bench-flavours.
-gpt-llvm: $(SRC) $(KSRC) $(HDR)
+gpt-llvm: $(MAIN) $(SRC) $(KSRC) $(HDR)
 	$(call kernels,build/llvm,clang $(CFLAGS) $(WARN) $(LLVM_OMP))
-	clang $(CFLAGS) $(WARN) $(LLVM_OMP) -o $@ $(SRC) $(call kobjs,build/llvm) $(LLVM_LIBS)
+	clang $(CFLAGS) $(WARN) $(LLVM_OMP) -o $@ $(MAIN) $(SRC) $(call kobjs,build/llvm) $(LLVM_LIBS)
 
 # gpt-mpi: the same program over Open MPI (Debian: openmpi-bin,
 # libopenmpi-dev), for runs of several processes: mpirun -np N ./gpt-mpi.
-gpt-mpi: $(SRC) $(KOBJ) $(HDR) $(FLAVOUR)
-	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -o $@ $(SRC) $(KOBJ) $(LDLIBS)
+gpt-mpi: $(MAIN) $(SRC) $(KOBJ) $(HDR) $(FLAVOUR)
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -o $@ $(MAIN) $(SRC) $(KOBJ) $(LDLIBS)
 
 mpi: gpt-mpi
 
-# The tests link the same sources with gpt.c's main() left out. With mpicc
+# The tests link the same sources but MAIN (tests/main.c is theirs). With mpicc
 # on the machine, make test builds gpt-mpi too and the mpi suite runs it.
 MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
 tests/run: $(SRC) $(KOBJ) $(HDR) $(TESTSRC) $(TESTHDR) $(FLAVOUR)
-	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(KOBJ) $(LDLIBS)
+	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(SRC) $(TESTSRC) $(KOBJ) $(LDLIBS)
 
 # SUITES="kernels model" runs those suites alone.
 test: gpt $(MPI_BIN) tests/run
@@ -126,7 +130,7 @@ BLAS = $(shell if printf '\043include <cblas.h>\nint main(void){cblas_sgemm(0,0,
           $(CC) $(BLAS_CFLAGS) -x c - -o /dev/null -lopenblas >/dev/null 2>&1; then \
           echo -DHAVE_OPENBLAS $(BLAS_CFLAGS) -lopenblas; fi)
 bench/bench: $(SRC) $(KOBJ) $(HDR) bench/bench.c
-	$(CC) $(CFLAGS) $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(KOBJ) $(BLAS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(SRC) bench/bench.c $(KOBJ) $(BLAS) $(LDLIBS)
 
 bench: bench/bench
 	./bench/bench $(BENCH_FLAGS)
@@ -135,9 +139,9 @@ bench: bench/bench
 # Both builds side by side (when clang, libomp and mimalloc are there).
 HAVE_LLVM = $(shell printf '\043include <omp.h>\n\043include <mimalloc.h>\nint main(void){return omp_get_max_threads() < 0;}\n' | \
           clang -fopenmp=libomp -x c - -o /dev/null -lmimalloc >/dev/null 2>&1 && echo yes)
-bench/gpt-gcc: $(SRC) $(KSRC) $(HDR)
+bench/gpt-gcc: $(MAIN) $(SRC) $(KSRC) $(HDR)
 	$(call kernels,build/gcc,gcc $(CFLAGS) $(WARN) -fopenmp)
-	gcc $(CFLAGS) $(WARN) -fopenmp -static -o $@ $(SRC) $(call kobjs,build/gcc) -lm
+	gcc $(CFLAGS) $(WARN) -fopenmp -static -o $@ $(MAIN) $(SRC) $(call kobjs,build/gcc) -lm
 bench-flavours: bench/gpt-gcc gpt-llvm
 	bench/flavours.sh bench/gpt-gcc ./gpt-llvm $(BENCH_FLAGS)
 
@@ -158,10 +162,10 @@ bench-mpi: bench/comm_bench
 # ASan + UBSan build of the binary and the tests (not static: the
 # sanitizer runtimes are shared libraries).
 DEBUGCC := $(CC) -O1 -g $(WARN) $(OMP) -fsanitize=address,undefined -fno-omit-frame-pointer
-debug: $(SRC) $(KSRC) $(HDR) $(TESTSRC) $(TESTHDR)
+debug: $(MAIN) $(SRC) $(KSRC) $(HDR) $(TESTSRC) $(TESTHDR)
 	$(call kernels,build/debug,$(DEBUGCC))
-	$(DEBUGCC) -o gpt-debug $(SRC) $(call kobjs,build/debug) $(LDLIBS)
-	$(DEBUGCC) -DGPT_NO_MAIN -I. -o tests/run-debug $(SRC) $(TESTSRC) $(call kobjs,build/debug) $(LDLIBS)
+	$(DEBUGCC) -o gpt-debug $(MAIN) $(SRC) $(call kobjs,build/debug) $(LDLIBS)
+	$(DEBUGCC) -o tests/run-debug $(SRC) $(TESTSRC) $(call kobjs,build/debug) $(LDLIBS)
 
 # valgrind needs a dynamically linked binary to see malloc and free.
 MEMRUN := --embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 \
@@ -175,7 +179,7 @@ VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
 check-mem: gpt $(MPI_BIN) debug
 	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure && mkdir -p tests/tmp
 	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
-	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(SRC) $(call kobjs,build/dyn) $(LDLIBS)
+	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(MAIN) $(SRC) $(call kobjs,build/dyn) $(LDLIBS)
 	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | head -c 20000 > tests/tmp/mem.txt
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --out tests/tmp/mem
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --device cpu --out tests/tmp/mem-cpu
@@ -208,13 +212,13 @@ FUZZ_CC := clang -O1 -g -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefin
 fuzz: $(SRC) $(KSRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
 	mkdir -p tests/tmp/fuzz tests/fuzz-corpus tests/tmp/fuzz-tar
 	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
-	$(CC) -O1 -g $(WARN) $(OMP) -DGPT_NO_MAIN -I. -o tests/tmp/fuzz-seed $(SRC) tests/fuzz_seed.c $(call kobjs,build/dyn) $(LDLIBS)
+	$(CC) -O1 -g $(WARN) $(OMP) -o tests/tmp/fuzz-seed $(SRC) tests/fuzz_seed.c $(call kobjs,build/dyn) $(LDLIBS)
 	./tests/tmp/fuzz-seed
-	$(FUZZ_CC) -fopenmp=libgomp -DGPT_NO_MAIN -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(call kobjs,build/dyn) $(LDLIBS)
+	$(FUZZ_CC) -fopenmp=libgomp -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(call kobjs,build/dyn) $(LDLIBS)
 	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=60 \
 	    -artifact_prefix=tests/tmp/ \
 	    tests/tmp/fuzz tests/fuzz-corpus
-	$(FUZZ_CC) -o tests/tmp/fuzz_tar data/data.c tests/fuzz_tar.c
+	$(FUZZ_CC) -o tests/tmp/fuzz_tar data/data.c util/util.c tests/fuzz_tar.c
 	./tests/tmp/fuzz_tar -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 \
 	    -artifact_prefix=tests/tmp/tar- \
 	    tests/tmp/fuzz-tar tests/fuzz-tar-corpus
@@ -255,12 +259,12 @@ ARM64_SKIP   ?= cli homework
 build/arm64/tensor-%.o: tensor.c $(HDR)
 	@mkdir -p build/arm64
 	$(ARM64_CC) $(CFLAGS) $(WARN) -fopenmp $(KFLAGS_$*) -c -o $@ tensor.c
-gpt-arm64: $(SRC) $(ARM64_KOBJ) $(HDR)
-	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(SRC) $(ARM64_KOBJ) -lm
+gpt-arm64: $(MAIN) $(SRC) $(ARM64_KOBJ) $(HDR)
+	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(MAIN) $(SRC) $(ARM64_KOBJ) -lm
 tests/run-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) $(TESTSRC) $(TESTHDR)
-	$(ARM64_CC) $(ARM64_CFLAGS) -DGPT_NO_MAIN -I. -o $@ $(SRC) $(TESTSRC) $(ARM64_KOBJ) -lm
+	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(SRC) $(TESTSRC) $(ARM64_KOBJ) -lm
 bench/bench-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) bench/bench.c
-	$(ARM64_CC) $(ARM64_CFLAGS) -DGPT_NO_MAIN -I. -o $@ $(SRC) bench/bench.c $(ARM64_KOBJ) -lm
+	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(SRC) bench/bench.c $(ARM64_KOBJ) -lm
 arm64: gpt-arm64 tests/run-arm64 bench/bench-arm64
 test-arm64: gpt-arm64 tests/run-arm64
 	ARM64_SKIP='$(ARM64_SKIP)' tests/arm64.sh $(ARM64_SUITES)

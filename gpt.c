@@ -1,21 +1,18 @@
-/* gpt.c: the model and main. The model is the reference bitesizedGPT
- * (tests/reference_model.py), op for op, written as graph ops (graph.h);
- * the file reads top-down:
- *   the model          its parameters by name, the forward pass, the loss
- *                      and the training step (backward, all-reduce, Adam)
- *   sampling           the KV-cache decoder, temperature and top-k
- *   data parallelism   per-core replicas and batch shards, kept out of the
- *                      model's way
- *   batches            windows of bytes, their positions and targets
- *   main               the commands (commands.h) in a pod (pod.h); tests
- *                      link everything above it
- * Elsewhere: the checkpoints' names (ckpt.c), the training run (train.c),
- * its flags (flags.c), its text (text.c), the other commands (commands.c,
- * sweep.c). */
+/* gpt.c: the model. The reference bitesizedGPT (tests/reference_model.py),
+ * op for op, written as graph ops (graph.h); the file reads top-down:
+ *   parameters         the model's weights by name, and their graph leaves
+ *   the forward pass   blocks of attention and MLP, from bytes to logits
+ *   the training step  the loss, backward, the all-reduce and Adam, with
+ *                      gradient accumulation's micro-batches
+ * Beside it, read second (model/): the sampler (sample.c: the KV-cache
+ * decoder, temperature and top-k), the per-core replicas and batch shards
+ * of data parallelism (replicas.c), kept out of the model's way, and the
+ * checkpoints' names (ckpt.c). Elsewhere: batches (data/batch.c), the
+ * training run (cmd/train.c) and the other commands (cmd/). */
 #include "gpt.h"
+#include "model/model.h"
 #include "util/rng.h"
 #include "util/util.h"
-#include "util/fmath.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -48,15 +45,6 @@ struct model_leaves {
     Tensor *lnf_w, *lnf_b;                 /* [C]   unembedding.0 */
     Tensor *head_wt, *head_b;              /* [C,V], [V] unembedding.1 */
 };
-
-/* Made in the data-parallel section: leaves with a buffer on every core. */
-static void param_leaves(Model *m, Graph *g, struct model_leaves *L, Tensor **leaf,
-                         int with_grad, float *wt);
-static float *transposed_weights(const Model *m);
-static Tensor *moment_leaf(const Model *m, Graph *g, int which, const Param *p);
-static Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col);
-static Tensor *per_core_leaf(Graph *g, int kind, int dtype, void *const *base, size_t off,
-                             int rows, int cols);
 
 /* ---- parameters ----
  * Model.p lists them in the reference's state_dict order, which is also
@@ -183,6 +171,45 @@ float *model_param(Model *m, const char *name)
     return NULL;
 }
 
+static void alloc_accum(Model *m); /* gradient accumulation's partial sums */
+
+/* Data parallelism (model/replicas.c): n cores, each with a copy of core
+ * 0's weights and Adam state. */
+void model_set_cores(Model *m, int n)
+{
+    free(m->rep);
+    m->ncores = n;
+    m->rep = n > 1 ? xcalloc((size_t)(n - 1) * REPLICA_BLOCKS * m->nw, sizeof(float)) : NULL;
+    for (int c = 1; c < n; c++)
+        for (int k = REPLICA_W; k <= REPLICA_V; k++)
+            memcpy(model_replica(m, c, k), model_replica(m, 0, k), m->nw * sizeof(float));
+    alloc_accum(m); /* a partial sum a core */
+}
+
+/* Every parameter's leaf, each into its named slot of L (a Linear
+ * weight's slot gets W^T) and, unless leaf is NULL, into leaf[i] in table
+ * order. With wt, the sampler's transposed_weights on one core, the
+ * Linear weights' slots bind those copies and no transpose is recorded. */
+static void param_leaves(Model *m, Graph *g, struct model_leaves *L, Tensor **leaf,
+                         int with_grad, float *wt)
+{
+    void *w[XS_MAX_CORES];
+    replica_bases(m, g, REPLICA_W, w);
+    for (int i = 0; i < m->np; i++) {
+        const Param *p = &m->p[i];
+        Tensor **slot = (Tensor **)((char *)L + p->leaf);
+        if (wt && p->matmul_t) { /* [in,out] */
+            *slot = g_leaf(g, TK_PARAM, DT_F32, wt + p->off, p->cols, p->rows);
+            continue;
+        }
+        Tensor *t = per_core_leaf(g, TK_PARAM, DT_F32, w, p->off, p->rows, p->cols);
+        t->requires_grad = with_grad;
+        if (leaf)
+            leaf[i] = t;
+        *slot = p->matmul_t ? g_transpose(g, t) : t;
+    }
+}
+
 /* ---- the forward pass ---- */
 
 /* What attention attends over: whole causal windows (training, and the
@@ -301,6 +328,38 @@ static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const B
     return unembed(g, L, x);
 }
 
+/* ---- the sampler's forward passes (model/sample.c) ----
+ * Without gradients, on weights the sampler may keep transposed (wt);
+ * model/model.h says what each takes. Over windows: */
+Tensor *forward_windows(Model *m, Graph *g, const Batch *b, float *wt, int32_t *last)
+{
+    struct model_leaves L;
+    param_leaves(m, g, &L, NULL, 0, wt);
+    Tensor *rows = last ? g_leaf(g, TK_INPUT, DT_I32, last, b->B, 1) : NULL; /* i32 [B] */
+    return forward(m, g, &L, b, 0, rows);
+}
+
+/* One new byte a passage, through the KV caches: the decoder's step. */
+Tensor *forward_cached(Model *m, Graph *g, int ns, int32_t *tok, int32_t *pos, float *kc,
+                       float *vc, float *wt)
+{
+    const Config *c = &m->cfg;
+    size_t cache = (size_t)ns * c->context * c->embed; /* one layer's [ns,context,C] */
+    struct model_leaves L;
+    param_leaves(m, g, &L, NULL, 0, wt);
+    Tensor *t = g_leaf(g, TK_INPUT, DT_I32, tok, ns, 1);   /* [ns] */
+    Tensor *p = g_leaf(g, TK_INPUT, DT_I32, pos, ns, 1);   /* [ns] */
+    Tensor *pos1 = g_leaf(g, TK_INPUT, DT_I32, pos, 1, 1); /* [1]: the cache row */
+    struct attn_mode a = {.heads = c->heads, .pos = pos1};
+    Tensor *x = embed(g, &L, t, p); /* [ns,C] */
+    for (int l = 0; l < c->layers; l++) {
+        a.k_cache = g_leaf(g, TK_STATE, DT_F32, kc + l * cache, ns * c->context, c->embed);
+        a.v_cache = g_leaf(g, TK_STATE, DT_F32, vc + l * cache, ns * c->context, c->embed);
+        x = stack_step(g, c, &L.block[l], x, &a);
+    }
+    return unembed(g, &L, x);
+}
+
 /* ---- the loss and the training step ---- */
 
 Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
@@ -311,6 +370,14 @@ Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
     Tensor *tgt = shard_leaf(g, b, b->tgt); /* i32 [n] */
     *logits = forward(m, g, &L, b, with_grad, NULL); /* [n,V] */
     return g_xent(g, *logits, tgt);
+}
+
+/* The mean loss of a batch, without gradients. */
+float batch_loss(Model *m, Graph *g, const Batch *b)
+{
+    Tensor *leaf[MAX_PARAMS], *logits;
+    g_reset(g);
+    return *(const float *)g_read(g, model_loss(m, g, b, leaf, &logits, 0));
 }
 
 /* Adam on every parameter, on every core's replica; t, read only, is shared. */
@@ -482,372 +549,3 @@ float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
     batch_free(&mb);
     return loss;
 }
-
-/* ==== sampling ==== */
-
-/* The decoder's state for ns passages decoded side by side: one KV cache
- * per layer, the step's inputs and the weights kept transposed. All
- * passages sit at the same position (they share the prompt), so one decode
- * step serves them all. */
-struct decoder {
-    int ns;         /* passages */
-    int32_t *tok;   /* [ns] each passage's newest byte */
-    int32_t *pos;   /* [ns] its position, the same for all */
-    float *kc, *vc; /* [layers, ns, context, C] each */
-    float *wt;      /* [nw] transposed_weights */
-    int32_t *last;  /* [ns] past the context, each window's last row */
-};
-
-/* One new byte per passage at position d->pos[0] through the cached model:
- * logits [ns,V]. */
-static const float *decode_step(Model *m, Graph *g, struct decoder *d)
-{
-    const Config *c = &m->cfg;
-    size_t cache = (size_t)d->ns * c->context * c->embed; /* one layer's [ns,context,C] */
-    struct model_leaves L;
-    g_reset(g);
-    param_leaves(m, g, &L, NULL, 0, d->wt);
-    Tensor *tok = g_leaf(g, TK_INPUT, DT_I32, d->tok, d->ns, 1); /* [ns] */
-    Tensor *pos = g_leaf(g, TK_INPUT, DT_I32, d->pos, d->ns, 1); /* [ns] */
-    Tensor *pos1 = g_leaf(g, TK_INPUT, DT_I32, d->pos, 1, 1);    /* [1]: the cache row */
-    struct attn_mode a = {.heads = c->heads, .pos = pos1};
-    Tensor *x = embed(g, &L, tok, pos); /* [ns,C] */
-    for (int l = 0; l < c->layers; l++) {
-        a.k_cache = g_leaf(g, TK_STATE, DT_F32, d->kc + l * cache, d->ns * c->context, c->embed);
-        a.v_cache = g_leaf(g, TK_STATE, DT_F32, d->vc + l * cache, d->ns * c->context, c->embed);
-        x = stack_step(g, c, &L.block[l], x, &a);
-    }
-    return g_read(g, unembed(g, &L, x));
-}
-
-/* Past the context the reference feeds the last `context` bytes afresh, so
- * positions restart at 0 and the cache cannot be reused: one window per
- * passage, w->B of them, each ending at byte n. With a decoder, only each
- * window's last row leaves the last layer's attention: logits [B,V],
- * passage s's in row s. Without (the naive sampler): logits [B*T,V], every
- * position, as the reference computes them. */
-static const float *window_step(Model *m, Graph *g, Batch *w, char *const *text, int n,
-                                const struct decoder *d)
-{
-    struct model_leaves L;
-    for (int s = 0; s < w->B; s++)
-        for (int t = 0; t < w->T; t++)
-            w->tok[(size_t)s * w->T + t] = (unsigned char)text[s][n - w->T + t];
-    batch_finish(w);
-    g_reset(g);
-    param_leaves(m, g, &L, NULL, 0, d ? d->wt : NULL);
-    Tensor *last = d ? g_leaf(g, TK_INPUT, DT_I32, d->last, w->B, 1) : NULL; /* i32 [B] */
-    return g_read(g, forward(m, g, &L, w, 0, last));
-}
-
-/* The first of the largest logits: the greedy byte. */
-static int argmax_byte(const float *logits, int V)
-{
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    return best;
-}
-
-double sample_weights(const float *logits, int V, const SampleOpts *o, double *p)
-{
-    int best = argmax_byte(logits, V);
-    float kth = -INFINITY; /* logits below the k-th largest are dropped */
-    if (o->top_k > 0 && o->top_k < V) {
-        float sorted[MAX_VOCAB];
-        memcpy(sorted, logits, sizeof(float) * V);
-        for (int i = 0; i < o->top_k; i++)
-            for (int j = i + 1; j < V; j++)
-                if (sorted[j] > sorted[i]) {
-                    float t = sorted[i];
-                    sorted[i] = sorted[j];
-                    sorted[j] = t;
-                }
-        kth = sorted[o->top_k - 1];
-    }
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-        p[i] = logits[i] < kth ? 0 : fm_exp((logits[i] - logits[best]) / o->temperature);
-        sum += p[i];
-    }
-    return sum;
-}
-
-int sample_byte(const float *logits, int V, const SampleOpts *o, Rng *r)
-{
-    int best = argmax_byte(logits, V);
-    if (o->temperature <= 0)
-        return best;
-    double p[MAX_VOCAB], sum = sample_weights(logits, V, o, p);
-    double u = rng_float(r) * sum;
-    for (int i = 0; i < V; i++) {
-        if (u < p[i])
-            return i;
-        u -= p[i];
-    }
-    return best;
-}
-
-void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
-                          const SampleOpts *o, Rng *r)
-{
-    for (; n < total; n++) {
-        Batch w;
-        batch_alloc(&w, 1, n < m->cfg.context ? n : m->cfg.context);
-        const float *logits = window_step(m, g, &w, &text, n, NULL); /* [T,V] */
-        text[n] = (char)sample_byte(logits + (size_t)(w.T - 1) * m->cfg.vocab, m->cfg.vocab, o, r);
-        batch_free(&w);
-        g_mark_step(g, NULL, 0); /* a step a byte, as a PyTorch/XLA generation loop marks it */
-        if (o->emit)
-            o->emit((unsigned char)text[n], o->ctx);
-    }
-}
-
-void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, int total,
-                         const SampleOpts *o, Rng *r)
-{
-    const Config *c = &m->cfg;
-    int V = c->vocab;
-    size_t cache = (size_t)c->layers * ns * c->context * c->embed;
-    struct decoder d = {.ns = ns,
-                        .tok = xcalloc((size_t)ns, sizeof(int32_t)),
-                        .pos = xcalloc((size_t)ns, sizeof(int32_t)),
-                        .kc = xcalloc(cache, sizeof(float)),
-                        .vc = xcalloc(cache, sizeof(float)),
-                        .wt = transposed_weights(m),
-                        .last = xcalloc((size_t)ns, sizeof(int32_t))};
-    for (int s = 0; s < ns; s++)
-        d.last[s] = (s + 1) * c->context - 1;
-    Batch w;
-    batch_alloc(&w, ns, c->context);
-    const float *logits = NULL; /* [ns,V]: passage s's next-byte logits in row s */
-    for (int i = 0; i < n && n <= c->context; i++) {
-        for (int s = 0; s < ns; s++)
-            d.tok[s] = (unsigned char)text[s][i], d.pos[s] = i;
-        logits = decode_step(m, g, &d);
-    }
-    for (; n < total; n++) {
-        if (n > c->context)
-            logits = window_step(m, g, &w, text, n, &d);
-        for (int s = 0; s < ns; s++)
-            text[s][n] = (char)sample_byte(logits + (size_t)s * V, V, o, &r[s]);
-        if (o->emit)
-            o->emit((unsigned char)text[0][n], o->ctx);
-        if (n + 1 <= c->context && n + 1 < total) {
-            for (int s = 0; s < ns; s++)
-                d.tok[s] = (unsigned char)text[s][n], d.pos[s] = n;
-            logits = decode_step(m, g, &d);
-        }
-    }
-    batch_free(&w);
-    free(d.last);
-    free(d.wt);
-    free(d.tok);
-    free(d.pos);
-    free(d.kc);
-    free(d.vc);
-}
-
-void model_generate(Model *m, Graph *g, char *text, int n, int total,
-                    const SampleOpts *o, Rng *r)
-{
-    model_generate_many(m, g, &text, 1, n, total, o, r);
-}
-
-/* ==== data parallelism ====
- * On n simulated cores each core holds a replica of the weights and Adam
- * state (Model.rep) and runs the step on its own B/n windows of the batch.
- * The model above asks for its leaves here and never sees the cores. */
-
-void model_set_cores(Model *m, int n)
-{
-    free(m->rep);
-    m->ncores = n;
-    m->rep = n > 1 ? xcalloc((size_t)(n - 1) * REPLICA_BLOCKS * m->nw, sizeof(float)) : NULL;
-    for (int c = 1; c < n; c++)
-        for (int k = REPLICA_W; k <= REPLICA_V; k++)
-            memcpy(model_replica(m, c, k), model_replica(m, 0, k), m->nw * sizeof(float));
-    alloc_accum(m); /* a partial sum a core */
-}
-
-float *model_replica(const Model *m, int core, int which)
-{
-    if (core == 0)
-        return which == REPLICA_W ? m->w : which == REPLICA_M ? m->m : m->v;
-    return m->rep + ((size_t)(core - 1) * REPLICA_BLOCKS + (size_t)which) * m->nw;
-}
-
-/* A leaf of buffers the cores hold each their own of: core c's is base[c]
- * advanced by off elements (of 4 bytes). */
-static Tensor *per_core_leaf(Graph *g, int kind, int dtype, void *const *base, size_t off,
-                             int rows, int cols)
-{
-    void *d[XS_MAX_CORES];
-    for (int c = 0; c < g_cores(g); c++)
-        d[c] = (char *)base[c] + 4 * off;
-    return g_leaf_rep(g, kind, dtype, d, rows, cols);
-}
-
-/* Every core's block `which` (see model_replica). */
-static void replica_bases(const Model *m, const Graph *g, int which, void **base)
-{
-    for (int c = 0; c < g_cores(g); c++)
-        base[c] = model_replica(m, c, which);
-}
-
-/* Every parameter's leaf, each into its named slot of L (a Linear
- * weight's slot gets W^T) and, unless leaf is NULL, into leaf[i] in table
- * order. With wt, the sampler's transposed_weights on one core, the
- * Linear weights' slots bind those copies and no transpose is recorded. */
-static void param_leaves(Model *m, Graph *g, struct model_leaves *L, Tensor **leaf,
-                         int with_grad, float *wt)
-{
-    void *w[XS_MAX_CORES];
-    replica_bases(m, g, REPLICA_W, w);
-    for (int i = 0; i < m->np; i++) {
-        const Param *p = &m->p[i];
-        Tensor **slot = (Tensor **)((char *)L + p->leaf);
-        if (wt && p->matmul_t) { /* [in,out] */
-            *slot = g_leaf(g, TK_PARAM, DT_F32, wt + p->off, p->cols, p->rows);
-            continue;
-        }
-        Tensor *t = per_core_leaf(g, TK_PARAM, DT_F32, w, p->off, p->rows, p->cols);
-        t->requires_grad = with_grad;
-        if (leaf)
-            leaf[i] = t;
-        *slot = p->matmul_t ? g_transpose(g, t) : t;
-    }
-}
-
-/* Core 0's weights with every Linear weight stored transposed, W^T
- * [in,out] at its offset: the sampler's, made once so that its hundreds of
- * small graphs transpose nothing (as weights stay where a TPU keeps them,
- * in the layout the matmul reads). Training transposes in its graph, as
- * its weights change every step. */
-static float *transposed_weights(const Model *m)
-{
-    const float *w = model_replica(m, 0, REPLICA_W); /* [nw] */
-    float *wt = xcalloc(m->nw, sizeof(float));
-    memcpy(wt, w, sizeof(float) * m->nw);
-    for (int i = 0; i < m->np; i++) {
-        const Param *p = &m->p[i];
-        for (int r = 0; r < p->rows && p->matmul_t; r++)
-            for (int c = 0; c < p->cols; c++)
-                wt[p->off + (size_t)c * p->rows + r] = w[p->off + (size_t)r * p->cols + c];
-    }
-    return wt;
-}
-
-/* Parameter p's Adam moment (which 1: m, 2: v) on every core. */
-static Tensor *moment_leaf(const Model *m, Graph *g, int which, const Param *p)
-{
-    void *base[XS_MAX_CORES];
-    replica_bases(m, g, which, base);
-    return per_core_leaf(g, TK_STATE, DT_F32, base, p->off, p->rows, p->cols);
-}
-
-/* Core c's shard of a batch column (tok, pos or tgt): its B/cores windows. */
-static Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col)
-{
-    void *base[XS_MAX_CORES];
-    int nc = g_cores(g), rows = b->B / nc * b->T;
-    for (int c = 0; c < nc; c++)
-        base[c] = col + (size_t)c * rows;
-    return per_core_leaf(g, TK_INPUT, DT_I32, base, 0, 1, rows);
-}
-
-/* ==== batches ==== */
-
-/* Batches: B windows of T token bytes, their positions and targets. */
-void batch_alloc(Batch *b, int B, int T)
-{
-    b->B = B;
-    b->T = T;
-    b->tok = xcalloc((size_t)B * T, sizeof(int32_t));
-    b->pos = xcalloc((size_t)B * T, sizeof(int32_t));
-    b->tgt = xcalloc((size_t)B * T, sizeof(int32_t));
-    b->row = xcalloc((size_t)B * T, sizeof(int32_t));
-    for (size_t k = 0; k < (size_t)B * T; k++) /* fixed: a host's share keeps its rows' */
-        b->row[k] = (int32_t)k;
-}
-
-void batch_free(Batch *b)
-{
-    free(b->tok);
-    free(b->pos);
-    free(b->tgt);
-    free(b->row);
-    memset(b, 0, sizeof *b);
-}
-
-void batch_finish(Batch *b)
-{
-    for (int i = 0; i < b->B; i++) {
-        for (int t = 0; t < b->T; t++) {
-            size_t k = (size_t)i * b->T + t;
-            b->pos[k] = t;
-            b->tgt[k] = t + 1 < b->T ? b->tok[k + 1] : -1;
-        }
-    }
-}
-
-/* ==== main ====
- * Left out of the tests (GPT_NO_MAIN), which link everything else. */
-#ifndef GPT_NO_MAIN
-#include "cmd/commands.h"
-#include "pod/comm.h"
-#include "pod/pod.h"
-#include "tensor.h"
-
-static void usage_main(FILE *f)
-{
-    fputs("usage: gpt <command> [flags]\n"
-          "  train    train the byte-level GPT (no flags = the reference's run)\n"
-          "  sample   stream a continuation from a checkpoint\n"
-          "  eval     test-split loss of a checkpoint\n"
-          "  shard    write text files as WebDataset tar shards\n"
-          "  plot     draw runs' losses on one chart (their --out directories)\n"
-          "  sweep    a grid of training runs at once (flags with comma lists)\n"
-          "gpt --version prints the version.\n"
-          "gpt <command> --help lists each command's flags.\n"
-          "GPT_ISA=scalar|avx2|avx512 lowers the kernel path.\n", f);
-}
-
-static int run_command(int argc, char **argv)
-{
-    if (argc < 2) {
-        if (is_master())
-            usage_main(stderr);
-        return 2;
-    }
-    isa_best(); /* validates GPT_ISA before any work */
-    if (!strcmp(argv[1], "train"))
-        return cmd_train(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "sample"))
-        return cmd_sample(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "eval"))
-        return cmd_eval(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "shard"))
-        return cmd_shard(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "plot"))
-        return cmd_plot(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "sweep"))
-        return cmd_sweep(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-        printf("gpt %s (%s build, %s, %s)\n", GPT_VERSION, comm_name(), GPT_COMPILER, GPT_RUNTIME);
-        return 0;
-    }
-    if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage_main(stdout);
-        return 0;
-    }
-    die(2, "unknown command '%s' (gpt --help lists them)", argv[1]);
-}
-
-int main(int argc, char **argv)
-{
-    join_pod(&argc, &argv);
-    exit_planned(run_command(argc, argv));
-}
-#endif

@@ -1,9 +1,11 @@
-/* gpt.h: the model (gpt.c): its parameters, training step and sampler,
- * and its checkpoints (ckpt.c, in the format of safetensors.h). */
+/* gpt.h: the model (gpt.c): its parameters and training step, its sampler
+ * (model/sample.c), replicas (model/replicas.c) and checkpoints
+ * (model/ckpt.c, in the format of safetensors.h). */
 #ifndef GPT_H
 #define GPT_H
 #include <stddef.h>
 #include <stdint.h>
+#include "data/batch.h"
 #include "graph.h"
 #include "safetensors/safetensors.h"
 #include "util/rng.h"
@@ -74,23 +76,12 @@ void model_set_accum(Model *m, int n);
 enum replica_block { REPLICA_W = 0, REPLICA_M = 1, REPLICA_V = 2, REPLICA_BLOCKS = 3 };
 float *model_replica(const Model *m, int core, int which);
 
-/* Token windows, their positions and next-byte targets. */
-typedef struct Batch {
-    int B, T;
-    int32_t *tok, *pos, *tgt; /* [B*T] each */
-    int32_t *row;             /* [B*T] each position's row in the whole batch:
-                               * dropout's masks follow the example, not the
-                               * core or host that computes it */
-} Batch;
-void batch_alloc(Batch *b, int B, int T);
-void batch_free(Batch *b);
-/* Fills pos and tgt from tok (targets of the last position are ignored). */
-void batch_finish(Batch *b);
-
 /* One forward pass to the mean loss, recorded on g. leaf[i] receives the
  * graph leaf of parameter i; *logits the [B*T, V] logits. */
 Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
                    Tensor **logits, int with_grad);
+/* The mean loss of a batch, without gradients. */
+float batch_loss(Model *m, Graph *g, const Batch *b);
 /* Forward, backward and Adam update; returns the batch loss before it. On
  * the xla device with m->ncores > 1 the batch is split over the cores: each
  * computes its shard's gradients, an all-reduce averages them, and every
@@ -132,7 +123,7 @@ void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, i
 void model_generate_naive(Model *m, Graph *g, char *text, int n, int total,
                           const SampleOpts *o, Rng *r);
 
-/* Checkpoints (ckpt.c): the reference's state_dict names plus _gpt.* training state. */
+/* Checkpoints (model/ckpt.c): the reference's state_dict names plus _gpt.* training state. */
 int ckpt_save(const Model *m, const char *path, const char *const *mkey,
               const char *const *mval, int nmeta, char *err, size_t elen);
 /* The config a file describes (metadata, else tensor shapes; heads then

@@ -43,6 +43,7 @@
  * arenas that g_reset rewinds, so a training step calls malloc only while
  * the arenas are still growing in the first step. */
 #include "compiler/compiler.h"
+#include "util/util.h"
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,16 +61,6 @@ struct chunk {
 struct arena {
     struct chunk *head, *cur;
 };
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "gpt: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
 
 static void *arena_alloc(struct arena *a, size_t n)
 {

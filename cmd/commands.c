@@ -3,6 +3,7 @@
 #include "cmd/commands.h"
 #include "cmd/flags.h"
 #include "pod/pod.h"
+#include "util/error.h"
 #include "cmd/rundir.h"
 #include "data/text.h"
 #include "gpt.h"

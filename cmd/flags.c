@@ -2,15 +2,16 @@
  * opt over one struct settings (flags.h); parse_opts reads them, the
  * check_* functions refuse what cannot run, and the rest turns settings
  * into the simulated board, a graph and a precision. Usage errors exit 2
- * with one line (pod.c's need and die). */
+ * with one line (util/error.h's need and die). */
 #include "cmd/flags.h"
 #include "pod/pod.h"
+#include "util/error.h"
 #include "xla_sim.h"
 #include "data/loader.h"
-#include "util/fmath.h"
 #include <omp.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,20 +176,6 @@ const char *reference_cannot(const struct settings *s)
     return s->no_mlp ? "attention-only blocks (--no-mlp)"
            : !strcmp(s->residual, "once") ? "the residual added once (--residual once)"
                                           : NULL;
-}
-
-/* The rate of update number `step` (0-based) of a run of `steps`: linear
- * warm-up over the first --warmup updates, then --decay from --lr to
- * --min-lr at the last; none keeps --lr, the reference's constant rate. */
-double rate_at(const struct settings *s, int step)
-{
-    if (step < s->warmup)
-        return s->lr * (step + 1) / s->warmup;
-    if (!strcmp(s->decay, "none") || s->steps - s->warmup <= 1)
-        return s->lr;
-    double done = (double)(step - s->warmup) / (s->steps - s->warmup - 1); /* 0 .. 1 */
-    double shape = !strcmp(s->decay, "cosine") ? 0.5 * (1 + fm_cos(M_PI * done)) : 1 - done;
-    return s->min_lr + (s->lr - s->min_lr) * shape;
 }
 
 void check_train_flags(const struct settings *s)

@@ -58,8 +58,6 @@ void apply_common_flags(const struct settings *s); /* --device, --threads, --pre
 void check_train_flags(const struct settings *s);
 /* What the settings ask that the reference model cannot be, or NULL. */
 const char *reference_cannot(const struct settings *s);
-/* The learning rate of update number step (0-based). */
-double rate_at(const struct settings *s, int step);
 int precision_of(const char *name);                   /* enum precision */
 size_t parse_size(const char *flag, const char *v); /* "16G", "512M", bytes */
 

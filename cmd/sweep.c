@@ -64,7 +64,8 @@ static int usage_error(const char *fmt, const char *what)
     return 2;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* qsort's order for the step times: ascending. */
+static int step_ms_order(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -94,7 +95,7 @@ static struct progress read_progress(const char *dir)
     if (f)
         fclose(f);
     if (n) {
-        qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+        qsort(ms, (size_t)n, sizeof *ms, step_ms_order);
         p.ms = ms[n / 2];
     }
     return p;
@@ -133,7 +134,7 @@ static void print_table(const struct run *r, int n, int final)
 
 /* Starts run r: `gpt train ARGS --out DIR [--resume DIR] --threads T`,
  * its output appended to DIR/log.txt. */
-static int start_run(struct run *r, int threads, int user_threads)
+static int launch_run(struct run *r, int threads, int user_threads)
 {
     char log[4500], th[16];
     mkdir(r->dir, 0755);
@@ -356,7 +357,7 @@ static int make_grid(struct sweep *sw)
 }
 
 /* Starts runs while there is room; a run finished before is kept. */
-static void start_runs(struct sweep *sw)
+static void launch_runs(struct sweep *sw)
 {
     while (sw->running < sw->parallel && sw->next < sw->n && !stop_signal) {
         struct run *r = &sw->runs[sw->next++];
@@ -364,7 +365,7 @@ static void start_runs(struct sweep *sw)
             r->state = 2; /* finished before: kept as it is */
             continue;
         }
-        if (start_run(r, sw->threads, sw->user_threads)) {
+        if (launch_run(r, sw->threads, sw->user_threads)) {
             r->state = 3, sw->failed++;
             continue;
         }
@@ -398,7 +399,7 @@ static void run_grid(struct sweep *sw)
     sigaction(SIGTERM, &sa, NULL);
     double last_table = now_seconds();
     while (sw->next < sw->n || sw->running) {
-        start_runs(sw);
+        launch_runs(sw);
         if (!sw->running)
             break;
         int status;

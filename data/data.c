@@ -11,6 +11,7 @@
  * shard could lie about is checked, and each error is one line naming the
  * shard and the byte offset where it went wrong. */
 #include "data/data.h"
+#include "util/util.h"
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -26,21 +27,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Out of memory is the one error this file does not report to its caller:
- * one line on stderr and exit 1, as everywhere in gpt. */
-__attribute__((returns_nonnull)) static void *xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "gpt: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
-
 static char *xstrndup(const char *s, size_t n)
 {
-    char *d = xrealloc(NULL, n + 1);
+    char *d = xmalloc(n + 1);
     memcpy(d, s, n);
     d[n] = 0;
     return d;
@@ -204,7 +193,7 @@ static int next_brace(const char *s, size_t from, size_t *open, size_t *close)
 /* Adds a finished word, its escapes removed; an empty word is dropped. */
 static int emit_word(struct expansion *x, const char *s)
 {
-    char *w = xrealloc(NULL, strlen(s) + 1), *o = w;
+    char *w = xmalloc(strlen(s) + 1), *o = w;
     for (; *s; s++) {
         if (*s == '\\' && strchr("{},\\", s[1]) && s[1])
             s++;
@@ -229,7 +218,7 @@ static int expand_alt(struct expansion *x, const char *s, size_t open, size_t cl
                       const char *alt, size_t n)
 {
     size_t tail = strlen(s + close + 1);
-    char *t = xrealloc(NULL, open + n + tail + 1);
+    char *t = xmalloc(open + n + tail + 1);
     memcpy(t, s, open);
     memcpy(t + open, alt, n);
     memcpy(t + open + n, s + close + 1, tail + 1);
@@ -243,7 +232,7 @@ static int expand_from(struct expansion *x, const char *s, size_t from)
     size_t open, close;
     if (!next_brace(s, from, &open, &close))
         return emit_word(x, s);
-    size_t *comma = xrealloc(NULL, sizeof *comma * (close - open));
+    size_t *comma = xmalloc(sizeof *comma * (close - open));
     int n = brace_commas(s, open, close, comma), rc = 0;
     struct range r;
     if (n > 0) {
@@ -274,7 +263,7 @@ static int expand_from(struct expansion *x, const char *s, size_t from)
 static int check_braces(const char *p, char *err, size_t elen)
 {
     size_t n = strlen(p), depth = 0;
-    size_t *open = xrealloc(NULL, sizeof *open * (n + 1));
+    size_t *open = xmalloc(sizeof *open * (n + 1));
     long bad = -1;
     for (size_t i = 0; i < n && bad < 0; i++) {
         if (p[i] == '\\' && p[i + 1])
@@ -321,7 +310,7 @@ static int list_into(const char *dir, DataList *out, int depth, char *err, size_
         if (e->d_name[0] == '.')
             continue;
         size_t plen = dlen + strlen(e->d_name) + 2;
-        char *path = xrealloc(NULL, plen);
+        char *path = xmalloc(plen);
         snprintf(path, plen, "%s%s%s", dir, dlen && dir[dlen - 1] == '/' ? "" : "/", e->d_name);
         struct stat ls, st;
         if (lstat(path, &ls))
@@ -575,7 +564,7 @@ static char *read_meta(TarReader *t, const unsigned char *h, uint64_t hdr, uint6
                  (ull)hdr, (ull)size, MAX_META);
         return NULL;
     }
-    char *buf = xrealloc(NULL, (size_t)size + 1);
+    char *buf = xmalloc((size_t)size + 1);
     uint64_t at = t->pos;
     long got = read_full(t, buf, (size_t)size);
     int64_t pad = got == (long)size ? skip_bytes(t, padded(size) - size) : 0;
@@ -657,7 +646,7 @@ static char *header_path(const unsigned char *h)
     if (memcmp(h + 257, "ustar\0", 6) || !prefix[0])
         return xstrdup(name);
     size_t n = strlen(prefix) + strlen(name) + 2;
-    char *p = xrealloc(NULL, n);
+    char *p = xmalloc(n);
     snprintf(p, n, "%s/%s", prefix, name);
     return p;
 }
@@ -1147,8 +1136,7 @@ int tar_write_open(TarWriter *w, const char *path)
 {
     memset(w, 0, sizeof *w);
     w->path = xstrdup(path);
-    w->tmp = xrealloc(NULL, strlen(path) + 5);
-    snprintf(w->tmp, strlen(path) + 5, "%s.tmp", path);
+    w->tmp = tmp_path(path);
     w->f = fopen(w->tmp, "wb");
     if (!w->f)
         return write_fail(w, "%s: cannot create (%s)", w->tmp, strerror(errno));
@@ -1167,7 +1155,7 @@ int tar_write_file(TarWriter *w, const char *path, FILE *src, const char *src_na
 {
     if (put_headers(w, path, size))
         return -1;
-    char *buf = xrealloc(NULL, 1 << 16);
+    char *buf = xmalloc(1 << 16);
     uint64_t done = 0;
     int rc = 0;
     while (!rc && done < size) {
@@ -1183,20 +1171,6 @@ int tar_write_file(TarWriter *w, const char *path, FILE *src, const char *src_na
     }
     free(buf);
     return rc || put_padding(w, size) ? -1 : 0;
-}
-
-/* The rename is durable only once the directory itself is synced. */
-static void fsync_dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path))
-                      : xstrdup(".");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
 }
 
 static void writer_free(TarWriter *w)
@@ -1216,12 +1190,10 @@ int tar_write_close(TarWriter *w)
     if (w->f && fclose(w->f) && !rc)
         rc = write_fail(w, "%s: cannot write (%s)", w->tmp, strerror(errno));
     w->f = NULL;
-    if (!rc && rename(w->tmp, w->path))
+    if (!rc && commit_tmp(w->tmp, w->path))
         rc = write_fail(w, "%s: cannot rename to %s (%s)", w->tmp, w->path, strerror(errno));
     if (rc)
         unlink(w->tmp);
-    else
-        fsync_dir_of(w->path);
     writer_free(w);
     return rc;
 }

@@ -303,7 +303,7 @@ static int start_stream(Loader *l, struct stream *s, const unsigned char *saved)
 /* ---- the thread: steps made ahead ---- */
 
 /* Text in memory: B windows at offsets uniform in [0, len - T), drawn by
- * multiply-shift as gpt.c's sample_windows draws them. */
+ * multiply-shift as text.c's sample_windows draws them. */
 static void draw_from_text(Loader *l, struct slot *sl)
 {
     size_t T = (size_t)l->spec.T, range = l->spec.text_len - T;

@@ -3,7 +3,7 @@
  * drawn from it. A corpus trained on is streamed instead (loader.c). */
 #include "data/text.h"
 #include "data/data.h"
-#include "pod/pod.h"
+#include "util/error.h"
 #include "util/util.h"
 #include <errno.h>
 #include <stdio.h>
@@ -120,12 +120,4 @@ void sample_windows(Batch *b, const Data *d, size_t lo, size_t len, Rng *r)
             b->tok[(size_t)i * b->T + t] = d->bytes[s + t];
     }
     batch_finish(b);
-}
-
-/* The mean loss of a batch, without gradients. */
-float batch_loss(Model *m, Graph *g, const Batch *b)
-{
-    Tensor *leaf[MAX_PARAMS], *logits;
-    g_reset(g);
-    return *(const float *)g_read(g, model_loss(m, g, b, leaf, &logits, 0));
 }

@@ -2,7 +2,7 @@
 #ifndef TEXT_H
 #define TEXT_H
 #include <stddef.h>
-#include "gpt.h"
+#include "data/batch.h"
 #include "util/rng.h"
 
 typedef struct Data {
@@ -18,6 +18,5 @@ int is_corpus(const char *spec); /* --data names parts, not one file */
 
 /* B random windows of T bytes from d's [lo, lo+len). */
 void sample_windows(Batch *b, const Data *d, size_t lo, size_t len, Rng *r);
-float batch_loss(Model *m, Graph *g, const Batch *b); /* no gradients */
 
 #endif

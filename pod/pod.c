@@ -1,4 +1,4 @@
-/* pod.c: one run over several processes, and the program's errors.
+/* pod.c: one run over several processes.
  * gpt-mpi under mpirun runs one process per host of a pod. Every process
  * runs the same command on the same flags and data, with --cores simulated
  * cores of its own. In PyTorch/XLA's words: the world is every core of
@@ -6,11 +6,12 @@
  * ordinal 0 (on host 0) alone prints, logs and writes checkpoints. Every
  * host draws the same global batch from the same seed and trains on its
  * share; the all-reduce joins them (xla_sim.c over comm.c). With one
- * process (the static gpt) all of this reduces to nothing. */
+ * process (the static gpt) all of this reduces to nothing. The errors are
+ * util/error.h's. */
 #include "pod/pod.h"
 #include "pod/comm.h"
+#include "util/error.h"
 #include "util/util.h"
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,92 +20,14 @@
 
 int is_master(void) { return comm_rank() == 0; }
 
-/* Set just before a planned exit: every rank leaves the pod together. Any
- * other exit (an error in a lower layer) aborts the pod, so the other
- * ranks do not wait for this one. */
-static int planned_exit;
-
+/* Any exit but a planned one (an error in a lower layer) aborts the pod,
+ * so the other ranks do not wait for this one. */
 static void leave_pod(void)
 {
-    if (planned_exit)
+    if (exit_was_planned())
         comm_finalize();
     else if (comm_size() > 1)
         comm_abort(1);
-}
-
-_Noreturn void exit_planned(int code)
-{
-    planned_exit = 1;
-    fflush(stdout);
-    exit(code);
-}
-
-/* "gpt: [rank R: ]MESSAGE\n" on stderr in one write (rank < 0: none), so
- * that the lines of ranks sharing a terminal or a pipe never interleave. */
-static void say_line(int rank, const char *fmt, va_list ap)
-{
-    char line[4096];
-    int n = rank >= 0 ? snprintf(line, sizeof line, "gpt: rank %d: ", rank)
-                      : snprintf(line, sizeof line, "gpt: ");
-    n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-    if (n > (int)sizeof line - 2)
-        n = (int)sizeof line - 2; /* cut short, the newline still last */
-    line[n++] = '\n';
-    fwrite(line, 1, (size_t)n, stderr);
-}
-
-/* Usage errors exit 2, runtime errors 1; both are one line on stderr. In
- * a pod a usage error is every rank's (they run the same flags), so the
- * master alone says it while the others wait for it to; a runtime error is
- * said, with its rank, by the rank that meets it. Either way every rank
- * stops. */
-static _Noreturn void vdie(int code, const char *fmt, va_list ap)
-{
-    int waited = 0;
-    if (code == 2 && !is_master() && comm_size() > 1) {
-        /* the master's abort ends this wait; aborting first could cut its line */
-        comm_set_timeout(30);
-        comm_barrier();
-        waited = 1; /* the master met no such error: say it here */
-    }
-    if (code != 2 || is_master() || waited)
-        say_line(comm_size() > 1 && (code != 2 || waited) ? comm_rank() : -1, fmt, ap);
-    if (comm_size() > 1)
-        comm_abort(code);
-    exit(code);
-}
-
-_Noreturn void die(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vdie(code, fmt, ap);
-}
-
-/* A usage error unless ok: for the checks of flags. */
-void need(int ok, const char *fmt, ...)
-{
-    if (ok)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vdie(2, fmt, ap);
-}
-
-/* An error every rank meets at the same point from the same bytes (a
- * diverged loss, a bad checkpoint): the master says it once and every rank
- * leaves the pod together. */
-_Noreturn void die_all(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (comm_size() == 1)
-        vdie(code, fmt, ap);
-    if (is_master())
-        say_line(-1, fmt, ap);
-    va_end(ap);
-    comm_barrier();
-    exit_planned(code);
 }
 
 /* Every rank must be started with the same command and flags. The ranks

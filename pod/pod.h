@@ -1,10 +1,11 @@
-/* pod.h: one run over several processes (gpt-mpi; with one process all of
- * it reduces to nothing), and the program's errors, said once (pod.c). */
+/* pod.h: one run over several processes (pod.c; gpt-mpi: with one
+ * process all of it reduces to nothing). Its errors, said once, are
+ * util/error.h's. */
 #ifndef POD_H
 #define POD_H
 #include <stddef.h>
 #include <stdint.h>
-#include "gpt.h"
+#include "data/batch.h"
 #include "safetensors/safetensors.h"
 
 /* Joins the pod at the start of main; the other ranks keep quiet. */
@@ -12,15 +13,6 @@ void join_pod(int *argc, char ***argv);
 int is_master(void); /* rank 0: it alone prints, logs and writes */
 /* 1 when stdout reaches a terminal (under mpirun: mpirun's own stdout). */
 int stdout_reaches_terminal(void);
-/* Exit, every rank together. */
-_Noreturn void exit_planned(int code);
-
-/* Errors: one line on stderr, then exit: 2 for usage, 1 at run time. */
-_Noreturn void die(int code, const char *fmt, ...);
-/* An error every rank meets alike: the master says it once. */
-_Noreturn void die_all(int code, const char *fmt, ...);
-void need(int ok, const char *fmt, ...); /* unless ok, a usage error */
-
 /* Every host must train on the same bytes (hash: of its --data). */
 void check_same_data(uint64_t hash, const char *path);
 Batch host_share(const Batch *b); /* this host's share of a global batch */

@@ -503,46 +503,19 @@ void st_add(StWriter *w, const char *name, int dtype, int ndim, const int64_t *s
     buf_put(&w->data, src, bytes);
 }
 
-uint64_t fnv1a64_more(uint64_t h, const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
-uint64_t fnv1a64(const unsigned char *p, size_t n)
-{
-    return fnv1a64_more(FNV1A64_START, p, n);
-}
-
-/* The rename is durable only once the directory itself is synced. */
-static void fsync_dir_of(const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        slash[slash == dir] = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
-/* Writes path atomically: a temporary file in the same directory, fsync,
- * rename over the old name, fsync the directory. A crash at any moment
+/* Writes path atomically (util.h): a temporary file in the same directory,
+ * fsync, rename over the old name, fsync the directory. A crash at any moment
  * leaves either the old file or the new one, never half of one. */
 static int write_atomic(const char *path, const StBuf *const *parts, int n,
                         char *err, size_t elen)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char *tmp = tmp_path(path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return snprintf(err, elen, "cannot create %s: %s", tmp, strerror(errno)), -1;
+    if (fd < 0) {
+        snprintf(err, elen, "cannot create %s: %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
     for (int i = 0; i < n; i++) {
         for (size_t off = 0; off < parts[i]->n;) {
             ssize_t k = write(fd, parts[i]->p + off, parts[i]->n - off);
@@ -552,18 +525,20 @@ static int write_atomic(const char *path, const StBuf *const *parts, int n,
                 snprintf(err, elen, "cannot write %s: %s", tmp, strerror(errno));
                 close(fd);
                 unlink(tmp);
+                free(tmp);
                 return -1;
             }
             off += (size_t)k;
         }
     }
-    if (fsync(fd) || close(fd) || rename(tmp, path)) {
+    int rc = 0;
+    if (fsync(fd) || close(fd) || commit_tmp(tmp, path)) {
         snprintf(err, elen, "cannot save %s: %s", path, strerror(errno));
         unlink(tmp);
-        return -1;
+        rc = -1;
     }
-    fsync_dir_of(path);
-    return 0;
+    free(tmp);
+    return rc;
 }
 
 int st_write(StWriter *w, const char *path, const char *const *mkey,

@@ -1,6 +1,6 @@
 /* safetensors.h: the safetensors file format: a strict reader, a writer
  * that saves atomically, and the checksum our files carry. It knows
- * nothing of the model; gpt.c maps the model to and from these tensors. */
+ * nothing of the model; model/ckpt.c maps the model to and from these tensors. */
 #ifndef SAFETENSORS_H
 #define SAFETENSORS_H
 #include <stddef.h>
@@ -51,12 +51,5 @@ void st_add(StWriter *w, const char *name, int dtype, int ndim, const int64_t *s
  * with a one-line reason in err. */
 int st_write(StWriter *w, const char *path, const char *const *mkey,
              const char *const *mval, int nmeta, char *err, size_t elen);
-
-/* The checksum's hash; gpt.c also fingerprints the training data with it. */
-uint64_t fnv1a64(const unsigned char *p, size_t n);
-/* The same hash continued over more bytes: fnv1a64_more(FNV1A64_START, p, n)
- * is fnv1a64(p, n), and hashing in pieces gives the same value. */
-#define FNV1A64_START 0xcbf29ce484222325ull
-uint64_t fnv1a64_more(uint64_t h, const unsigned char *p, size_t n);
 
 #endif

@@ -94,37 +94,31 @@ rm -rf "$S/build" "$S/tests/tmp"
 mkdir -p "$S/obj" "$S/obj.orig"
 
 # The Makefile's variables, as make expands them.
-printf '%s\n' 'mutate-vars: ; @: $(foreach v,CC CFLAGS WARN OMP STATIC LDLIBS MPICC SRC TESTSRC BACKENDS,$(info $(v)=$($(v))))$(foreach b,$(BACKENDS),$(info KFLAGS_$(b)=$(KFLAGS_$(b))))' > "$S/obj/vars.mk"
+printf '%s\n' 'mutate-vars: ; @: $(foreach v,CC CFLAGS WARN OMP STATIC LDLIBS MPICC MAIN SRC TESTSRC BACKENDS,$(info $(v)=$($(v))))$(foreach b,$(BACKENDS),$(info KFLAGS_$(b)=$(KFLAGS_$(b))))' > "$S/obj/vars.mk"
 vars=$(make -s --no-print-directory -C "$S" -f Makefile -f obj/vars.mk mutate-vars) ||
     die "cannot read the Makefile's variables"
 mvar() { printf '%s\n' "$vars" | sed -n "s/^$1=//p"; }
 CC=$(mvar CC) CFLAGS=$(mvar CFLAGS) WARN=$(mvar WARN) OMP=$(mvar OMP) STATIC=$(mvar STATIC)
-LDLIBS=$(mvar LDLIBS) MPICC=$(mvar MPICC) SRC=$(mvar SRC) TESTSRC=$(mvar TESTSRC)
+LDLIBS=$(mvar LDLIBS) MPICC=$(mvar MPICC) MAIN=$(mvar MAIN) SRC=$(mvar SRC) TESTSRC=$(mvar TESTSRC)
 BACKENDS=$(mvar BACKENDS)
 BASE="$CC $CFLAGS $WARN $OMP"
 
-# The objects that `make` would, in effect, compile. gpt.c twice (the
-# tests leave out its main), tensor.c once per backend, the tests with -I.;
-# for gpt-mpi, the sources that mention GPT_MPI again with mpicc.
-mpi_src=$(cd "$S" && grep -l 'GPT_MPI' $SRC)
+# The objects that `make` would, in effect, compile: every source once
+# (MAIN's main() is linked into gpt alone; the tests bring their own),
+# tensor.c once per backend; for gpt-mpi, the sources that mention GPT_MPI
+# again with mpicc.
+mpi_src=$(cd "$S" && grep -l 'GPT_MPI' $MAIN $SRC)
 # Prints "object<TAB>command" for every object that depends on FILE (all
 # of them when FILE is a header).
 objects_of()
 {
     local f=$1 s b o
-    for s in $SRC; do
+    for s in $MAIN $SRC; do
         [ "$f" = "$s" ] || [ "${f%.h}" != "$f" ] || [ "$f" = device/ops.def ] || continue
         o=${s%.c}
         o=${o//\//-} # cmd/train.c -> obj/cmd-train.o
-        if [ "$s" = gpt.c ]; then
-            printf 'obj/gpt-main.o\t%s -c -o obj/gpt-main.o gpt.c\n' "$BASE"
-            printf 'obj/gpt-nomain.o\t%s -DGPT_NO_MAIN -I. -c -o obj/gpt-nomain.o gpt.c\n' "$BASE"
-            printf 'obj/mpi-gpt.o\t%s %s %s %s -DGPT_MPI -c -o obj/mpi-gpt.o gpt.c\n' \
-                "$MPICC" "$CFLAGS" "$WARN" "$OMP"
-        else
-            printf 'obj/%s.o\t%s -c -o obj/%s.o %s\n' "$o" "$BASE" "$o" "$s"
-        fi
-        case " $mpi_src " in *" $s "*) [ "$s" = gpt.c ] ||
+        printf 'obj/%s.o\t%s -c -o obj/%s.o %s\n' "$o" "$BASE" "$o" "$s"
+        case " $mpi_src " in *" $s "*)
             printf 'obj/mpi-%s.o\t%s %s %s %s -DGPT_MPI -c -o obj/mpi-%s.o %s\n' "$o" \
                 "$MPICC" "$CFLAGS" "$WARN" "$OMP" "$o" "$s" ;; esac
     done
@@ -137,7 +131,7 @@ objects_of()
     for s in $TESTSRC; do
         [ "$f" = "$s" ] || [ "${f%.h}" != "$f" ] || [ "$f" = tests/test.h ] || continue
         o=tests-$(basename "${s%.c}")
-        printf 'obj/%s.o\t%s -DGPT_NO_MAIN -I. -c -o obj/%s.o %s\n' "$o" "$BASE" "$o" "$s"
+        printf 'obj/%s.o\t%s -c -o obj/%s.o %s\n' "$o" "$BASE" "$o" "$s"
     done
 }
 # Runs the commands on stdin ("object<TAB>command"), JOBS at once; the
@@ -157,20 +151,23 @@ compile()
 # Links gpt and tests/run (and gpt-mpi when asked) from the objects.
 link()
 {
-    local kobj="" b common="" mpiobjs="" tobj="" s o
+    local kobj="" b common="" mpiobjs="" tobj="" main="" mpimain="" s o
     for b in $BACKENDS; do kobj+=" obj/tensor-$b.o"; done
-    for s in $SRC; do
-        [ "$s" = gpt.c ] && continue
+    for s in $MAIN $SRC; do
         o=${s%.c}
         o=${o//\//-}
-        common+=" obj/$o.o"
-        case " $mpi_src " in *" $s "*) mpiobjs+=" obj/mpi-$o.o" ;; *) mpiobjs+=" obj/$o.o" ;; esac
+        case " $mpi_src " in *" $s "*) b=" obj/mpi-$o.o" ;; *) b=" obj/$o.o" ;; esac
+        if [ "$s" = "$MAIN" ]; then
+            main+=" obj/$o.o" mpimain+=$b
+        else
+            common+=" obj/$o.o" mpiobjs+=$b
+        fi
     done
     for s in $TESTSRC; do tobj+=" obj/tests-$(basename "${s%.c}").o"; done
-    (cd "$S" && eval "$BASE $STATIC -o gpt obj/gpt-main.o $common $kobj $LDLIBS" &&
-        eval "$BASE -o tests/run obj/gpt-nomain.o $common $tobj $kobj $LDLIBS" &&
+    (cd "$S" && eval "$BASE $STATIC -o gpt $main $common $kobj $LDLIBS" &&
+        eval "$BASE -o tests/run $common $tobj $kobj $LDLIBS" &&
         if [ "$1" = 1 ]; then
-            eval "$MPICC $CFLAGS $WARN $OMP -DGPT_MPI -o gpt-mpi obj/mpi-gpt.o $mpiobjs $kobj $LDLIBS"
+            eval "$MPICC $CFLAGS $WARN $OMP -DGPT_MPI -o gpt-mpi $mpimain $mpiobjs $kobj $LDLIBS"
         fi) 2>> "$S/obj/errors"
 }
 

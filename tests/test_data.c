@@ -15,6 +15,7 @@
 #include "safetensors/safetensors.h"
 #include "data/text.h"
 #include "test.h"
+#include "util/util.h"
 
 #define TMP "tests/tmp/data"
 #define PY "/usr/bin/python3"

@@ -9,6 +9,7 @@
 #include <string.h>
 #include "test.h"
 #include "cmd/flags.h"
+#include "cmd/schedule.h"
 #include "gpt.h"
 #include "util/rng.h"
 

@@ -1,8 +1,11 @@
-/* util.c: allocation, the clock and a hash (util.h). */
+/* util.c: allocation, atomic saves, the clock and hashes (util.h). */
 #include "util/util.h"
 #include <stdio.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void *xcalloc(size_t n, size_t size)
 {
@@ -12,6 +15,49 @@ void *xcalloc(size_t n, size_t size)
         exit(1);
     }
     return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "gpt: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+void *xmalloc(size_t n) { return xrealloc(NULL, n); }
+
+char *tmp_path(const char *path)
+{
+    size_t n = strlen(path) + sizeof ".tmp";
+    char *tmp = xmalloc(n);
+    snprintf(tmp, n, "%s.tmp", path);
+    return tmp;
+}
+
+int commit_tmp(const char *tmp, const char *path)
+{
+    if (rename(tmp, path))
+        return -1;
+    fsync_dir_of(path);
+    return 0;
+}
+
+void fsync_dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) + (slash == path) : 1; /* "/" for "/a" */
+    char *dir = xmalloc(n + 1);
+    memcpy(dir, slash ? path : ".", n);
+    dir[n] = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
 }
 
 double now_seconds(void)
@@ -29,3 +75,12 @@ uint64_t mix64(uint64_t z)
 }
 
 uint64_t splitmix64(uint64_t *x) { return mix64(*x += SPLITMIX64_GAMMA); }
+
+uint64_t fnv1a64_more(uint64_t h, const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t fnv1a64(const unsigned char *p, size_t n) { return fnv1a64_more(FNV1A64_START, p, n); }

@@ -5,9 +5,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* calloc that never returns NULL: out of memory is not worth a recovery
- * path, so it is one line on stderr and exit 1. Zero sizes count as 1. */
+/* calloc, malloc and realloc that never return NULL: out of memory is not
+ * worth a recovery path, so it is one line on stderr and exit 1. Zero
+ * sizes count as 1. */
 void *xcalloc(size_t n, size_t size);
+void *xmalloc(size_t n);
+void *xrealloc(void *p, size_t n);
+
+/* Atomic saves: a file is written whole under its temporary name
+ * (tmp_path: PATH.tmp, beside it), then commit_tmp renames it over PATH
+ * and syncs the directory, so that a reader, or a crash, finds the old
+ * file or the new one, never half of one. */
+char *tmp_path(const char *path); /* "PATH.tmp", malloc'd */
+/* The rename and the directory's sync; -1 (errno set) if the rename
+ * fails, the temporary file then left for the caller to remove. */
+int commit_tmp(const char *tmp, const char *path);
+/* A rename is durable only once its directory is synced. */
+void fsync_dir_of(const char *path);
+
+/* FNV-1a, 64 bits: checkpoints' checksums and the training data's
+ * fingerprint. fnv1a64_more(FNV1A64_START, p, n) is fnv1a64(p, n), and
+ * hashing in pieces gives the same value. */
+#define FNV1A64_START 0xcbf29ce484222325ull
+uint64_t fnv1a64(const unsigned char *p, size_t n);
+uint64_t fnv1a64_more(uint64_t h, const unsigned char *p, size_t n);
 
 /* Seconds on the monotonic clock: for intervals, not dates. */
 double now_seconds(void);

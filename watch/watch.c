@@ -2,6 +2,7 @@
  * watch.h). Read top-down: the log's lines and how a resume keeps them,
  * the chart, the event file, then the RunLog that drives all three. */
 #include "watch/watch.h"
+#include "util/util.h"
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -11,16 +12,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static void *xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n ? n : 1);
-    if (!p) {
-        fputs("gpt: out of memory\n", stderr);
-        exit(1);
-    }
-    return p;
-}
 
 static int fail(char *err, size_t elen, const char *fmt, const char *a, const char *b)
 {
@@ -247,7 +238,7 @@ static int write_chart(const char *path, const Curve *c, int n, char *err, size_
         fputs("</text>\n", f);
     }
     fputs("</svg>\n", f);
-    if (fclose(f) || rename(tmp, path)) {
+    if (fclose(f) || commit_tmp(tmp, path)) {
         unlink(tmp);
         return fail(err, elen, "%s: cannot write (%s)", path, strerror(errno));
     }
@@ -392,7 +383,7 @@ static int redraw(RunLog *l, char *err, size_t elen)
 RunLog *runlog_open(const char *dir, const char *config_json, int resume_step, char *err,
                     size_t elen)
 {
-    RunLog *l = xrealloc(NULL, sizeof *l);
+    RunLog *l = xmalloc(sizeof *l);
     memset(l, 0, sizeof *l);
     snprintf(l->dir, sizeof l->dir, "%s", dir);
     snprintf(l->log, sizeof l->log, "%s/metrics.jsonl", dir);
@@ -408,7 +399,7 @@ RunLog *runlog_open(const char *dir, const char *config_json, int resume_step, c
     if (resume_step <= 0 ||
         read_log(l->log, resume_step, &l->train, &l->test, &l->perf, keep) != 0)
         fprintf(keep, "{\"kind\":\"config\",%s}\n", config_json);
-    if (fclose(keep) || rename(tmp, l->log) || !(l->jsonl = fopen(l->log, "a"))) {
+    if (fclose(keep) || commit_tmp(tmp, l->log) || !(l->jsonl = fopen(l->log, "a"))) {
         fail(err, elen, "%s: cannot write (%s)", l->log, strerror(errno));
         unlink(tmp);
         runlog_close(l, NULL, 0);
@@ -513,10 +504,10 @@ int plot_runs(const char *const *dirs, int n, const char *out, char *err, size_t
 {
     static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
                                          "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
-    Series *s = xrealloc(NULL, sizeof *s * 2 * (size_t)n);
+    Series *s = xmalloc(sizeof *s * 2 * (size_t)n);
     memset(s, 0, sizeof *s * 2 * (size_t)n);
-    Curve *c = xrealloc(NULL, sizeof *c * 2 * (size_t)n);
-    char (*labels)[300] = xrealloc(NULL, sizeof *labels * 2 * (size_t)n);
+    Curve *c = xmalloc(sizeof *c * 2 * (size_t)n);
+    char (*labels)[300] = xmalloc(sizeof *labels * 2 * (size_t)n);
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         char path[4200];

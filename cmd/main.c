@@ -1,0 +1,63 @@
+/* main.c: gpt's entry point: joins the pod (pod.h) and runs the command
+ * its first argument names (commands.h). The tests and the benchmark link
+ * every other source and leave this one out: they bring main() of their
+ * own. */
+#include "cmd/commands.h"
+#include "gpt.h"
+#include "pod/comm.h"
+#include "pod/pod.h"
+#include "tensor.h"
+#include "util/error.h"
+#include <stdio.h>
+#include <string.h>
+
+static void usage_main(FILE *f)
+{
+    fputs("usage: gpt <command> [flags]\n"
+          "  train    train the byte-level GPT (no flags = the reference's run)\n"
+          "  sample   stream a continuation from a checkpoint\n"
+          "  eval     test-split loss of a checkpoint\n"
+          "  shard    write text files as WebDataset tar shards\n"
+          "  plot     draw runs' losses on one chart (their --out directories)\n"
+          "  sweep    a grid of training runs at once (flags with comma lists)\n"
+          "gpt --version prints the version.\n"
+          "gpt <command> --help lists each command's flags.\n"
+          "GPT_ISA=scalar|avx2|avx512 lowers the kernel path.\n", f);
+}
+
+static int run_command(int argc, char **argv)
+{
+    if (argc < 2) {
+        if (is_master())
+            usage_main(stderr);
+        return 2;
+    }
+    isa_best(); /* validates GPT_ISA before any work */
+    if (!strcmp(argv[1], "train"))
+        return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "sample"))
+        return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "eval"))
+        return cmd_eval(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "shard"))
+        return cmd_shard(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "plot"))
+        return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "sweep"))
+        return cmd_sweep(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("gpt %s (%s build, %s, %s)\n", GPT_VERSION, comm_name(), GPT_COMPILER, GPT_RUNTIME);
+        return 0;
+    }
+    if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage_main(stdout);
+        return 0;
+    }
+    die(2, "unknown command '%s' (gpt --help lists them)", argv[1]);
+}
+
+int main(int argc, char **argv)
+{
+    join_pod(&argc, &argv);
+    exit_planned(run_command(argc, argv));
+}
