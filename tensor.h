@@ -1,11 +1,12 @@
 /* tensor.h: the compute kernels, the bottom layer.
  *
- * Every kernel exists as a plain-C twin (suffix _ref, tensor_ref.c: the
- * contract) and as a dispatched entry point (k_*) that runs the kernel of
- * tensor.c, written once over the vector layer vec.h and compiled for each
- * backend: AVX-512, AVX2 or plain C on x86-64 (picked at run time), NEON
- * or plain C on arm64. All tensors are dense, row-major float32 unless
- * said otherwise.
+ * Every kernel exists as a plain-C twin (suffix _ref, kernels/tensor_ref.c
+ * and its neighbours: the contract) and as a dispatched entry point (k_*,
+ * kernels/entry.c) that runs the kernel of tensor.c, written once over
+ * the vector layer vec.h and compiled for each backend: AVX-512, AVX2 or
+ * plain C on x86-64 (picked at run time, kernels/isa.c), NEON or plain C
+ * on arm64. All tensors are dense, row-major float32 unless said
+ * otherwise.
  *
  * Map: the declarations follow tensor.c's sections, under the same
  * "---- name ----" banners: ISA dispatch; matmul (with its fused form
