@@ -97,8 +97,16 @@ build/gpt/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh $(FLAVOUR)
 	$(CC) $(CFLAGS) $(WARN) $(OMP) $(KFLAGS_$*) -c -o $@ tensor.c
 	$(call backend_names,$@,$*,$(NM),$(OBJCOPY))
 
-gpt: $(MAIN) $(SRC) $(KOBJ) $(HDR) $(FLAVOUR)
-	$(CC) $(CFLAGS) $(WARN) $(OMP) $(STATIC) -o $@ $(MAIN) $(SRC) $(call kobjs,build/gpt) $(LDLIBS)
+# One object per source under build/gpt (make test's house suite reads
+# which file calls which from them).
+OBJ     := $(SRC:%.c=build/gpt/%.o)
+MAINOBJ := $(MAIN:%.c=build/gpt/%.o)
+build/gpt/%.o: %.c $(HDR) $(FLAVOUR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(OMP) -c -o $@ $<
+
+gpt: $(MAINOBJ) $(OBJ) $(KOBJ)
+	$(CC) $(CFLAGS) $(OMP) $(STATIC) -o $@ $(MAINOBJ) $(OBJ) $(KOBJ) $(LDLIBS)
 
 # The LLVM flavour under its own name, for make bench-flavours.
 gpt-llvm: $(MAIN) $(SRC) $(KSRC) $(HDR)
@@ -115,8 +123,8 @@ mpi: gpt-mpi
 # The tests link the same sources but MAIN (tests/main.c is theirs). With mpicc
 # on the machine, make test builds gpt-mpi too and the mpi suite runs it.
 MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
-tests/run: $(SRC) $(KOBJ) $(HDR) $(TESTSRC) $(TESTHDR) $(FLAVOUR)
-	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(SRC) $(TESTSRC) $(KOBJ) $(LDLIBS)
+tests/run: $(OBJ) $(KOBJ) $(HDR) $(TESTSRC) $(TESTHDR) $(FLAVOUR)
+	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(OBJ) $(TESTSRC) $(KOBJ) $(LDLIBS)
 
 # SUITES="kernels model" runs those suites alone.
 test: gpt $(MPI_BIN) tests/run
@@ -144,8 +152,8 @@ BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS = $(shell if printf '\043include <cblas.h>\nint main(void){cblas_sgemm(0,0,0,0,0,0,0,0,0,0,0,0,0,0);return 0;}\n' | \
           $(CC) $(BLAS_CFLAGS) -x c - -o /dev/null -lopenblas >/dev/null 2>&1; then \
           echo -DHAVE_OPENBLAS $(BLAS_CFLAGS) -lopenblas; fi)
-bench/bench: $(SRC) $(KOBJ) $(HDR) bench/bench.c
-	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(SRC) bench/bench.c $(KOBJ) $(BLAS) $(LDLIBS)
+bench/bench: $(OBJ) $(KOBJ) $(HDR) bench/bench.c
+	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(OBJ) bench/bench.c $(KOBJ) $(BLAS) $(LDLIBS)
 
 bench: bench/bench
 	./bench/bench $(BENCH_FLAGS)
