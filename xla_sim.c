@@ -1,214 +1,55 @@
-/* xla_sim.c: the device. The op table, dispatch (how one instruction
- * becomes a tensor.c call), the simulated board and its cores, a compiled
- * program's run on every core, and the all-reduce between them. graph.c
- * decides what to run; metrics.c keeps what the run tells (--metrics,
- * --profile). */
+/* xla_sim.c: the device. Dispatch (how one instruction becomes a tensor.c
+ * call), and a compiled program's run on every simulated core, with the
+ * all-reduce between them. graph.c decides what to run; the op table
+ * (device/ops.c), the board (device/board.c), the pod's sums
+ * (device/allreduce.c) and what a run tells (device/metrics.c: --metrics,
+ * --profile) are the rooms below it. */
 #include "xla_sim.h"
-#include "pod/comm.h"
+#include "device/allreduce.h"
 #include "util/util.h"
 #include <assert.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
-#include <time.h>
 #include <omp.h>
 
-/* ---- the op table ---- */
+/* ---- dispatch: one instruction becomes one tensor.c call ----
+ * One exec_<name> a line of ops.def, in its order: what each kernel is
+ * called with, operands by name. */
 
-/* Causal attention does about half of the T*T work: the masked half is
- * skipped, so it is not counted either. */
-static double attention_pairs(const struct kinstr *k)
+static void exec_embed(const struct kinstr *k)
 {
-    double B = k->attr.attention.B, T = k->attr.attention.T;
-    return B * T * (T + 1) / 2;
+    const struct embed_attr *e = &k->attr.embed;
+    k_embed(k->out[EMBED_OUT_Y], k->in[EMBED_IN_IDX], k->in[EMBED_IN_TABLE], e->n, e->c, e->v);
 }
 
-static double flops_none(const struct kinstr *k) { return 0; }
-static double flops_matmul(const struct kinstr *k)
+static void exec_embed_bwd(const struct kinstr *k)
 {
-    return 2.0 * k->attr.matmul.n * k->attr.matmul.p * k->attr.matmul.q;
-}
-static double flops_attention(const struct kinstr *k)
-{
-    return 4.0 * attention_pairs(k) * k->attr.attention.C;
-}
-static double flops_attention_bwd(const struct kinstr *k)
-{
-    return 8.0 * attention_pairs(k) * k->attr.attention.C;
-}
-static double flops_decode(const struct kinstr *k) /* the new query against pos+1 keys */
-{
-    long keys = *(const int32_t *)k->in[ATTENTION_STEP_IN_POS] + 1;
-    return 4.0 * k->attr.decode.nb * keys * k->attr.decode.C;
-}
-static double flops_attention_last(const struct kinstr *k) /* T keys for B queries */
-{
-    return 4.0 * k->attr.attention.B * k->attr.attention.T * k->attr.attention.C;
-}
-static double flops_layernorm(const struct kinstr *k)
-{
-    return 8.0 * k->attr.layernorm.n * k->attr.layernorm.c;
-}
-static double flops_layernorm_bwd(const struct kinstr *k) /* and a folded residual sum's adds */
-{
-    int adds = !!k->in[LAYERNORM_BWD_IN_R1] + !!k->in[LAYERNORM_BWD_IN_R2];
-    return (14.0 + adds) * k->attr.layernorm.n * k->attr.layernorm.c;
-}
-static double flops_xent(const struct kinstr *k)
-{
-    return 4.0 * k->attr.xent.n * k->attr.xent.v;
-}
-static double flops_xent_grad(const struct kinstr *k) { return 2 * flops_xent(k); }
-static double flops_adam(const struct kinstr *k) { return 12.0 * k->attr.adam.n; }
-static double flops_elementwise(const struct kinstr *k) { return (double)k->attr.elementwise.n; }
-
-/* Each attribute struct's printable fields, by the union member's name. */
-#define L(family, field) {#field, offsetof(union kattr, family.field), 0}
-#define F(family, field) {#field, offsetof(union kattr, family.field), 1}
-#define ATTRS_embed {L(embed, n), L(embed, c), L(embed, v), L(embed, seg)}
-#define ATTRS_elementwise {L(elementwise, n)}
-#define ATTRS_matmul \
-    {L(matmul, n), L(matmul, p), L(matmul, q), L(matmul, seg), L(matmul, bf16), L(matmul, relu)}
-#define ATTRS_transpose {L(transpose, rows), L(transpose, cols)}
-#define ATTRS_sum_rows {L(sum_rows, n), L(sum_rows, q), L(sum_rows, seg)}
-#define ATTRS_layernorm {L(layernorm, n), L(layernorm, c), L(layernorm, seg)}
-#define ATTRS_attention \
-    {L(attention, B), L(attention, T), L(attention, C), L(attention, H), L(attention, bf16)}
-#define ATTRS_decode {L(decode, nb), L(decode, tmax), L(decode, C), L(decode, H)}
-#define ATTRS_xent {L(xent, n), L(xent, v)}
-#define ATTRS_fill {L(fill, n), F(fill, value)}
-#define ATTRS_adam \
-    {L(adam, n), L(adam, bf16_state), F(adam, beta1), F(adam, beta2), F(adam, eps)}
-#define ATTRS_all_reduce {L(all_reduce, n), L(all_reduce, cores), L(all_reduce, micro)}
-#define ATTRS_dropout {L(dropout, n), L(dropout, c), L(dropout, site), F(dropout, p)}
-#define ATTRS_attention_drop                                                                \
-    {L(attention_drop, B), L(attention_drop, T), L(attention_drop, C), L(attention_drop, H), \
-     L(attention_drop, site), F(attention_drop, p)}
-
-/* One row per line of ops.def. */
-#define OP(NAME, name, attrs, flops, nin, in, nout, out) \
-    [KOP_##NAME] = {#name, NAME##_NIN, NAME##_NOUT, ATTRS_##attrs, flops},
-static const struct kop_info kop_table[KOP_COUNT] = {
-#include "device/ops.def"
-};
-#undef OP
-#undef L
-#undef F
-
-const struct kop_info *kop_info(int op) { return &kop_table[op]; }
-
-const char *kop_name(int op)
-{
-    return op >= 0 && op < KOP_COUNT ? kop_table[op].name : "?";
-}
-
-double kop_flops(const struct kinstr *k) { return kop_table[k->op].flops(k); }
-
-void kop_format_attrs(char *buf, size_t n, int op, const union kattr *a)
-{
-    size_t used = 0;
-    buf[0] = 0;
-    for (const struct kop_attr *f = kop_table[op].attr; f < kop_table[op].attr + 6 && f->name;
-         f++) {
-        const char *at = (const char *)a + f->offset;
-        int w = f->is_float ? snprintf(buf + used, n - used, "%s%s=%g", used ? ", " : "",
-                                       f->name, *(const float *)at)
-                            : snprintf(buf + used, n - used, "%s%s=%ld", used ? ", " : "",
-                                       f->name, *(const long *)at);
-        if (w < 0 || (size_t)w >= n - used)
-            return;
-        used += (size_t)w;
-    }
-}
-
-static void cross_host_sum(float *const *sums, const long *len, int m);
-
-/* ---- dispatch: one instruction becomes one tensor.c call ---- */
-
-static void exec_attention(const struct kinstr *k)
-{
-    const struct attention_attr *at = &k->attr.attention;
-    void *const *in = k->in, *const *out = k->out;
-    if (k->op == KOP_ATTENTION)
-        (at->bf16 ? k_attention_bf16 : k_attention)(out[ATTENTION_OUT_O], out[ATTENTION_OUT_LSE],
-                                                    in[ATTENTION_IN_QKV], at->B, at->T, at->C,
-                                                    at->H);
+    const struct embed_attr *e = &k->attr.embed;
+    float *dtable = k->out[EMBED_BWD_OUT_DTABLE];
+    const int32_t *idx = k->in[EMBED_BWD_IN_IDX];
+    const float *dy = k->in[EMBED_BWD_IN_DY];
+    if (e->seg > 0)
+        k_embed_bwd_seg(dtable, idx, dy, e->n, e->c, e->v, e->seg);
     else
-        (at->bf16 ? k_attention_bwd_bf16 : k_attention_bwd)(
-            out[ATTENTION_BWD_OUT_DQKV], in[ATTENTION_BWD_IN_DO], in[ATTENTION_BWD_IN_QKV],
-            in[ATTENTION_BWD_IN_O], in[ATTENTION_BWD_IN_LSE], at->B, at->T, at->C, at->H);
+        k_embed_bwd(dtable, idx, dy, e->n, e->c, e->v);
 }
 
-/* Dropout's attention computes in fp32 whatever the precision: an
- * experiment's path (tensor.h, dropout). */
-static void exec_attention_drop(const struct kinstr *k)
+static void exec_add(const struct kinstr *k)
 {
-    const struct attention_drop_attr *at = &k->attr.attention_drop;
-    void *const *in = k->in, *const *out = k->out;
-    if (k->op == KOP_ATTENTION_DROP)
-        k_attention_drop(out[ATTENTION_DROP_OUT_O], out[ATTENTION_DROP_OUT_LSE],
-                         in[ATTENTION_DROP_IN_QKV], in[ATTENTION_DROP_IN_ROWS],
-                         in[ATTENTION_DROP_IN_KEY], at->B, at->T, at->C, at->H, at->site, at->p);
-    else
-        k_attention_drop_bwd(out[ATTENTION_DROP_BWD_OUT_DQKV], in[ATTENTION_DROP_BWD_IN_DO],
-                             in[ATTENTION_DROP_BWD_IN_QKV], in[ATTENTION_DROP_BWD_IN_O],
-                             in[ATTENTION_DROP_BWD_IN_LSE], in[ATTENTION_DROP_BWD_IN_ROWS],
-                             in[ATTENTION_DROP_BWD_IN_KEY], at->B, at->T, at->C, at->H, at->site,
-                             at->p);
+    k_add(k->out[ADD_OUT_Y], k->in[ADD_IN_A], k->in[ADD_IN_B], k->attr.elementwise.n);
 }
 
-static void exec_decode(const struct kinstr *k)
-{
-    const struct decode_attr *d = &k->attr.decode;
-    void *const *in = k->in;
-    k_attention_step(k->out[ATTENTION_STEP_OUT_O], in[ATTENTION_STEP_IN_KC],
-                     in[ATTENTION_STEP_IN_VC], in[ATTENTION_STEP_IN_QKV], d->nb,
-                     *(const int32_t *)in[ATTENTION_STEP_IN_POS], d->tmax, d->C, d->H);
-}
-
-static void fill(float *y /* [n] */, long n, float v)
-{
-    for (long i = 0; i < n; i++)
-        y[i] = v;
-}
-
-static void exec_add_n(const struct kinstr *k)
-{
-    const float *xs[KMAX_IN];
-    int m = 0;
-    while (m < KMAX_IN && k->in[m]) {
-        xs[m] = k->in[m];
-        m++;
-    }
-    k_add_n(k->out[ADD_N_OUT_Y], xs, m, k->attr.elementwise.n);
-}
-
-/* KOP_MATMUL is KOP_MATMUL_EX without the residual inputs, the gate and
- * ReLU; the two share A, B, BIAS and C's places. */
-_Static_assert((int)MATMUL_IN_A == MATMUL_EX_IN_A && (int)MATMUL_IN_B == MATMUL_EX_IN_B &&
-                   (int)MATMUL_IN_BIAS == MATMUL_EX_IN_BIAS && (int)MATMUL_OUT_C == MATMUL_EX_OUT_C,
-               "matmul's operands are matmul_ex's first ones");
+/* bf16: the matrix unit's kernel, with matmul_ex's epilogue left empty. */
 static void exec_matmul(const struct kinstr *k)
 {
     const struct matmul_attr *mm = &k->attr.matmul;
-    void *const *in = k->in;
-    float *c = k->out[MATMUL_EX_OUT_C];
-    const float *a = in[MATMUL_EX_IN_A], *b = in[MATMUL_EX_IN_B], *bias = in[MATMUL_EX_IN_BIAS];
-    const float *r1 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R1] : NULL;
-    const float *r2 = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_R2] : NULL;
-    const float *gate = k->op == KOP_MATMUL_EX ? in[MATMUL_EX_IN_GATE] : NULL;
-    assert(!gate || (!bias && !r1 && !r2 && !mm->relu)); /* fuse.c's rule: a gate alone */
-    if (gate && mm->bf16)
-        k_matmul_bf16_gated(c, a, b, gate, mm->n, mm->p, mm->q);
-    else if (gate)
-        k_matmul_gated(c, a, b, gate, mm->n, mm->p, mm->q);
-    else if (mm->bf16)
-        k_matmul_bf16(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
-    else if (k->op == KOP_MATMUL)
-        k_matmul(c, a, b, bias, mm->n, mm->p, mm->q);
+    float *c = k->out[MATMUL_OUT_C];
+    const float *a = k->in[MATMUL_IN_A], *b = k->in[MATMUL_IN_B], *bias = k->in[MATMUL_IN_BIAS];
+    if (mm->bf16)
+        k_matmul_bf16(c, a, b, bias, NULL, NULL, mm->relu, mm->n, mm->p, mm->q);
     else
-        k_matmul_ex(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
+        k_matmul(c, a, b, bias, mm->n, mm->p, mm->q);
 }
 
 /* a^T b; bf16 inputs with seg 0 are one leaf, k_matmul_tn's order. */
@@ -223,6 +64,34 @@ static void exec_matmul_tn(const struct kinstr *k)
         k_matmul_tn_seg(c, a, b, mm->n, mm->p, mm->q, mm->seg);
     else
         k_matmul_tn(c, a, b, mm->n, mm->p, mm->q);
+}
+
+static void exec_transpose(const struct kinstr *k)
+{
+    const struct transpose_attr *t = &k->attr.transpose;
+    k_transpose(k->out[TRANSPOSE_OUT_Y], k->in[TRANSPOSE_IN_X], t->rows, t->cols);
+}
+
+static void exec_sum_rows(const struct kinstr *k)
+{
+    const struct sum_rows_attr *s = &k->attr.sum_rows;
+    float *y = k->out[SUM_ROWS_OUT_Y];
+    const float *x = k->in[SUM_ROWS_IN_X];
+    if (s->seg > 0)
+        k_sum_rows_seg(y, x, s->n, s->q, s->seg);
+    else
+        k_sum_rows(y, x, s->n, s->q);
+}
+
+static void exec_relu(const struct kinstr *k)
+{
+    k_relu(k->out[RELU_OUT_Y], k->in[RELU_IN_X], k->attr.elementwise.n);
+}
+
+static void exec_relu_bwd(const struct kinstr *k)
+{
+    k_relu_bwd(k->out[RELU_BWD_OUT_DX], k->in[RELU_BWD_IN_DY], k->in[RELU_BWD_IN_Y],
+               k->attr.elementwise.n);
 }
 
 static void exec_layernorm(const struct kinstr *k)
@@ -246,27 +115,59 @@ static void exec_layernorm_bwd(const struct kinstr *k)
     k_layernorm_bwd_res(dx, dw, db, dy, x, w, mean, rstd, r1, r2, ln->n, ln->c, ln->seg);
 }
 
-static void exec_embed_bwd(const struct kinstr *k)
+static void exec_attention(const struct kinstr *k)
 {
-    const struct embed_attr *e = &k->attr.embed;
-    float *dtable = k->out[EMBED_BWD_OUT_DTABLE];
-    const int32_t *idx = k->in[EMBED_BWD_IN_IDX];
-    const float *dy = k->in[EMBED_BWD_IN_DY];
-    if (e->seg > 0)
-        k_embed_bwd_seg(dtable, idx, dy, e->n, e->c, e->v, e->seg);
-    else
-        k_embed_bwd(dtable, idx, dy, e->n, e->c, e->v);
+    const struct attention_attr *at = &k->attr.attention;
+    (at->bf16 ? k_attention_bf16 : k_attention)(k->out[ATTENTION_OUT_O],
+                                                k->out[ATTENTION_OUT_LSE],
+                                                k->in[ATTENTION_IN_QKV], at->B, at->T, at->C,
+                                                at->H);
 }
 
-static void exec_sum_rows(const struct kinstr *k)
+static void exec_attention_bwd(const struct kinstr *k)
 {
-    const struct sum_rows_attr *s = &k->attr.sum_rows;
-    float *y = k->out[SUM_ROWS_OUT_Y];
-    const float *x = k->in[SUM_ROWS_IN_X];
-    if (s->seg > 0)
-        k_sum_rows_seg(y, x, s->n, s->q, s->seg);
-    else
-        k_sum_rows(y, x, s->n, s->q);
+    const struct attention_attr *at = &k->attr.attention;
+    void *const *in = k->in;
+    (at->bf16 ? k_attention_bwd_bf16 : k_attention_bwd)(
+        k->out[ATTENTION_BWD_OUT_DQKV], in[ATTENTION_BWD_IN_DO], in[ATTENTION_BWD_IN_QKV],
+        in[ATTENTION_BWD_IN_O], in[ATTENTION_BWD_IN_LSE], at->B, at->T, at->C, at->H);
+}
+
+static void exec_attention_step(const struct kinstr *k)
+{
+    const struct decode_attr *d = &k->attr.decode;
+    void *const *in = k->in;
+    k_attention_step(k->out[ATTENTION_STEP_OUT_O], in[ATTENTION_STEP_IN_KC],
+                     in[ATTENTION_STEP_IN_VC], in[ATTENTION_STEP_IN_QKV], d->nb,
+                     *(const int32_t *)in[ATTENTION_STEP_IN_POS], d->tmax, d->C, d->H);
+}
+
+/* q, k, v already rounded under bf16 (g_attention_last) */
+static void exec_attention_last(const struct kinstr *k)
+{
+    const struct attention_attr *at = &k->attr.attention;
+    k_attention_last(k->out[ATTENTION_LAST_OUT_O], k->in[ATTENTION_LAST_IN_QKV], at->B, at->T,
+                     at->C, at->H);
+}
+
+static void exec_xent(const struct kinstr *k)
+{
+    k_xent(k->out[XENT_OUT_LOSS], k->in[XENT_IN_LOGITS], k->in[XENT_IN_TARGETS], k->attr.xent.n,
+           k->attr.xent.v);
+}
+
+static void exec_xent_bwd(const struct kinstr *k)
+{
+    k_xent_bwd(k->out[XENT_BWD_OUT_DLOGITS], k->in[XENT_BWD_IN_LOGITS],
+               k->in[XENT_BWD_IN_TARGETS], k->in[XENT_BWD_IN_DLOSS], k->attr.xent.n,
+               k->attr.xent.v);
+}
+
+static void exec_fill(const struct kinstr *k)
+{
+    float *y = k->out[FILL_OUT_Y];
+    for (long i = 0; i < k->attr.fill.n; i++)
+        y[i] = k->attr.fill.value;
 }
 
 /* With bf16_state the parameter and both moments are stored as bf16, as
@@ -285,157 +186,124 @@ static void exec_adam(const struct kinstr *k)
     }
 }
 
-/* The all-reduce's mean: 1/(values summed), a power of two in training,
- * so exact: every core, every host and every micro-batch summed into x. */
-static float all_reduce_scale(const struct all_reduce_attr *ar)
+static void exec_round_bf16(const struct kinstr *k)
 {
-    return 1.0f / (float)(ar->cores * ar->micro * comm_size());
+    k_round_bf16(k->out[ROUND_BF16_OUT_Y], k->in[ROUND_BF16_IN_X], k->attr.elementwise.n);
 }
 
 /* The eager device's all-reduce: one core here, so the tree over this
- * process's cores is its own buffer; the sum continues across processes. */
-static void exec_all_reduce_alone(const struct kinstr *k)
+ * process's cores is its own buffer; the sum continues across processes.
+ * (A compiled program's all-reduces run apart: run_all_reduces.) */
+static void exec_all_reduce(const struct kinstr *k)
 {
     long n = k->attr.all_reduce.n;
     float *y = k->out[ALL_REDUCE_OUT_Y];
     float scale = all_reduce_scale(&k->attr.all_reduce);
     memcpy(y, k->in[ALL_REDUCE_IN_X], sizeof(float) * (size_t)n);
-    if (comm_size() > 1)
+    if (xs_hosts() > 1)
         cross_host_sum(&y, &n, 1);
     for (long i = 0; i < n; i++)
         y[i] *= scale;
 }
 
-static void dispatch(const struct kinstr *k)
+static void exec_store(const struct kinstr *k)
 {
-    const union kattr *a = &k->attr;
-    void *const *in = k->in, *const *out = k->out;
-    switch (k->op) {
-    case KOP_EMBED:
-        k_embed(out[EMBED_OUT_Y], in[EMBED_IN_IDX], in[EMBED_IN_TABLE], a->embed.n, a->embed.c,
-                a->embed.v);
-        break;
-    case KOP_EMBED_BWD: exec_embed_bwd(k); break;
-    case KOP_ADD: k_add(out[ADD_OUT_Y], in[ADD_IN_A], in[ADD_IN_B], a->elementwise.n); break;
-    case KOP_MATMUL:
-    case KOP_MATMUL_EX: exec_matmul(k); break;
-    case KOP_MATMUL_TN: exec_matmul_tn(k); break;
-    case KOP_TRANSPOSE:
-        k_transpose(out[TRANSPOSE_OUT_Y], in[TRANSPOSE_IN_X], a->transpose.rows, a->transpose.cols);
-        break;
-    case KOP_SUM_ROWS: exec_sum_rows(k); break;
-    case KOP_RELU: k_relu(out[RELU_OUT_Y], in[RELU_IN_X], a->elementwise.n); break;
-    case KOP_RELU_BWD:
-        k_relu_bwd(out[RELU_BWD_OUT_DX], in[RELU_BWD_IN_DY], in[RELU_BWD_IN_Y], a->elementwise.n);
-        break;
-    case KOP_LAYERNORM: exec_layernorm(k); break;
-    case KOP_LAYERNORM_BWD: exec_layernorm_bwd(k); break;
-    case KOP_ATTENTION:
-    case KOP_ATTENTION_BWD: exec_attention(k); break;
-    case KOP_ATTENTION_STEP: exec_decode(k); break;
-    case KOP_ATTENTION_LAST: /* q, k, v already rounded under bf16 (g_attention_last) */
-        k_attention_last(out[ATTENTION_LAST_OUT_O], in[ATTENTION_LAST_IN_QKV], a->attention.B,
-                         a->attention.T, a->attention.C, a->attention.H);
-        break;
-    case KOP_XENT:
-        k_xent(out[XENT_OUT_LOSS], in[XENT_IN_LOGITS], in[XENT_IN_TARGETS], a->xent.n, a->xent.v);
-        break;
-    case KOP_XENT_BWD:
-        k_xent_bwd(out[XENT_BWD_OUT_DLOGITS], in[XENT_BWD_IN_LOGITS], in[XENT_BWD_IN_TARGETS],
-                   in[XENT_BWD_IN_DLOSS], a->xent.n, a->xent.v);
-        break;
-    case KOP_XENT_GRAD:
-        k_xent_grad(out[XENT_GRAD_OUT_LOSS], out[XENT_GRAD_OUT_DLOGITS], in[XENT_GRAD_IN_LOGITS],
-                    in[XENT_GRAD_IN_TARGETS], in[XENT_GRAD_IN_DLOSS], a->xent.n, a->xent.v);
-        break;
-    case KOP_FILL: fill(out[FILL_OUT_Y], a->fill.n, a->fill.value); break;
-    case KOP_ADAM: exec_adam(k); break;
-    case KOP_ROUND_BF16:
-        k_round_bf16(out[ROUND_BF16_OUT_Y], in[ROUND_BF16_IN_X], a->elementwise.n);
-        break;
-    case KOP_ALL_REDUCE: exec_all_reduce_alone(k); break;
-    case KOP_STORE:
-        memcpy(in[STORE_IN_DST], in[STORE_IN_X], sizeof(float) * (size_t)a->elementwise.n);
-        break;
-    case KOP_ADD_N: exec_add_n(k); break;
-    case KOP_DROPOUT:
-        k_dropout(out[DROPOUT_OUT_Y], in[DROPOUT_IN_X], in[DROPOUT_IN_ROWS], in[DROPOUT_IN_KEY],
-                  a->dropout.n, a->dropout.c, a->dropout.site, a->dropout.p);
-        break;
-    case KOP_ATTENTION_DROP:
-    case KOP_ATTENTION_DROP_BWD: exec_attention_drop(k); break;
-    default: break;
-    }
+    memcpy(k->in[STORE_IN_DST], k->in[STORE_IN_X], sizeof(float) * (size_t)k->attr.elementwise.n);
 }
+
+static void exec_dropout(const struct kinstr *k)
+{
+    const struct dropout_attr *d = &k->attr.dropout;
+    k_dropout(k->out[DROPOUT_OUT_Y], k->in[DROPOUT_IN_X], k->in[DROPOUT_IN_ROWS],
+              k->in[DROPOUT_IN_KEY], d->n, d->c, d->site, d->p);
+}
+
+/* Dropout's attention computes in fp32 whatever the precision: an
+ * experiment's path (tensor.h, dropout). */
+static void exec_attention_drop(const struct kinstr *k)
+{
+    const struct attention_drop_attr *at = &k->attr.attention_drop;
+    void *const *in = k->in;
+    k_attention_drop(k->out[ATTENTION_DROP_OUT_O], k->out[ATTENTION_DROP_OUT_LSE],
+                     in[ATTENTION_DROP_IN_QKV], in[ATTENTION_DROP_IN_ROWS],
+                     in[ATTENTION_DROP_IN_KEY], at->B, at->T, at->C, at->H, at->site, at->p);
+}
+
+static void exec_attention_drop_bwd(const struct kinstr *k)
+{
+    const struct attention_drop_attr *at = &k->attr.attention_drop;
+    void *const *in = k->in;
+    k_attention_drop_bwd(k->out[ATTENTION_DROP_BWD_OUT_DQKV], in[ATTENTION_DROP_BWD_IN_DO],
+                         in[ATTENTION_DROP_BWD_IN_QKV], in[ATTENTION_DROP_BWD_IN_O],
+                         in[ATTENTION_DROP_BWD_IN_LSE], in[ATTENTION_DROP_BWD_IN_ROWS],
+                         in[ATTENTION_DROP_BWD_IN_KEY], at->B, at->T, at->C, at->H, at->site,
+                         at->p);
+}
+
+/* A matmul with its fused epilogue (fuse.c): ReLU and residual adds, or
+ * the gate of a ReLU's backward, alone. */
+static void exec_matmul_ex(const struct kinstr *k)
+{
+    const struct matmul_attr *mm = &k->attr.matmul;
+    void *const *in = k->in;
+    float *c = k->out[MATMUL_EX_OUT_C];
+    const float *a = in[MATMUL_EX_IN_A], *b = in[MATMUL_EX_IN_B], *bias = in[MATMUL_EX_IN_BIAS];
+    const float *r1 = in[MATMUL_EX_IN_R1], *r2 = in[MATMUL_EX_IN_R2], *gate = in[MATMUL_EX_IN_GATE];
+    assert(!gate || (!bias && !r1 && !r2 && !mm->relu)); /* fuse.c's rule: a gate alone */
+    if (gate && mm->bf16)
+        k_matmul_bf16_gated(c, a, b, gate, mm->n, mm->p, mm->q);
+    else if (gate)
+        k_matmul_gated(c, a, b, gate, mm->n, mm->p, mm->q);
+    else if (mm->bf16)
+        k_matmul_bf16(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
+    else
+        k_matmul_ex(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
+}
+
+/* x0 + x1 + ...: the inputs up to the first absent one */
+static void exec_add_n(const struct kinstr *k)
+{
+    const float *xs[KMAX_IN];
+    int m = 0;
+    while (m < KMAX_IN && k->in[m]) {
+        xs[m] = k->in[m];
+        m++;
+    }
+    k_add_n(k->out[ADD_N_OUT_Y], xs, m, k->attr.elementwise.n);
+}
+
+static void exec_xent_grad(const struct kinstr *k)
+{
+    k_xent_grad(k->out[XENT_GRAD_OUT_LOSS], k->out[XENT_GRAD_OUT_DLOGITS],
+                k->in[XENT_GRAD_IN_LOGITS], k->in[XENT_GRAD_IN_TARGETS],
+                k->in[XENT_GRAD_IN_DLOSS], k->attr.xent.n, k->attr.xent.v);
+}
+
+/* The dispatch table, made from ops.def: the line OP(NAME, name, ...)
+ * becomes the entry [KOP_NAME] = exec_name. Every op gets one, so an op
+ * added to ops.def without its exec_ function above does not compile;
+ * there is no default that would run nothing. */
+typedef void exec_fn(const struct kinstr *k);
+#define OP(NAME, name, ...) [KOP_##NAME] = exec_##name,
+static exec_fn *const dispatch[KOP_COUNT] = {
+#include "device/ops.def"
+};
+#undef OP
 
 /* One instruction on one core, timed only when metrics.c is recording, so
  * that an unprofiled run pays nothing for it. */
 static void exec_on_core(const struct kinstr *k, int core)
 {
     if (!xs_watching()) {
-        dispatch(k);
+        dispatch[k->op](k);
         return;
     }
     double t0 = now_seconds();
-    dispatch(k);
+    dispatch[k->op](k);
     xs_kernel_ran(k, core, t0, now_seconds());
 }
 
 void xs_exec(const struct kinstr *k) { exec_on_core(k, 0); }
-
-/* ---- the simulated board ---- */
-
-/* Public figures (Google Cloud TPU documentation, system architecture
- * pages): HBM per chip divided among the devices PyTorch/XLA sees on it.
- * v2 and v3 chips hold two TensorCores, each its own device; v4 and v5p
- * fuse theirs into one "megacore" device per chip; v5e and v6e chips have
- * one core. */
-static const struct tpu_spec tpus[] = {
-    {"v2-8", 8, 8, "4 chips x 2 cores, 16 GiB HBM per chip"},
-    {"v3-8", 8, 16, "4 chips x 2 cores, 32 GiB HBM per chip"},
-    {"v4-8", 4, 32, "4 chips, one megacore device each, 32 GiB HBM per chip"},
-    {"v5e-8", 8, 16, "8 chips x 1 core, 16 GiB HBM per chip"},
-    {"v5p-8", 4, 95, "4 chips, one megacore device each, 95 GiB HBM per chip"},
-    {"v6e-8", 8, 32, "8 chips x 1 core, 32 GiB HBM per chip"},
-};
-#define NTPUS (int)(sizeof tpus / sizeof *tpus)
-
-const struct tpu_spec *xs_tpu(const char *name)
-{
-    for (int i = 0; i < NTPUS; i++)
-        if (!strcmp(tpus[i].name, name))
-            return &tpus[i];
-    return NULL;
-}
-
-const char *xs_tpu_names(void)
-{
-    static char buf[256];
-    if (!buf[0])
-        for (int i = 0; i < NTPUS; i++)
-            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? ", " : "",
-                     tpus[i].name);
-    return buf;
-}
-
-static struct {
-    char name[64];
-    int cores;
-    size_t hbm;
-} board = {"xla", 1, (size_t)16 << 30};
-
-void xs_set_device(const char *name, int cores, size_t hbm_bytes)
-{
-    snprintf(board.name, sizeof board.name, "%s", name);
-    board.cores = cores < 1 ? 1 : cores > XS_MAX_CORES ? XS_MAX_CORES : cores;
-    board.hbm = hbm_bytes;
-}
-
-int xs_cores(void) { return board.cores; }
-size_t xs_hbm(void) { return board.hbm; }
-const char *xs_device_name(void) { return board.name; }
-int xs_hosts(void) { return comm_size(); }
-int xs_host(void) { return comm_rank(); }
 
 /* ---- compiled programs ---- */
 
@@ -535,36 +403,6 @@ static float *board_sum(const struct pinstr *pi, int n, unsigned char **arena,
     return out;
 }
 
-/* The boards' sums of every process, summed across processes (comm.c adds
- * them in the tree's order over ranks: a board's cores are a subtree of
- * the pod's, so the pod's sum has the bits of one board with all its
- * cores). The stretch's buffers travel as one message, as XLA's all-reduce
- * combiner would send them. */
-static void cross_host_sum(float *const *sums, const long *len, int m)
-{
-    size_t total = 0;
-    for (int i = 0; i < m; i++)
-        total += (size_t)len[i];
-    float *packed = malloc(sizeof(float) * total + 1), *at = packed;
-    if (!packed) {
-        fprintf(stderr, "gpt: out of memory (all-reduce of %zu floats)\n", total);
-        exit(1);
-    }
-    for (int i = 0; i < m; at += len[i], i++)
-        memcpy(at, sums[i], sizeof(float) * (size_t)len[i]);
-    struct comm_traffic moved = {0, 0};
-    double t0 = now_seconds();
-    comm_all_reduce(packed, total, &moved);
-    xs_metric_add(M_HOST_ALL_REDUCE, now_seconds() - t0);
-    xs_counter_add(C_HOST_ALL_REDUCE_BYTES, (long)(total * sizeof(float)));
-    xs_counter_add(C_HOST_SENT_BYTES, (long)moved.sent);
-    xs_counter_add(C_HOST_RECEIVED_BYTES, (long)moved.received);
-    at = packed;
-    for (int i = 0; i < m; at += len[i], i++)
-        memcpy(sums[i], at, sizeof(float) * (size_t)len[i]);
-    free(packed);
-}
-
 /* The consecutive all-reduces from i0, all at once: each one's tree over
  * the board's cores, then across processes, then the mean (1/replicas, a
  * power of two: exact) copied to every core, so replicas hold the same
@@ -584,7 +422,7 @@ static int run_all_reduces(const Program *p, int i0, int n, unsigned char **aren
     for (int i = i0; i < i1; i++)
         bytes += 4 * (len[i - i0] = p->ins[i].attr.all_reduce.n);
     xs_metric_add(M_ALL_REDUCE, now_seconds() - t0);
-    if (comm_size() > 1)
+    if (xs_hosts() > 1)
         cross_host_sum(sums, len, i1 - i0);
     for (int i = i0; i < i1; i++) {
         const struct all_reduce_attr *ar = &p->ins[i].attr.all_reduce;
