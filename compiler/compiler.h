@@ -37,6 +37,7 @@ static inline struct ref no_ref(void) { return (struct ref){REF_NONE, 0, 0}; }
 static inline struct ref slot_ref(int slot) { return (struct ref){REF_SLOT, slot, 0}; }
 static inline struct ref out_ref(int node, int out) { return (struct ref){REF_OUT, node, out}; }
 static inline int is_out(struct ref r) { return r.kind == REF_OUT; }
+static inline int is_set(struct ref r) { return r.kind != REF_NONE; }
 
 static inline int same_ref(struct ref a, struct ref b)
 {
