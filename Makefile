@@ -12,8 +12,9 @@ LDLIBS  := -lm
 # a folder named for it (README.md, "The map"). Every include is written
 # from the top (-I.): #include "compiler/compiler.h".
 SRC     := cmd/train.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c cmd/rundir.c \
-           gpt.c graph.c compiler/graph_side.c compiler/compile.c compiler/trace.c compiler/cache.c compiler/fuse.c \
-           compiler/plan.c compiler/lower.c compiler/dump.c compiler/explain.c \
+           gpt.c graph.c compiler/graph_side.c compiler/record.c compiler/compile.c \
+           compiler/trace.c compiler/cache.c compiler/fuse.c compiler/plan.c compiler/lower.c \
+           compiler/dump.c compiler/explain.c \
            xla_sim.c device/exec.c device/allreduce.c device/metrics.c device/board.c device/ops.c \
            kernels/tensor_ref.c kernels/tensor_bf16.c \
            pod/pod.c pod/comm.c data/data.c data/loader.c data/text.c watch/watch.c \

@@ -34,9 +34,12 @@
  *
  * Memory for one step (tensor headers and eager data) comes from bump
  * arenas that g_reset rewinds, so a training step calls malloc only while
- * the arenas are still growing in the first step. The arenas and the
- * second-read builders (bf16 rounding, data parallelism, dropout,
- * inference-only attention) are in compiler/graph_side.c. */
+ * the arenas are still growing in the first step.
+ *
+ * The layer's other rooms, below this file: compiler/record.c (tensors,
+ * new_node, add_out, run_node; the arenas; as_stored, the bf16 roundings)
+ * and compiler/graph_side.c (second-read builders: data parallelism,
+ * dropout, inference-only attention). */
 #include "compiler/graph_impl.h"
 #include <assert.h>
 #include <stdio.h>
@@ -92,91 +95,6 @@ void g_reset(Graph *g)
     arena_rewind(&g->data);
 }
 
-static Tensor *new_tensor(Graph *g, int kind, int dtype, int rows, int cols)
-{
-    Tensor *t = arena_alloc(&g->meta, sizeof *t);
-    memset(t, 0, sizeof *t);
-    t->id = g->n_tensors++;
-    t->kind = kind;
-    t->dtype = dtype;
-    t->rows = rows;
-    t->cols = cols;
-    t->numel = (long)rows * cols;
-    t->node = -1;
-    return t;
-}
-
-Tensor *g_leaf(Graph *g, int kind, int dtype, void *data, int rows, int cols)
-{
-    Tensor *t = new_tensor(g, kind, dtype, rows, cols);
-    t->data = data;
-    t->requires_grad = kind == TK_PARAM;
-    return t;
-}
-
-Tensor *g_param(Graph *g, float *data, int rows, int cols)
-{
-    return g_leaf(g, TK_PARAM, DT_F32, data, rows, cols);
-}
-
-/* Eager execution: the node runs the moment it is recorded. Lazy mode
- * only records it. */
-void run_node(Graph *g, Node *n)
-{
-    struct kinstr k = {.op = n->op, .attr = n->attr};
-    if (g->lazy)
-        return;
-    for (int i = 0; i < n->nin; i++)
-        k.in[i] = n->in[i] ? n->in[i]->data : NULL;
-    for (int i = 0; i < n->nout; i++)
-        k.out[i] = n->out[i]->data;
-    xs_exec(&k);
-}
-
-/* A node for op with the op table's number of inputs, in[0..nin). */
-Node *new_node(Graph *g, int op, Tensor *const *in)
-{
-    int nin = kop_info(op)->nin;
-    if (g->n_nodes == g->cap_nodes) {
-        g->cap_nodes = g->cap_nodes ? 2 * g->cap_nodes : 256;
-        Node *nn = realloc(g->nodes, sizeof *nn * g->cap_nodes);
-        if (!nn) {
-            fprintf(stderr, "gpt: out of memory (graph nodes)\n");
-            exit(1);
-        }
-        g->nodes = nn;
-    }
-    Node *n = &g->nodes[g->n_nodes++];
-    memset(n, 0, sizeof *n);
-    n->op = op;
-    n->nin = nin;
-    for (int i = 0; i < nin; i++)
-        n->in[i] = in[i];
-    return n;
-}
-
-/* Adds an output; it takes a gradient when any input does and diff says
- * the output is differentiable (aux outputs such as saved statistics are
- * not). */
-Tensor *add_out(Graph *g, Node *n, int dtype, int rows, int cols, int diff)
-{
-    Tensor *t = new_tensor(g, TK_TEMP, dtype, rows, cols);
-    t->node = (int)(n - g->nodes);
-    t->data = g->lazy ? NULL : arena_alloc(&g->data, (size_t)t->numel * 4);
-    for (int i = 0; diff && i < n->nin; i++)
-        if (n->in[i] && n->in[i]->requires_grad)
-            t->requires_grad = 1;
-    n->out[n->nout++] = t;
-    return t;
-}
-
-void shape_fail(const char *op, const Tensor *a, const Tensor *b)
-{
-    fprintf(stderr, "gpt: internal error: %s got shapes [%d,%d] and [%d,%d]\n",
-            op, a->rows, a->cols, b->rows, b->cols);
-    abort();
-}
-
 Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
 {
     Node *n = new_node(g, KOP_EMBED, IN([EMBED_IN_IDX] = idx, [EMBED_IN_TABLE] = table));
@@ -194,17 +112,6 @@ static Tensor *build_embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
     Tensor *d = add_out(g, n, DT_F32, table->rows, table->cols, 0);
     run_node(g, n);
     return as_stored_partial(g, d);
-}
-
-Tensor *build_add(Graph *g, Tensor *a, Tensor *b)
-{
-    if (a->numel != b->numel)
-        shape_fail("add", a, b);
-    Node *n = new_node(g, KOP_ADD, IN(a, b));
-    n->attr.elementwise.n = a->numel;
-    Tensor *y = add_out(g, n, DT_F32, a->rows, a->cols, 1);
-    run_node(g, n);
-    return y;
 }
 
 Tensor *g_add(Graph *g, Tensor *a, Tensor *b) { return as_stored(g, build_add(g, a, b)); }

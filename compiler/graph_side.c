@@ -1,56 +1,13 @@
 /* compiler/graph_side.c: graph.c's second-read builders, which a first
- * reader of one fp32 training step on one core can skip: precision (the
- * bf16 roundings of --precision), data parallelism (cores, replicated
- * leaves, the all-reduce, gradient accumulation's partial sums and
- * stores), dropout, the sampler's inference-only attention, what the
- * last compile made (for tests), and the bump arena that holds a step's
- * tensors. */
+ * reader of one fp32 training step on one core can skip: data parallelism
+ * (cores, replicated leaves, the all-reduce, gradient accumulation's
+ * partial sums and stores), dropout, the sampler's inference-only
+ * attention, and what the last compile made (for tests). It calls
+ * compiler/record.c, never graph.c. */
 #include "compiler/graph_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- the bump arena: a step's tensors, reused from one step to the next ---- */
-
-void *arena_alloc(struct arena *a, size_t n)
-{
-    n = (n + 63) & ~(size_t)63; /* keep every buffer cache-line aligned */
-    for (; a->cur; a->cur = a->cur->next) {
-        if (a->cur->cap - a->cur->used >= n) {
-            void *p = a->cur->mem + a->cur->used;
-            a->cur->used += n;
-            return p;
-        }
-    }
-    size_t cap = n > ((size_t)8 << 20) ? n : ((size_t)8 << 20);
-    struct chunk *c = xcalloc(1, sizeof *c + cap);
-    c->cap = cap;
-    c->used = n;
-    c->next = NULL;
-    struct chunk **tail = &a->head;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = c;
-    a->cur = c;
-    return c->mem;
-}
-
-void arena_rewind(struct arena *a)
-{
-    for (struct chunk *c = a->head; c; c = c->next)
-        c->used = 0;
-    a->cur = a->head;
-}
-
-void arena_free(struct arena *a)
-{
-    while (a->head) {
-        struct chunk *n = a->head->next;
-        free(a->head);
-        a->head = n;
-    }
-    a->cur = NULL;
-}
 
 Tensor *g_leaf_rep(Graph *g, int kind, int dtype, void *const *data, int rows, int cols)
 {
@@ -74,42 +31,6 @@ void g_set_cores(Graph *g, int n)
 int g_cores(const Graph *g) { return g->cores; }
 void g_set_example_rows(Graph *g, int rows) { g->seg = rows; }
 void g_set_precision(Graph *g, int precision) { g->prec = precision; }
-
-static Tensor *build_round_bf16(Graph *g, Tensor *x)
-{
-    Node *n = new_node(g, KOP_ROUND_BF16, IN(x));
-    n->attr.elementwise.n = x->numel;
-    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
-    run_node(g, n);
-    return y;
-}
-
-/* y as the device stores it: bf16-pure stores every float tensor as bf16,
- * so each op's result is rounded as it is written. */
-Tensor *as_stored(Graph *g, Tensor *y)
-{
-    return g->prec == PREC_BF16_PURE ? build_round_bf16(g, y) : y;
-}
-
-/* A matrix-unit operand: rounded to bf16 under --precision bf16 (under
- * bf16-pure it already is). */
-Tensor *mxu_operand(Graph *g, Tensor *x)
-{
-    return g->prec == PREC_BF16 ? build_round_bf16(g, x) : x;
-}
-
-/* A batch reduction's result: in training (per-example rows set) it is a
- * core's partial sum, kept in fp32 until the all-reduce has summed the
- * cores' parts, so that bf16-pure gradients do not depend on the layout. */
-Tensor *as_stored_partial(Graph *g, Tensor *y)
-{
-    return g->seg > 0 ? y : as_stored(g, y);
-}
-
-static int is_rounded(const Graph *g, const Tensor *x)
-{
-    return x->node >= 0 && g->nodes[x->node].op == KOP_ROUND_BF16;
-}
 
 Tensor *g_all_reduce(Graph *g, Tensor *x) { return g_all_reduce_micro(g, x, 1); }
 
