@@ -373,7 +373,8 @@ static void backward_node(Graph *g, Node n, Tensor *dy)
     Tensor *const *in = n.in;
     switch (n.op) {
     case KOP_EMBED:
-        accumulate(g, in[EMBED_IN_TABLE], build_embed_bwd(g, in[EMBED_IN_IDX], dy, in[EMBED_IN_TABLE]));
+        accumulate(g, in[EMBED_IN_TABLE],
+                   build_embed_bwd(g, in[EMBED_IN_IDX], dy, in[EMBED_IN_TABLE]));
         break;
     case KOP_ADD:
         accumulate(g, in[ADD_IN_A], dy);

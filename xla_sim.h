@@ -24,10 +24,11 @@ enum precision {
 void xs_exec(const struct kinstr *k);
 
 /* ---- compiled programs (the xla device) ----
- * graph.c compiles a traced graph into a Program: kernel instructions whose
- * operands are places, not pointers. A place is an offset in the device
- * arena (temporaries, transferred inputs, outputs) or a bound slot (device
- * buffers that outlive the program: weights, optimizer state, caches). */
+ * The compiler (compiler/) makes a traced graph a Program: kernel
+ * instructions whose operands are places, not pointers. A place is an
+ * offset in the device arena (temporaries, transferred inputs, outputs)
+ * or a bound slot (device buffers that outlive the program: weights,
+ * optimizer state, caches). */
 enum place_kind { PL_NONE, PL_ARENA, PL_SLOT };
 
 struct place {

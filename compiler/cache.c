@@ -99,7 +99,8 @@ Program *cache_lookup(const struct compiler *cc, const struct key *k)
     for (int i = 0; i < cc->ncache; i++) {
         const struct cache_entry *c = &cc->cache[i];
         /* the hash only narrows the search; the full key decides */
-        if (c->hash == k->hash && c->keylen == k->n && !memcmp(c->key, k->v, sizeof *k->v * (size_t)k->n))
+        if (c->hash == k->hash && c->keylen == k->n &&
+            !memcmp(c->key, k->v, sizeof *k->v * (size_t)k->n))
             return c->prog;
     }
     return NULL;
