@@ -6,23 +6,16 @@
  * more nodes of the same graph.
  *
  * The cut (the xla device): nodes are only recorded until the host needs
- * values. Then the lazy compiler (compiler.h) runs, one stage a file:
+ * values. Then the lazy compiler runs; compiler/compile.c is its driver,
+ * and its head comment lists the stages and its table the passes:
  *
- *   g_embed, g_matmul, ... g_backward, g_adam        record: Node (graph.c)
+ *   g_embed, g_matmul, ... g_backward, g_adam      record: Node (graph.c)
  *        |  g_mark_step, or g_read of a pending value: a cut
  *        v
- *   trace_build     the pending nodes the cut needs  trace: struct tnode (trace.c)
+ *   compile_cut    trace -> key -> cache lookup: a hit is the program;
+ *                  a miss runs the passes, the memory plan and lowering,
+ *                  and caches the Program (compiler/compile.c)
  *        v
- *   key_build       the trace's structure as words (no pointers, no data)
- *        v
- *   lookup          hash, then the full key  -- hit ------------------+
- *        | miss                                                       |
- *        v                                                            |
- *   compile         cse -> dce -> fuse_matmul -> fuse_adds  (fuse.c)  |
- *        v                                                            |
- *   lower           memory plan (plan.c) -> program of places:        |
- *                   struct pinstr (lower.c)                           |
- *        v                                                            v
  *   bind_slots -> xs_run_replicated   each core runs struct kinstr (xla_sim.c)
  *
  * One instruction at four levels, all with the same op (enum kop) and
@@ -41,8 +34,13 @@
  *
  * Memory for one step (tensor headers and eager data) comes from bump
  * arenas that g_reset rewinds, so a training step calls malloc only while
- * the arenas are still growing in the first step. */
-#include "compiler/compiler.h"
+ * the arenas are still growing in the first step.
+ *
+ * The layer's other rooms, below this file: compiler/record.c (tensors,
+ * new_node, add_out, run_node; the arenas; as_stored, the bf16 roundings)
+ * and compiler/graph_side.c (second-read builders: data parallelism,
+ * dropout, inference-only attention). */
+#include "compiler/graph_impl.h"
 #include "util/util.h"
 #include <assert.h>
 #include <stdio.h>
@@ -50,84 +48,13 @@
 #include <string.h>
 #include <time.h>
 
-/* ---- bump arena ---- */
-
-struct chunk {
-    struct chunk *next;
-    size_t cap, used;
-    _Alignas(64) unsigned char mem[];
-};
-
-struct arena {
-    struct chunk *head, *cur;
-};
-
-static void *arena_alloc(struct arena *a, size_t n)
-{
-    n = (n + 63) & ~(size_t)63; /* keep every buffer cache-line aligned */
-    for (; a->cur; a->cur = a->cur->next) {
-        if (a->cur->cap - a->cur->used >= n) {
-            void *p = a->cur->mem + a->cur->used;
-            a->cur->used += n;
-            return p;
-        }
-    }
-    size_t cap = n > ((size_t)8 << 20) ? n : ((size_t)8 << 20);
-    struct chunk *c = xmalloc(sizeof *c + cap);
-    c->cap = cap;
-    c->used = n;
-    c->next = NULL;
-    struct chunk **tail = &a->head;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = c;
-    a->cur = c;
-    return c->mem;
-}
-
-static void arena_rewind(struct arena *a)
-{
-    for (struct chunk *c = a->head; c; c = c->next)
-        c->used = 0;
-    a->cur = a->head;
-}
-
-static void arena_free(struct arena *a)
-{
-    while (a->head) {
-        struct chunk *n = a->head->next;
-        free(a->head);
-        a->head = n;
-    }
-    a->cur = NULL;
-}
-
 /* ======================================================================
  * Recording and autodiff
  * ====================================================================== */
 
 /* ---- the graph ---- */
 
-
-struct Graph {
-    /* the record */
-    Node *nodes; /* [cap_nodes] */
-    int n_nodes, cap_nodes;
-    int n_tensors;
-    Tensor **grads; /* [cap_grads] by tensor id */
-    int cap_grads;
-    struct arena meta, data;
-    /* how ops are recorded */
-    int seg;  /* rows per example for backward reductions, 0: off */
-    int prec; /* enum precision */
-    /* the device */
-    int lazy;  /* record only; cuts compile and run */
-    int cores; /* simulated cores a cut runs on */
-    struct compiler compiler;
-};
-
-struct Graph;
-static void run_pending(struct Graph *g, Tensor *const *roots, int nroots, const char *why);
+static void run_pending(Graph *g, Tensor *const *roots, int nroots, const char *why);
 
 Graph *g_new(void)
 {
@@ -159,167 +86,6 @@ void g_reset(Graph *g)
     arena_rewind(&g->data);
 }
 
-
-static Tensor *new_tensor(Graph *g, int kind, int dtype, int rows, int cols)
-{
-    Tensor *t = arena_alloc(&g->meta, sizeof *t);
-    memset(t, 0, sizeof *t);
-    t->id = g->n_tensors++;
-    t->kind = kind;
-    t->dtype = dtype;
-    t->rows = rows;
-    t->cols = cols;
-    t->numel = (long)rows * cols;
-    t->node = -1;
-    return t;
-}
-
-Tensor *g_leaf(Graph *g, int kind, int dtype, void *data, int rows, int cols)
-{
-    Tensor *t = new_tensor(g, kind, dtype, rows, cols);
-    t->data = data;
-    t->requires_grad = kind == TK_PARAM;
-    return t;
-}
-
-Tensor *g_leaf_rep(Graph *g, int kind, int dtype, void *const *data, int rows, int cols)
-{
-    Tensor *t = g_leaf(g, kind, dtype, data[0], rows, cols);
-    if (g->cores > 1) {
-        t->rep = arena_alloc(&g->meta, sizeof *t->rep * (size_t)g->cores);
-        memcpy(t->rep, data, sizeof *t->rep * (size_t)g->cores);
-    }
-    return t;
-}
-
-void g_set_cores(Graph *g, int n)
-{
-    if (n > 1 && !g->lazy) {
-        fprintf(stderr, "gpt: internal error: simulated cores need the lazy device\n");
-        abort();
-    }
-    g->cores = n < 1 ? 1 : n;
-}
-
-int g_cores(const Graph *g) { return g->cores; }
-void g_set_example_rows(Graph *g, int rows) { g->seg = rows; }
-void g_set_precision(Graph *g, int precision) { g->prec = precision; }
-
-Tensor *g_param(Graph *g, float *data, int rows, int cols)
-{
-    return g_leaf(g, TK_PARAM, DT_F32, data, rows, cols);
-}
-
-/* Eager execution: the node runs the moment it is recorded. Lazy mode
- * only records it. */
-static void run_node(Graph *g, Node *n)
-{
-    if (g->lazy)
-        return;
-    struct kinstr k = {.op = n->op, .attr = n->attr};
-    for (int i = 0; i < n->nin; i++)
-        k.in[i] = n->in[i] ? n->in[i]->data : NULL;
-    for (int i = 0; i < n->nout; i++)
-        k.out[i] = n->out[i]->data;
-    xs_exec(&k);
-}
-
-/* A node for op with the op table's number of inputs, in[0..nin). */
-static Node *new_node(Graph *g, int op, Tensor *const *in)
-{
-    int nin = kop_info(op)->nin;
-    if (g->n_nodes == g->cap_nodes) {
-        g->cap_nodes = g->cap_nodes ? 2 * g->cap_nodes : 256;
-        Node *nn = realloc(g->nodes, sizeof *nn * g->cap_nodes);
-        if (!nn) {
-            fprintf(stderr, "gpt: out of memory (graph nodes)\n");
-            exit(1);
-        }
-        g->nodes = nn;
-    }
-    Node *n = &g->nodes[g->n_nodes++];
-    memset(n, 0, sizeof *n);
-    n->op = op;
-    n->nin = nin;
-    for (int i = 0; i < nin; i++)
-        n->in[i] = in[i];
-    return n;
-}
-
-/* Adds an output; it takes a gradient when any input does and diff says
- * the output is differentiable (aux outputs such as saved statistics are
- * not). */
-static Tensor *add_out(Graph *g, Node *n, int dtype, int rows, int cols, int diff)
-{
-    Tensor *t = new_tensor(g, TK_TEMP, dtype, rows, cols);
-    t->node = (int)(n - g->nodes);
-    t->data = g->lazy ? NULL : arena_alloc(&g->data, (size_t)t->numel * 4);
-    for (int i = 0; diff && i < n->nin; i++)
-        if (n->in[i] && n->in[i]->requires_grad)
-            t->requires_grad = 1;
-    n->out[n->nout++] = t;
-    return t;
-}
-
-static void shape_fail(const char *op, const Tensor *a, const Tensor *b)
-{
-    fprintf(stderr, "gpt: internal error: %s got shapes [%d,%d] and [%d,%d]\n",
-            op, a->rows, a->cols, b->rows, b->cols);
-    abort();
-}
-
-#define IN(...) ((Tensor *const[KMAX_IN]){__VA_ARGS__}) /* the rest NULL */
-
-static Tensor *round_bf16(Graph *g, Tensor *x)
-{
-    Node *n = new_node(g, KOP_ROUND_BF16, IN(x));
-    n->attr.elementwise.n = x->numel;
-    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
-    run_node(g, n);
-    return y;
-}
-
-/* y as the device stores it: bf16-pure stores every float tensor as bf16,
- * so each op's result is rounded as it is written. */
-static Tensor *as_stored(Graph *g, Tensor *y)
-{
-    return g->prec == PREC_BF16_PURE ? round_bf16(g, y) : y;
-}
-
-/* A matrix-unit operand: rounded to bf16 under --precision bf16 (under
- * bf16-pure it already is). */
-static Tensor *mxu_operand(Graph *g, Tensor *x)
-{
-    return g->prec == PREC_BF16 ? round_bf16(g, x) : x;
-}
-
-/* A batch reduction's result: in training (per-example rows set) it is a
- * core's partial sum, kept in fp32 until the all-reduce has summed the
- * cores' parts, so that bf16-pure gradients do not depend on the layout. */
-static Tensor *as_stored_partial(Graph *g, Tensor *y)
-{
-    return g->seg > 0 ? y : as_stored(g, y);
-}
-
-static int is_rounded(const Graph *g, const Tensor *x)
-{
-    return x->node >= 0 && g->nodes[x->node].op == KOP_ROUND_BF16;
-}
-
-Tensor *g_all_reduce(Graph *g, Tensor *x) { return g_all_reduce_micro(g, x, 1); }
-
-Tensor *g_all_reduce_micro(Graph *g, Tensor *x, int micro)
-{
-    if (g->cores == 1 && xs_hosts() == 1 && micro == 1)
-        return is_rounded(g, x) ? x : as_stored(g, x);
-    Node *n = new_node(g, KOP_ALL_REDUCE, IN(x));
-    n->attr.all_reduce =
-        (struct all_reduce_attr){.n = x->numel, .cores = g->cores, .micro = micro};
-    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 0);
-    run_node(g, n);
-    return as_stored(g, y);
-}
-
 Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
 {
     Node *n = new_node(g, KOP_EMBED, IN([EMBED_IN_IDX] = idx, [EMBED_IN_TABLE] = table));
@@ -329,7 +95,7 @@ Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
     return as_stored(g, y);
 }
 
-static Tensor *embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
+static Tensor *build_embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
 {
     Node *n = new_node(g, KOP_EMBED_BWD, IN([EMBED_BWD_IN_IDX] = idx, [EMBED_BWD_IN_DY] = dy));
     n->attr.embed = (struct embed_attr){
@@ -339,34 +105,7 @@ static Tensor *embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
     return as_stored_partial(g, d);
 }
 
-static Tensor *add_node(Graph *g, Tensor *a, Tensor *b)
-{
-    if (a->numel != b->numel)
-        shape_fail("add", a, b);
-    Node *n = new_node(g, KOP_ADD, IN(a, b));
-    n->attr.elementwise.n = a->numel;
-    Tensor *y = add_out(g, n, DT_F32, a->rows, a->cols, 1);
-    run_node(g, n);
-    return y;
-}
-
-Tensor *g_add(Graph *g, Tensor *a, Tensor *b) { return as_stored(g, add_node(g, a, b)); }
-
-/* a + b for two partial sums of a batch reduction (gradient accumulation):
- * like the tree inside a kernel, kept in fp32 until the all-reduce. */
-Tensor *g_add_partial(Graph *g, Tensor *a, Tensor *b)
-{
-    return as_stored_partial(g, add_node(g, a, b));
-}
-
-void g_store(Graph *g, Tensor *dst, Tensor *x)
-{
-    if (dst->numel != x->numel || dst->kind != TK_STATE)
-        shape_fail("store", dst, x);
-    Node *n = new_node(g, KOP_STORE, IN([STORE_IN_DST] = dst, [STORE_IN_X] = x));
-    n->attr.elementwise.n = x->numel;
-    run_node(g, n);
-}
+Tensor *g_add(Graph *g, Tensor *a, Tensor *b) { return as_stored(g, build_add(g, a, b)); }
 
 Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias)
 {
@@ -383,7 +122,7 @@ Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias)
 }
 
 /* a^T @ b: a [p,n], b [p,q] -> [n,q]. Only backward passes record it. */
-static Tensor *matmul_tn(Graph *g, Tensor *a, Tensor *b)
+static Tensor *build_matmul_tn(Graph *g, Tensor *a, Tensor *b)
 {
     if (a->rows != b->rows)
         shape_fail("matmul_tn", a, b);
@@ -413,7 +152,7 @@ Tensor *g_linear(Graph *g, Tensor *x, Tensor *w, Tensor *b)
     return g_matmul(g, x, g_transpose(g, w), b);
 }
 
-static Tensor *sum_rows(Graph *g, Tensor *x)
+static Tensor *build_sum_rows(Graph *g, Tensor *x)
 {
     Node *n = new_node(g, KOP_SUM_ROWS, IN(x));
     n->attr.sum_rows = (struct sum_rows_attr){.n = x->rows, .q = x->cols, .seg = g->seg};
@@ -431,7 +170,7 @@ Tensor *g_relu(Graph *g, Tensor *x)
     return y;
 }
 
-static Tensor *relu_bwd(Graph *g, Tensor *dy, Tensor *y)
+static Tensor *build_relu_bwd(Graph *g, Tensor *dy, Tensor *y)
 {
     Node *n = new_node(g, KOP_RELU_BWD, IN([RELU_BWD_IN_DY] = dy, [RELU_BWD_IN_Y] = y));
     n->attr.elementwise.n = y->numel;
@@ -456,7 +195,7 @@ Tensor *g_layernorm(Graph *g, Tensor *x, Tensor *w, Tensor *b)
 }
 
 /* Fills d, by ln's inputs: d[LAYERNORM_IN_X] is dx, and so on. */
-static void layernorm_bwd(Graph *g, const Node *ln, Tensor *dy, Tensor **d)
+static void build_layernorm_bwd(Graph *g, const Node *ln, Tensor *dy, Tensor **d)
 {
     Tensor *x = ln->in[LAYERNORM_IN_X];
     Node *n = new_node(g, KOP_LAYERNORM_BWD,
@@ -490,7 +229,7 @@ Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
     return as_stored(g, y);
 }
 
-static Tensor *attention_bwd(Graph *g, const Node *att, Tensor *dy)
+static Tensor *build_attention_bwd(Graph *g, const Node *att, Tensor *dy)
 {
     Tensor *qkv = att->in[ATTENTION_IN_QKV];
     Node *n = new_node(g, KOP_ATTENTION_BWD,
@@ -501,79 +240,6 @@ static Tensor *attention_bwd(Graph *g, const Node *att, Tensor *dy)
     Tensor *d = add_out(g, n, DT_F32, qkv->rows, qkv->cols, 1);
     run_node(g, n);
     return as_stored(g, d);
-}
-
-Tensor *g_dropout(Graph *g, Tensor *x, Tensor *rows, Tensor *key, float p, int site)
-{
-    if (rows->numel != x->rows || key->numel != 2)
-        shape_fail("dropout", x, rows);
-    Node *n = new_node(g, KOP_DROPOUT,
-                       IN([DROPOUT_IN_X] = x, [DROPOUT_IN_ROWS] = rows, [DROPOUT_IN_KEY] = key));
-    n->attr.dropout = (struct dropout_attr){.n = x->rows, .c = x->cols, .site = site, .p = p};
-    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
-    run_node(g, n);
-    return as_stored(g, y);
-}
-
-Tensor *g_attention_drop(Graph *g, Tensor *qkv, Tensor *rows, Tensor *key, int B, int T, int H,
-                         float p, int site)
-{
-    int C = qkv->cols / 3;
-    if (qkv->rows != B * T || qkv->cols % 3 || C % H || rows->numel != B * T || key->numel != 2)
-        shape_fail("attention_drop", qkv, rows);
-    Node *n = new_node(g, KOP_ATTENTION_DROP,
-                       IN([ATTENTION_DROP_IN_QKV] = qkv, [ATTENTION_DROP_IN_ROWS] = rows,
-                          [ATTENTION_DROP_IN_KEY] = key));
-    n->attr.attention_drop =
-        (struct attention_drop_attr){.B = B, .T = T, .C = C, .H = H, .site = site, .p = p};
-    Tensor *y = add_out(g, n, DT_F32, B * T, C, 1); /* o, then lse */
-    add_out(g, n, DT_F32, B * H, T, 0);
-    run_node(g, n);
-    return as_stored(g, y);
-}
-
-static Tensor *attention_drop_bwd(Graph *g, const Node *att, Tensor *dy)
-{
-    Tensor *qkv = att->in[ATTENTION_DROP_IN_QKV];
-    Node *n = new_node(g, KOP_ATTENTION_DROP_BWD,
-                       IN([ATTENTION_DROP_BWD_IN_DO] = dy, [ATTENTION_DROP_BWD_IN_QKV] = qkv,
-                          [ATTENTION_DROP_BWD_IN_O] = att->out[ATTENTION_DROP_OUT_O],
-                          [ATTENTION_DROP_BWD_IN_LSE] = att->out[ATTENTION_DROP_OUT_LSE],
-                          [ATTENTION_DROP_BWD_IN_ROWS] = att->in[ATTENTION_DROP_IN_ROWS],
-                          [ATTENTION_DROP_BWD_IN_KEY] = att->in[ATTENTION_DROP_IN_KEY]));
-    n->attr = att->attr;
-    Tensor *d = add_out(g, n, DT_F32, qkv->rows, qkv->cols, 1);
-    run_node(g, n);
-    return as_stored(g, d);
-}
-
-Tensor *g_attention_last(Graph *g, Tensor *qkv, int B, int T, int H)
-{
-    int C = qkv->cols / 3;
-    if (qkv->rows != B * T || qkv->cols % 3 || C % H)
-        shape_fail("attention_last", qkv, qkv);
-    qkv = mxu_operand(g, qkv); /* bf16: q, k, v rounded, as g_attention's kernel does */
-    Node *n = new_node(g, KOP_ATTENTION_LAST, IN(qkv));
-    n->attr.attention = (struct attention_attr){.B = B, .T = T, .C = C, .H = H};
-    Tensor *y = add_out(g, n, DT_F32, B, C, 0);
-    run_node(g, n);
-    return as_stored(g, y);
-}
-
-Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
-                         Tensor *pos, int H)
-{
-    int C = qkv->cols / 3, nb = qkv->rows;
-    if (kc->cols != C || kc->rows % nb || vc->numel != kc->numel)
-        shape_fail("attention_step", qkv, kc);
-    qkv = mxu_operand(g, qkv);
-    Node *n = new_node(g, KOP_ATTENTION_STEP,
-                       IN([ATTENTION_STEP_IN_QKV] = qkv, [ATTENTION_STEP_IN_KC] = kc,
-                          [ATTENTION_STEP_IN_VC] = vc, [ATTENTION_STEP_IN_POS] = pos));
-    n->attr.decode = (struct decode_attr){.nb = nb, .tmax = kc->rows / nb, .C = C, .H = H};
-    Tensor *y = add_out(g, n, DT_F32, nb, C, 0);
-    run_node(g, n);
-    return as_stored(g, y);
 }
 
 Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
@@ -587,7 +253,7 @@ Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
     return as_stored(g, y);
 }
 
-static Tensor *xent_bwd(Graph *g, const Node *xe, Tensor *dy)
+static Tensor *build_xent_bwd(Graph *g, const Node *xe, Tensor *dy)
 {
     Tensor *logits = xe->in[XENT_IN_LOGITS];
     Node *n = new_node(g, KOP_XENT_BWD,
@@ -685,9 +351,9 @@ static void backward_matmul(Graph *g, const Node *n, Tensor *dy)
     if (wants(a))
         accumulate(g, a, g_matmul(g, dy, g_transpose(g, b), NULL));
     if (wants(b))
-        accumulate(g, b, matmul_tn(g, a, dy));
+        accumulate(g, b, build_matmul_tn(g, a, dy));
     if (wants(bias))
-        accumulate(g, bias, sum_rows(g, dy));
+        accumulate(g, bias, build_sum_rows(g, dy));
 }
 
 /* The one place that knows each op's derivative. n is copied because the
@@ -698,7 +364,8 @@ static void backward_node(Graph *g, Node n, Tensor *dy)
     Tensor *const *in = n.in;
     switch (n.op) {
     case KOP_EMBED:
-        accumulate(g, in[EMBED_IN_TABLE], embed_bwd(g, in[EMBED_IN_IDX], dy, in[EMBED_IN_TABLE]));
+        accumulate(g, in[EMBED_IN_TABLE],
+                   build_embed_bwd(g, in[EMBED_IN_IDX], dy, in[EMBED_IN_TABLE]));
         break;
     case KOP_ADD:
         accumulate(g, in[ADD_IN_A], dy);
@@ -707,22 +374,22 @@ static void backward_node(Graph *g, Node n, Tensor *dy)
     case KOP_MATMUL: backward_matmul(g, &n, dy); break;
     case KOP_TRANSPOSE: accumulate(g, in[TRANSPOSE_IN_X], g_transpose(g, dy)); break;
     case KOP_ROUND_BF16: accumulate(g, in[ROUND_BF16_IN_X], dy); break; /* straight through */
-    case KOP_RELU: accumulate(g, in[RELU_IN_X], relu_bwd(g, dy, n.out[RELU_OUT_Y])); break;
+    case KOP_RELU: accumulate(g, in[RELU_IN_X], build_relu_bwd(g, dy, n.out[RELU_OUT_Y])); break;
     case KOP_LAYERNORM:
-        layernorm_bwd(g, &n, dy, d);
+        build_layernorm_bwd(g, &n, dy, d);
         accumulate(g, in[LAYERNORM_IN_X], d[LAYERNORM_IN_X]);
         accumulate(g, in[LAYERNORM_IN_W], d[LAYERNORM_IN_W]);
         accumulate(g, in[LAYERNORM_IN_B], d[LAYERNORM_IN_B]);
         break;
-    case KOP_ATTENTION: accumulate(g, in[ATTENTION_IN_QKV], attention_bwd(g, &n, dy)); break;
+    case KOP_ATTENTION: accumulate(g, in[ATTENTION_IN_QKV], build_attention_bwd(g, &n, dy)); break;
     case KOP_ATTENTION_DROP:
-        accumulate(g, in[ATTENTION_DROP_IN_QKV], attention_drop_bwd(g, &n, dy));
+        accumulate(g, in[ATTENTION_DROP_IN_QKV], build_attention_drop_bwd(g, &n, dy));
         break;
     case KOP_DROPOUT: /* linear in x: the same mask on dy */
         accumulate(g, in[DROPOUT_IN_X], g_dropout(g, dy, in[DROPOUT_IN_ROWS], in[DROPOUT_IN_KEY],
                                                   n.attr.dropout.p, (int)n.attr.dropout.site));
         break;
-    case KOP_XENT: accumulate(g, in[XENT_IN_LOGITS], xent_bwd(g, &n, dy)); break;
+    case KOP_XENT: accumulate(g, in[XENT_IN_LOGITS], build_xent_bwd(g, &n, dy)); break;
     default:
         fprintf(stderr, "gpt: internal error: no gradient rule for %s\n",
                 kop_name(n.op));
@@ -756,20 +423,6 @@ Tensor *g_grad(Graph *g, Tensor *t)
  * The cut: trace, find or compile, bind, run (compiler.h names the stages)
  * ====================================================================== */
 
-int g_compile_stats(const Graph *g, struct compile_stats *s)
-{
-    *s = g->compiler.last;
-    return g->compiler.ncache;
-}
-
-int g_plan(const Graph *g, const struct plan_buf **bufs)
-{
-    *bufs = g->compiler.plan;
-    return g->compiler.nplan;
-}
-
-int g_kernel_count(const Graph *g, int op) { return g->compiler.kernels[op]; }
-
 /* Binds every core's slots: core c's buffer of each external tensor, then
  * the roots (the host reads core 0's; the other cores' go to scratch). */
 static void **bind_slots(Graph *g, const struct trace *tr, const Program *p)
@@ -795,9 +448,9 @@ static void **bind_slots(Graph *g, const struct trace *tr, const Program *p)
 static void run_pending(Graph *g, Tensor *const *roots, int nroots, const char *why)
 {
     struct trace tr;
-    trace_build(g->nodes, g->n_nodes, g->n_tensors, roots, nroots, &tr);
-    if (tr.n > 0) {
-        Program *p = get_program(&g->compiler, &tr, why);
+    Program *p = compile_cut(&g->compiler, g->nodes, g->n_nodes, g->n_tensors, roots, nroots,
+                             why, &tr);
+    if (p) {
         void **slots = bind_slots(g, &tr, p);
         void *const *per_core[XS_MAX_CORES];
         for (int c = 0; c < g->cores; c++)

@@ -1,8 +1,8 @@
-/* fuse.c: the compiler's passes over a trace, in the order compile()
- * (lower.c) runs them: cse, dce, fuse_matmul, fuse_adds,
- * fuse_layernorm_bwd, fuse_xent. A pass marks nodes dead and rewrites
- * operands; none changes a bit of any result: every fusion keeps the order
- * of floating-point operations. */
+/* fuse.c: the compiler's passes over a trace, in the order of compile.c's
+ * table: cse, dce, fuse_matmul, fuse_adds, fuse_layernorm_bwd, fuse_xent.
+ * A pass marks nodes dead and rewrites operands, each by name; none
+ * changes a bit of any result: every fusion keeps the order of
+ * floating-point operations. An optimization: skip it on a first read. */
 #include "compiler/compiler.h"
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +86,7 @@ void dce(struct trace *tr)
     free(need);
 }
 
-/* The single consumer of node i's output 0 that may absorb it. */
+/* The single consumer of node i's output 0 that may take it over. */
 static int only_consumer(const struct trace *tr, int i)
 {
     int *uses = count_uses(tr);
@@ -106,31 +106,45 @@ static int only_consumer(const struct trace *tr, int i)
     return -1;
 }
 
-/* The consumer j takes over node i: j becomes op with i's operands and
- * attributes, followed by j's other operands, and keeps j's outputs. */
-static void absorb(struct trace *tr, int i, int j, int op)
+/* Node j, the only consumer of node i's result, takes over i: j becomes op
+ * with the operands in[] (each set by name by the fusion) and i's
+ * attributes, keeps its own outputs, and i is gone. */
+static void merge_into(struct trace *tr, int i, int j, int op, int nin, const struct ref *in)
 {
-    struct tnode *src = &tr->nodes[i], *dst = &tr->nodes[j];
-    struct ref extra[KMAX_IN];
-    int ne = 0;
-    for (int k = 0; k < dst->nin; k++)
-        if (!same_ref(dst->in[k], out_ref(i, 0)))
-            extra[ne++] = dst->in[k];
-    int nin = src->nin;
-    struct ref in[KMAX_IN];
-    memcpy(in, src->in, sizeof in);
-    for (int k = 0; k < ne; k++)
-        in[nin++] = extra[k];
-    memcpy(dst->in, in, sizeof in);
-    dst->nin = nin;
+    struct tnode *dst = &tr->nodes[j];
     dst->op = op;
-    dst->attr = src->attr;
-    src->dead = 1;
+    dst->nin = nin;
+    dst->attr = tr->nodes[i].attr;
+    for (int k = 0; k < KMAX_IN; k++)
+        dst->in[k] = in[k];
+    tr->nodes[i].dead = 1;
+}
+
+/* The matmul_ex operands of matmul (or matmul_ex) node t: A, B, BIAS and
+ * any residuals it already has; the rest absent. */
+static void matmul_ex_operands(const struct tnode *t, struct ref *in)
+{
+    int ex = t->op == KOP_MATMUL_EX;
+    for (int k = 0; k < KMAX_IN; k++)
+        in[k] = no_ref();
+    in[MATMUL_EX_IN_A] = t->in[ex ? MATMUL_EX_IN_A : MATMUL_IN_A];
+    in[MATMUL_EX_IN_B] = t->in[ex ? MATMUL_EX_IN_B : MATMUL_IN_B];
+    in[MATMUL_EX_IN_BIAS] = t->in[ex ? MATMUL_EX_IN_BIAS : MATMUL_IN_BIAS];
+    if (ex) {
+        in[MATMUL_EX_IN_R1] = t->in[MATMUL_EX_IN_R1];
+        in[MATMUL_EX_IN_R2] = t->in[MATMUL_EX_IN_R2];
+    }
+}
+
+/* The operand of two-operand node c other than node i's result. */
+static struct ref other_operand(const struct tnode *c, int a, int b, int i)
+{
+    return same_ref(c->in[a], out_ref(i, 0)) ? c->in[b] : c->in[a];
 }
 
 /* Fuses matmul node i into its consumer, if it can: 1 when it did. The
  * consumer becomes a matmul_ex: a ReLU only onto a plain matmul, and at
- * most two residual adds (R1, R2), after any ReLU; or, onto a plain
+ * most two residual adds (R1, then R2), after any ReLU; or, onto a plain
  * matmul without bias, the relu_bwd that takes its result as dy (GATE: the
  * ReLU's output), and nothing after that. */
 static int fuse_matmul_into_consumer(struct trace *tr, int i)
@@ -140,30 +154,28 @@ static int fuse_matmul_into_consumer(struct trace *tr, int i)
     if (j < 0)
         return 0;
     struct tnode *c = &tr->nodes[j];
-    int relu = t->op == KOP_MATMUL_EX && t->attr.matmul.relu;
-    int residuals = t->op == KOP_MATMUL_EX ? t->nin - MATMUL_EX_IN_R1 : 0;
-    if (t->op == KOP_MATMUL_EX && t->in[MATMUL_EX_IN_GATE].kind != REF_NONE)
+    int ex = t->op == KOP_MATMUL_EX, relu = ex && t->attr.matmul.relu;
+    int residuals = ex ? is_set(t->in[MATMUL_EX_IN_R1]) + is_set(t->in[MATMUL_EX_IN_R2]) : 0;
+    struct ref in[KMAX_IN];
+    if (ex && is_set(t->in[MATMUL_EX_IN_GATE]))
         return 0; /* gated: nothing more */
-    if (c->op == KOP_RELU_BWD && t->op == KOP_MATMUL && t->in[MATMUL_IN_BIAS].kind == REF_NONE &&
+    matmul_ex_operands(t, in);
+    if (c->op == KOP_RELU_BWD && !ex && !is_set(t->in[MATMUL_IN_BIAS]) &&
         same_ref(c->in[RELU_BWD_IN_DY], out_ref(i, 0))) {
-        struct ref y = c->in[RELU_BWD_IN_Y];
-        absorb(tr, i, j, KOP_MATMUL_EX);
-        c->in[MATMUL_EX_IN_R1] = no_ref(); /* where absorb put y */
-        c->in[MATMUL_EX_IN_GATE] = y;
-        c->nin = MATMUL_EX_NIN;
+        in[MATMUL_EX_IN_GATE] = c->in[RELU_BWD_IN_Y];
+        merge_into(tr, i, j, KOP_MATMUL_EX, MATMUL_EX_NIN, in);
         return 1;
     }
     if (c->op == KOP_RELU && !residuals && !relu) {
-        absorb(tr, i, j, KOP_MATMUL_EX);
+        merge_into(tr, i, j, KOP_MATMUL_EX, MATMUL_EX_IN_R1, in);
         c->attr.matmul.relu = 1;
-        c->nin = MATMUL_NIN;
         return 1;
     }
     if (c->op == KOP_ADD && !relu && residuals < 2 &&
         !same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B])) {
-        if (t->op == KOP_MATMUL)
-            t->nin = MATMUL_NIN; /* BIAS stays in its place, even when absent */
-        absorb(tr, i, j, KOP_MATMUL_EX);
+        int r = residuals ? MATMUL_EX_IN_R2 : MATMUL_EX_IN_R1; /* the next residual */
+        in[r] = other_operand(c, ADD_IN_A, ADD_IN_B, i);
+        merge_into(tr, i, j, KOP_MATMUL_EX, r + 1, in);
         return 1;
     }
     return 0;
@@ -194,23 +206,32 @@ void fuse_matmul(struct trace *tr)
 }
 
 /* Fuses add (or add_n) node i into the add that consumes it: 1 when it
- * did. The consumer becomes add_n with i's operands first, so the sum
- * keeps its order; an add whose second operand is i is swapped first
- * (exact, as addition commutes). */
+ * did. The consumer becomes add_n: i's terms in order, then the add's
+ * other operand, so the sum keeps its order (the add's two operands may
+ * come either way, as addition commutes). */
 static int fuse_add_into_consumer(struct trace *tr, int i)
 {
     const struct tnode *t = &tr->nodes[i];
     int j = only_consumer(tr, i);
     if (j < 0 || tr->nodes[j].op != KOP_ADD || t->nin >= ADD_N_NIN)
         return 0;
-    struct tnode *c = &tr->nodes[j];
+    const struct tnode *c = &tr->nodes[j];
     if (same_ref(c->in[ADD_IN_A], c->in[ADD_IN_B]))
         return 0;
-    if (same_ref(c->in[ADD_IN_B], out_ref(i, 0))) {
-        c->in[ADD_IN_B] = c->in[ADD_IN_A];
-        c->in[ADD_IN_A] = out_ref(i, 0);
+    struct ref in[KMAX_IN];
+    int n = 0;
+    for (int k = 0; k < KMAX_IN; k++)
+        in[k] = no_ref();
+    if (t->op == KOP_ADD) {
+        in[ADD_N_IN_X0] = t->in[ADD_IN_A];
+        in[ADD_N_IN_X1] = t->in[ADD_IN_B];
+        n = 2;
+    } else {
+        for (; n < t->nin; n++)
+            in[ADD_N_IN_X0 + n] = t->in[ADD_N_IN_X0 + n];
     }
-    absorb(tr, i, j, KOP_ADD_N);
+    in[ADD_N_IN_X0 + n] = other_operand(c, ADD_IN_A, ADD_IN_B, i);
+    merge_into(tr, i, j, KOP_ADD_N, n + 1, in);
     return 1;
 }
 
@@ -257,7 +278,7 @@ static int fuse_sum_into_layernorm_bwd(struct trace *tr, int i)
 {
     struct tnode *t = &tr->nodes[i];
     int j = only_consumer(tr, i);
-    if (j < 0 || t->in[LAYERNORM_BWD_IN_R1].kind != REF_NONE)
+    if (j < 0 || is_set(t->in[LAYERNORM_BWD_IN_R1]))
         return 0;
     const struct tnode *s = &tr->nodes[j];
     struct ref dx = out_ref(i, LAYERNORM_BWD_OUT_DX), rest[KMAX_IN];
