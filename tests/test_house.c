@@ -196,7 +196,9 @@ static void read_includes(void)
         for (char *p = text; p && (p = strstr(p, "#include \"")); p++) {
             char name[128];
             if (sscanf(p + 10, "%127[^\"]", name) == 1) {
-                int to = room_of(name), from = room_of(files[i]);
+                /* a header is a room of its own here: including gpt.h for
+                 * its types does not call gpt.c */
+                int to = file_index(name), from = file_index(files[i]);
                 char what[48];
                 snprintf(what, sizeof what, "#include \"%.30s\"", name);
                 if (to >= 0 && from >= 0 && from != to)
