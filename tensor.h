@@ -236,6 +236,14 @@ void k_relu_ref(float *y, const float *x, size_t n);
 void k_relu_bwd(float *dx, const float *dy, const float *y, size_t n);
 void k_relu_bwd_ref(float *dx, const float *dy, const float *y, size_t n);
 
+/* y = x sigmoid(2u) = 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3)
+ * (GPT-2's GELU); dx = dy times its slope at x. The twins give the same
+ * bits as the kernels (tensor_ref.c says how). */
+void k_gelu(float *y, const float *x, size_t n);
+void k_gelu_ref(float *y, const float *x, size_t n);
+void k_gelu_bwd(float *dx, const float *dy, const float *x, size_t n);
+void k_gelu_bwd_ref(float *dx, const float *dy, const float *x, size_t n);
+
 /* ---- sums over rows ---- */
 
 /* out[q] = sum over rows of x[n,q] */

@@ -328,6 +328,10 @@ static void dispatch(const struct kinstr *k)
     case KOP_RELU_BWD:
         k_relu_bwd(out[RELU_BWD_OUT_DX], in[RELU_BWD_IN_DY], in[RELU_BWD_IN_Y], a->elementwise.n);
         break;
+    case KOP_GELU: k_gelu(out[GELU_OUT_Y], in[GELU_IN_X], a->elementwise.n); break;
+    case KOP_GELU_BWD:
+        k_gelu_bwd(out[GELU_BWD_OUT_DX], in[GELU_BWD_IN_DY], in[GELU_BWD_IN_X], a->elementwise.n);
+        break;
     case KOP_LAYERNORM: exec_layernorm(k); break;
     case KOP_LAYERNORM_BWD: exec_layernorm_bwd(k); break;
     case KOP_ATTENTION:

@@ -178,6 +178,8 @@ struct kernels {
     void (*add_n)(float *y, const float *const *x, int m, size_t n);
     void (*relu)(float *y, const float *x, size_t n);
     void (*relu_bwd)(float *dx, const float *dy, const float *y, size_t n);
+    void (*gelu)(float *y, const float *x, size_t n);
+    void (*gelu_bwd)(float *dx, const float *dy, const float *x, size_t n);
     void (*sum_rows_seg)(float *out, const float *x, int n, int q, int seg);
     void (*embed)(float *y, const int32_t *idx, const float *table, int n, int c, int v);
     void (*embed_bwd_seg)(float *dtable, const int32_t *idx, const float *dy, int n, int c, int v,
