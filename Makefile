@@ -12,12 +12,15 @@ LDLIBS  := -lm
 # a folder named for it (README.md, "The map"). Every include is written
 # from the top (-I.): #include "compiler/compiler.h".
 SRC     := cmd/train.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c cmd/rundir.c \
-           gpt.c graph.c compiler/trace.c compiler/fuse.c compiler/plan.c compiler/lower.c \
-           compiler/dump.c xla_sim.c device/metrics.c kernels/tensor_ref.c kernels/tensor_bf16.c \
+           gpt.c graph.c compiler/compile.c compiler/trace.c compiler/cache.c compiler/fuse.c \
+           compiler/plan.c compiler/lower.c compiler/dump.c compiler/explain.c \
+           xla_sim.c device/exec.c device/allreduce.c device/metrics.c device/board.c device/ops.c \
+           kernels/tensor_ref.c kernels/tensor_bf16.c \
            pod/pod.c pod/comm.c data/data.c data/loader.c data/text.c watch/watch.c \
            safetensors/safetensors.c util/util.c util/rng.c
 HDR     := gpt.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h cmd/rundir.h \
-           compiler/compiler.h device/ops.def kernels/tensor_impl.h kernels/vec.h pod/pod.h \
+           compiler/compiler.h device/ops.def device/ops.h device/exec.h device/board.h device/metrics.h \
+           device/allreduce.h kernels/tensor_impl.h kernels/vec.h pod/pod.h \
            pod/comm.h data/data.h data/loader.h data/text.h watch/watch.h \
            safetensors/safetensors.h util/util.h util/rng.h util/fmath.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \

@@ -6,23 +6,16 @@
  * more nodes of the same graph.
  *
  * The cut (the xla device): nodes are only recorded until the host needs
- * values. Then the lazy compiler (compiler.h) runs, one stage a file:
+ * values. Then the lazy compiler runs; compiler/compile.c is its driver,
+ * and its head comment lists the stages and its table the passes:
  *
- *   g_embed, g_matmul, ... g_backward, g_adam        record: Node (graph.c)
+ *   g_embed, g_matmul, ... g_backward, g_adam      record: Node (graph.c)
  *        |  g_mark_step, or g_read of a pending value: a cut
  *        v
- *   trace_build     the pending nodes the cut needs  trace: struct tnode (trace.c)
+ *   compile_cut    trace -> key -> cache lookup: a hit is the program;
+ *                  a miss runs the passes, the memory plan and lowering,
+ *                  and caches the Program (compiler/compile.c)
  *        v
- *   key_build       the trace's structure as words (no pointers, no data)
- *        v
- *   lookup          hash, then the full key  -- hit ------------------+
- *        | miss                                                       |
- *        v                                                            |
- *   compile         cse -> dce -> fuse_matmul -> fuse_adds  (fuse.c)  |
- *        v                                                            |
- *   lower           memory plan (plan.c) -> program of places:        |
- *                   struct pinstr (lower.c)                           |
- *        v                                                            v
  *   bind_slots -> xs_run_replicated   each core runs struct kinstr (xla_sim.c)
  *
  * One instruction at four levels, all with the same op (enum kop) and
@@ -818,9 +811,9 @@ static void **bind_slots(Graph *g, const struct trace *tr, const Program *p)
 static void run_pending(Graph *g, Tensor *const *roots, int nroots, const char *why)
 {
     struct trace tr;
-    trace_build(g->nodes, g->n_nodes, g->n_tensors, roots, nroots, &tr);
-    if (tr.n > 0) {
-        Program *p = get_program(&g->compiler, &tr, why);
+    Program *p = compile_cut(&g->compiler, g->nodes, g->n_nodes, g->n_tensors, roots, nroots,
+                             why, &tr);
+    if (p) {
         void **slots = bind_slots(g, &tr, p);
         void *const *per_core[XS_MAX_CORES];
         for (int c = 0; c < g->cores; c++)

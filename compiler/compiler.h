@@ -1,14 +1,17 @@
-/* compiler.h: what the lazy compiler's files share (trace.c, fuse.c,
- * plan.c, lower.c, dump.c, and graph.c, which calls it at a cut).
+/* compiler.h: what the lazy compiler's files share. compile.c is the
+ * driver (read it first): at a cut (graph.c's run_pending) it runs the
+ * stages in order, each a function of its own file, and no stage calls the
+ * driver or a later stage:
  *
- * The pipeline of a cut, file by file:
+ *   trace.c   trace_build: the pending work, as a trace of struct tnode
+ *   cache.c   key_build, cache_lookup: a hit ends the cut's compiling
+ *   fuse.c    the passes, in the driver's table (cse, dce, the fusions)
+ *   plan.c    plan_memory: each value's arena offset
+ *   lower.c   lower: the program of places (struct pinstr)
+ *   cache.c   cache_insert
  *
- *   graph.c   run_pending: a cut (g_mark_step, or g_read of a pending value)
- *   trace.c   trace_build -> key_build -> lookup: the cached program, or
- *   lower.c   compile: the passes of fuse.c, then lower: the memory plan
- *             of plan.c and the program of places (struct pinstr)
- *   graph.c   bind_slots -> xs_run_replicated (xla_sim.c)
- *   dump.c    the trace and program as text or DOT (GPT_SAVE_GRAPHS)
+ * Side rooms: dump.c (the trace and program as text or DOT,
+ * GPT_SAVE_GRAPHS), explain.c (GPT_XLA_DEBUG's explanations).
  *
  * One instruction at four levels (see graph.c's head comment): Node,
  * struct tnode (here), struct pinstr and struct kinstr (xla_sim.h). */
@@ -73,8 +76,6 @@ static inline int side_effect(int op)
     return op == KOP_ADAM || op == KOP_ATTENTION_STEP || op == KOP_STORE;
 }
 
-struct cache_entry;
-
 /* What the lazy compiler keeps from one cut to the next (Graph holds one). */
 struct compiler {
     struct cache_entry *cache; /* [ncache] compiled programs, by structure */
@@ -88,19 +89,36 @@ struct compiler {
     int warned_compiles, warned_reads;
 };
 
+/* ---- compile.c: the driver ---- */
 
-/* ---- trace.c: the trace, its key, the cache ---- */
+/* A cut's program: trace (filling tr, which the caller binds and frees),
+ * key, cache lookup; on a miss the passes, the memory plan, lowering and
+ * cache insertion. NULL when nothing is pending. */
+Program *compile_cut(struct compiler *cc, Node *nodes, int n_nodes, int n_tensors,
+                     Tensor *const *roots, int nroots, const char *why, struct trace *tr);
+
+/* ---- trace.c ---- */
 
 /* The pending work of the record nodes[0..n_nodes) that the roots need,
  * plus pending side effects; marks those nodes done. */
 void trace_build(Node *nodes, int n_nodes, int n_tensors, Tensor *const *roots, int nroots,
                  struct trace *tr);
 void trace_free(struct trace *tr);
-/* The cached program for this trace's structure, compiled on a miss. */
-Program *get_program(struct compiler *cc, struct trace *tr, const char *why);
+
+/* ---- cache.c: the key and the cache ---- */
+
+/* A trace's structure as words: never a pointer or a value. */
+struct key {
+    int64_t *v;
+    long n, cap;
+    uint64_t hash;
+};
+struct key key_build(const struct trace *tr);
+/* The cached program of k's structure, or NULL. */
+Program *cache_lookup(const struct compiler *cc, const struct key *k);
+/* Caches p under k, which it takes (k->v becomes NULL). */
+void cache_insert(struct compiler *cc, struct key *k, Program *p);
 void cache_free(struct compiler *cc);
-int debug_on(void); /* GPT_XLA_DEBUG */
-void check_rates(struct compiler *cc);
 
 /* ---- fuse.c: the passes, each over the whole trace ---- */
 
@@ -121,9 +139,9 @@ struct value {
     int id;          /* its index before the plan sorted the values */
 };
 
-/* What lowering works on: the surviving nodes in run order and the values
- * they make and read. */
-struct emit {
+/* The memory plan: the surviving nodes in run order, the values they make
+ * and read, and each value's arena offset; what lowering works on. */
+struct plan {
     const struct trace *tr;
     int *order;            /* [nk] live node indices in run order */
     int nk;
@@ -131,21 +149,30 @@ struct emit {
     int nval;
     long *where;           /* [n*KMAX_OUT] value index of each node output */
     long *slot_val;        /* [nslots] value index of a transferred input, or -1 */
+    struct value *by_size; /* [nval] the values placed: biggest first, with offsets */
+    long *off_of;          /* [nval] the offset of val[i] */
+    size_t arena;          /* bytes */
 };
 
-void collect_values(struct emit *e);
+void plan_memory(const struct trace *tr, struct plan *pl);
+void plan_free(struct plan *pl);
 /* The value an operand reads, or -1 (none, or a slot bound in place). */
-long value_of(const struct emit *e, struct ref r);
-size_t place_values(struct value *v, int n);
-void check_hbm(const struct emit *e, const struct value *by_size, size_t arena);
+long value_of(const struct plan *pl, struct ref r);
 
-/* ---- lower.c: compile = passes + lowering ---- */
+/* ---- lower.c ---- */
 
-Program *compile(struct compiler *cc, struct trace *tr);
+Program *lower(const struct plan *pl);
 
-/* ---- dump.c ---- */
+/* ---- dump.c and explain.c: the side rooms ---- */
 
 /* The trace as text or DOT; with p, each node's kernel and memory plan. */
 void dump_trace(const struct trace *tr, FILE *f, int dot, const Program *p);
+/* GPT_SAVE_GRAPHS's file <prefix>-<index>-<stage> of the trace. */
+void save_graph(int index, const struct trace *tr, const char *stage, const Program *p);
+int debug_on(void); /* GPT_XLA_DEBUG */
+void explain_miss(const struct compiler *cc, const struct key *k, const char *why);
+void explain_compile(const struct compiler *cc, const Program *p, uint64_t hash,
+                     const char *why);
+void check_rates(struct compiler *cc);
 
 #endif

@@ -1,6 +1,8 @@
 /* dump.c: a trace, and the program made of it, as text or as DOT
  * (GPT_SAVE_GRAPHS; docs/examples shows both). */
 #include "compiler/compiler.h"
+#include <stdlib.h>
+#include <string.h>
 
 static void ref_name(char *buf, size_t n, struct ref r)
 {
@@ -95,4 +97,21 @@ void dump_trace(const struct trace *tr, FILE *f, int dot, const Program *p)
     }
     if (dot)
         fprintf(f, "}\n");
+}
+
+void save_graph(int index, const struct trace *tr, const char *stage, const Program *p)
+{
+    const char *prefix = getenv("GPT_SAVE_GRAPHS"), *fmt = getenv("GPT_SAVE_GRAPHS_FMT");
+    if (!prefix || !*prefix || xs_host() != 0) /* in a pod, host 0 alone writes them */
+        return;
+    int dot = fmt && !strcmp(fmt, "dot");
+    char path[4096];
+    snprintf(path, sizeof path, "%s-%03d-%s.%s", prefix, index, stage, dot ? "dot" : "txt");
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "gpt: GPT_SAVE_GRAPHS: cannot write %s\n", path);
+        return;
+    }
+    dump_trace(tr, f, dot, p);
+    fclose(f);
 }

@@ -1,16 +1,17 @@
-/* plan.c: the memory plan. Every value a program keeps in its arena (a
- * node's output, or an input copied in) lives from the instruction that
- * makes it to the last that reads it; values alive at the same time get
- * disjoint offsets of one arena. In order: collect_values (each value
- * and when it lives), place_values (its offset), check_hbm (the arena and
- * the resident buffers fit a core). lower.c calls them. */
+/* plan.c: the memory plan, the stage after the passes (compile.c runs
+ * them). Every value a program keeps in its arena (a node's output, or an
+ * input copied in) lives from the instruction that makes it to the last
+ * that reads it; values alive at the same time get disjoint offsets of one
+ * arena. plan_memory, in order: the surviving nodes in run order,
+ * collect_values (each value and when it lives), place_values (its
+ * offset), check_hbm (the arena and the resident buffers fit a core). */
 #include "compiler/compiler.h"
 #include <stdlib.h>
 #include <string.h>
 
 static long value_bytes(long rows, long cols) { return (rows * cols * 4 + 63) & ~63L; }
 
-static void add_value(struct emit *e, struct ref ref, long bytes, int first)
+static void add_value(struct plan *e, struct ref ref, long bytes, int first)
 {
     struct value *v = &e->val[e->nval];
     *v = (struct value){.ref = ref, .bytes = bytes, .first = first, .last = first,
@@ -23,7 +24,7 @@ static void add_value(struct emit *e, struct ref ref, long bytes, int first)
 }
 
 /* The value an operand reads, or -1 (none, or a slot bound in place). */
-long value_of(const struct emit *e, struct ref r)
+long value_of(const struct plan *e, struct ref r)
 {
     return r.kind == REF_NONE ? -1 : r.kind == REF_SLOT ? e->slot_val[r.at]
                                                         : e->where[out_index(r)];
@@ -32,7 +33,7 @@ long value_of(const struct emit *e, struct ref r)
 /* The device runs a stretch of consecutive all-reduces as one collective,
  * all at once; so within it no buffer may be reused: every operand lives
  * from the stretch's first instruction to its last. */
-static void widen_collectives(struct emit *e)
+static void widen_collectives(struct plan *e)
 {
     for (int k0 = 0; k0 < e->nk;) {
         int k1 = k0;
@@ -49,7 +50,7 @@ static void widen_collectives(struct emit *e)
     }
 }
 
-void collect_values(struct emit *e)
+static void collect_values(struct plan *e)
 {
     const struct trace *tr = e->tr;
     for (int s = 0; s < tr->nslots; s++) {
@@ -103,7 +104,7 @@ static long lowest_free_offset(const struct value *v, int i)
 
 /* Greedy best-known heuristic: biggest values first, each at the lowest
  * free offset. Sorts v; returns the arena's size. */
-size_t place_values(struct value *v, int n)
+static size_t place_values(struct value *v, int n)
 {
     size_t high = 0;
     qsort(v, (size_t)n, sizeof *v, by_size_desc);
@@ -126,7 +127,7 @@ static void fmt_bytes(char *buf, size_t n, double b)
 }
 
 /* "op f32[r,c] 1.5 MiB" for a value of the plan. */
-static void value_name(char *buf, size_t n, const struct emit *e, const struct value *v)
+static void value_name(char *buf, size_t n, const struct plan *e, const struct value *v)
 {
     char sz[32];
     fmt_bytes(sz, sizeof sz, (double)v->bytes);
@@ -144,7 +145,7 @@ static void value_name(char *buf, size_t n, const struct emit *e, const struct v
 /* XLA refuses at compile time a program whose buffers do not fit a core's
  * HBM; so do we, naming the biggest buffers as its RESOURCE_EXHAUSTED
  * error does. Resident buffers (weights, optimizer state) count too. */
-void check_hbm(const struct emit *e, const struct value *by_size, size_t arena)
+static void check_hbm(const struct plan *e, const struct value *by_size, size_t arena)
 {
     size_t resident = 0, hbm = xs_hbm();
     for (int s = 0; s < e->tr->nslots; s++)
@@ -164,4 +165,36 @@ void check_hbm(const struct emit *e, const struct value *by_size, size_t arena)
             "(--hbm); largest buffers: %s; %s; %s\n", e->nk, need, a, r,
             xs_device_name(), have, big[0], big[1], big[2]);
     exit(1);
+}
+
+/* The plan for the trace's surviving nodes: each value's offset in one
+ * arena (pl->off_of), refused (check_hbm) if it does not fit a core. */
+void plan_memory(const struct trace *tr, struct plan *pl)
+{
+    *pl = (struct plan){.tr = tr};
+    pl->order = xcalloc((size_t)tr->n, sizeof(int));
+    for (int i = 0; i < tr->n; i++)
+        if (!tr->nodes[i].dead)
+            pl->order[pl->nk++] = i;
+    pl->val = xcalloc((size_t)(tr->n * KMAX_OUT + tr->nslots), sizeof *pl->val);
+    pl->where = xcalloc((size_t)tr->n * KMAX_OUT, sizeof *pl->where);
+    pl->slot_val = xcalloc((size_t)tr->nslots, sizeof *pl->slot_val);
+    collect_values(pl);
+    pl->by_size = xcalloc((size_t)pl->nval, sizeof *pl->by_size);
+    memcpy(pl->by_size, pl->val, sizeof *pl->by_size * (size_t)pl->nval);
+    pl->arena = place_values(pl->by_size, pl->nval); /* sorts, then sets off */
+    pl->off_of = xcalloc((size_t)pl->nval, sizeof *pl->off_of);
+    for (int i = 0; i < pl->nval; i++)
+        pl->off_of[pl->by_size[i].id] = pl->by_size[i].off;
+    check_hbm(pl, pl->by_size, pl->arena);
+}
+
+void plan_free(struct plan *pl)
+{
+    free(pl->order);
+    free(pl->val);
+    free(pl->where);
+    free(pl->slot_val);
+    free(pl->by_size);
+    free(pl->off_of);
 }

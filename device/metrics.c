@@ -2,8 +2,11 @@
  * (CompileTime, ExecuteTime, ... with percentiles) and counters, the
  * per-kernel profile (--metrics), each core's busy time, and the timeline
  * (--profile: Chrome trace events). xla_sim.c runs the kernels and reports
- * each one here (xs_kernel_ran); nothing here changes what runs. */
-#include "xla_sim.h"
+ * each one here (xs_kernel_ran); nothing here changes what runs, and
+ * nothing here calls xla_sim.c: it reads the op table (device/ops.c) and
+ * the board (device/board.c). */
+#include "device/metrics.h"
+#include "tensor.h"
 #include "util/util.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,7 +210,7 @@ long xs_counter(int c) { return counters[c]; }
 long xs_metric_samples(int m) { return metrics[m].n; }
 double xs_metric_sum(int m) { return metrics[m].sum; }
 
-static int cmp_double(const void *a, const void *b)
+static int by_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -235,7 +238,7 @@ static void report_metric(FILE *f, int m)
     fprintf(f, "\n  Rate: %.4g / second\n  Percentiles: ", span > 0 ? (s->n - 1) / span : 0.0);
     double *sorted = malloc(sizeof *sorted * (size_t)(s->n ? s->n : 1));
     memcpy(sorted, s->v, sizeof *sorted * (size_t)s->n);
-    qsort(sorted, (size_t)s->n, sizeof *sorted, cmp_double);
+    qsort(sorted, (size_t)s->n, sizeof *sorted, by_double);
     for (int i = 0; i < 9; i++) {
         fprintf(f, "%s%d%%=", i ? "; " : "", pct[i]);
         print_duration(f, s->n ? sorted[(s->n - 1) * pct[i] / 100] : 0);

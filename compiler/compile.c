@@ -1,0 +1,93 @@
+/* compile.c: the lazy compiler's driver; read it first. At a cut
+ * (graph.c's run_pending) compile_cut runs the stages in order, each a
+ * function of its own file; none calls back here or into a later stage:
+ *
+ *   trace_build    the pending nodes the cut needs, as a trace    trace.c
+ *   key_build      the trace's structure as words (no pointers)   cache.c
+ *   cache_lookup   hash, then the full key: a hit is the program  cache.c
+ *   passes[]       cse, dce, the fusions, in the table's order    fuse.c
+ *   plan_memory    each value's offset in one arena               plan.c
+ *   lower          the program of places (struct pinstr)          lower.c
+ *   cache_insert   the program, under its key                     cache.c
+ *
+ * GPT_SAVE_GRAPHS's dumps (dump.c) and GPT_XLA_DEBUG's explanations
+ * (explain.c) only watch. */
+#include "compiler/compiler.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* The passes (fuse.c), in the order they run. Each rewrites the trace in
+ * place and none changes a bit of any result. */
+static const struct pass {
+    const char *name;
+    void (*run)(struct trace *tr);
+} passes[] = {
+    {"cse", cse},                               /* an op equal to an earlier one reuses it */
+    {"dce", dce},                               /* drop what no result needs */
+    {"fuse_matmul", fuse_matmul},               /* ReLU, residual adds, ReLU's gate */
+    {"fuse_adds", fuse_adds},                   /* a chain of adds: one add_n */
+    {"fuse_layernorm_bwd", fuse_layernorm_bwd}, /* the residual gradient's sum */
+    {"fuse_xent", fuse_xent},                   /* loss and gradient in one pass */
+};
+
+/* What the new program is, for tests and the debug line (g_compile_stats,
+ * g_plan, g_kernel_count). */
+static void record_compile(struct compiler *cc, const struct plan *pl)
+{
+    free(cc->plan);
+    cc->plan = xcalloc((size_t)pl->nval, sizeof *cc->plan);
+    cc->nplan = pl->nval;
+    cc->last.buffers = 0;
+    for (int i = 0; i < pl->nval; i++) {
+        const struct value *v = &pl->by_size[i];
+        cc->plan[i] = (struct plan_buf){v->off, v->bytes, v->first, v->last};
+        cc->last.buffers += (size_t)v->bytes;
+    }
+    memset(cc->kernels, 0, sizeof cc->kernels);
+    for (int k = 0; k < pl->nk; k++)
+        cc->kernels[pl->tr->nodes[pl->order[k]].op]++;
+    cc->last.kernels = pl->nk;
+    cc->last.arena = pl->arena;
+}
+
+/* A cache miss: the passes, the memory plan, lowering. */
+static Program *compile(struct compiler *cc, struct trace *tr)
+{
+    double t0 = now_seconds();
+    cc->last.nodes = tr->n;
+    save_graph(cc->ncache, tr, "before", NULL);
+    for (size_t i = 0; i < sizeof passes / sizeof *passes; i++)
+        passes[i].run(tr);
+    struct plan pl;
+    plan_memory(tr, &pl);
+    Program *p = lower(&pl);
+    record_compile(cc, &pl);
+    plan_free(&pl);
+    cc->last.ms = (now_seconds() - t0) * 1e3;
+    save_graph(cc->ncache, tr, "after", p);
+    return p;
+}
+
+Program *compile_cut(struct compiler *cc, Node *nodes, int n_nodes, int n_tensors,
+                     Tensor *const *roots, int nroots, const char *why, struct trace *tr)
+{
+    trace_build(nodes, n_nodes, n_tensors, roots, nroots, tr);
+    if (tr->n == 0)
+        return NULL;
+    struct key k = key_build(tr);
+    Program *p = cache_lookup(cc, &k);
+    if (p) {
+        xs_counter_add(C_CACHED, 1);
+        free(k.v);
+        return p;
+    }
+    if (debug_on() && cc->ncache)
+        explain_miss(cc, &k, why);
+    p = compile(cc, tr);
+    xs_metric_add(M_COMPILE, cc->last.ms * 1e-3);
+    xs_counter_add(C_UNCACHED, 1);
+    cache_insert(cc, &k, p);
+    if (debug_on())
+        explain_compile(cc, p, k.hash, why);
+    return p;
+}

@@ -1,0 +1,87 @@
+/* explain.c: GPT_XLA_DEBUG's explanations, as PyTorch/XLA's PT_XLA_DEBUG
+ * gives them: why a trace missed the cache, what a compile made, and the
+ * warnings when compiles or host reads come too often. compile.c and
+ * graph.c call them; nothing here changes what is compiled. */
+#include "compiler/compiler.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* Why a trace missed the cache: the cached key sharing the longest prefix
+ * with it, and what the first difference is about (see the key's layout). */
+void explain_miss(const struct compiler *cc, const struct key *k, const char *why)
+{
+    int best = -1;
+    long best_len = -1;
+    for (int i = 0; i < cc->ncache; i++) {
+        const struct cache_entry *c = &cc->cache[i];
+        long j = 0;
+        while (j < c->keylen && j < k->n && c->key[j] == k->v[j])
+            j++;
+        if (j > best_len) {
+            best_len = j;
+            best = i;
+        }
+    }
+    const char *what = best_len < 3 ? "node or input count"
+                       : best_len < 3 + 4 * k->v[1] ? "an input's shape or kind"
+                       : "an op, shape or attribute";
+    fprintf(stderr, "xla: new graph after %s; nearest cached graph #%d differs in %s "
+            "(key word %ld: %lld vs %lld)\n", why, best, what, best_len,
+            best_len < cc->cache[best].keylen ? (long long)cc->cache[best].key[best_len] : -1LL,
+            best_len < k->n ? (long long)k->v[best_len] : -1LL);
+}
+
+int debug_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("GPT_XLA_DEBUG");
+        on = v && *v && strcmp(v, "0") && xs_host() == 0; /* in a pod, host 0 alone */
+    }
+    return on;
+}
+
+/* GPT_XLA_DEBUG's block for one compilation, as PyTorch/XLA's
+ * PT_XLA_DEBUG gives it: the cause, the graph's hash, what goes in and
+ * out, and what the compiler made of it. */
+void explain_compile(const struct compiler *cc, const Program *p, uint64_t hash,
+                            const char *why)
+{
+    size_t in = 0, out = 0;
+    for (int i = 0; i < p->nin; i++)
+        in += (size_t)p->tin[i].bytes;
+    for (int i = 0; i < p->nout; i++)
+        out += (size_t)p->tout[i].bytes;
+    fprintf(stderr, "xla: compile #%d, cause: %s\n"
+            "xla:   graph hash %016llx; %d nodes -> %d kernels; %d inputs (%zu bytes), %d "
+            "outputs (%zu bytes); arena %zu bytes vs %zu in all buffers; %.2f ms\n",
+            cc->ncache, why, (unsigned long long)hash, cc->last.nodes, cc->last.kernels,
+            p->nin, in, p->nout, out, cc->last.arena, cc->last.buffers, cc->last.ms);
+}
+
+/* PyTorch/XLA's automatic warnings: after 10 warm-up steps (mark_steps),
+ * more than 0.5 compiles, or host reads that cut the graph, a step. Judged
+ * once 10 steps have passed the warm-up, and said once each. */
+void check_rates(struct compiler *cc)
+{
+    long steps = xs_counter(C_MARK_STEP) - 10;
+    long compiles = xs_counter(C_UNCACHED), reads = xs_counter(C_HOST_READ);
+    if (steps == 0) {
+        cc->warm_compiles = compiles;
+        cc->warm_reads = reads;
+    }
+    if (steps < 10)
+        return;
+    if (!cc->warned_compiles && compiles - cc->warm_compiles > 0.5 * steps) {
+        cc->warned_compiles = 1;
+        fprintf(stderr, "xla: warning: CompileTime too frequent: %ld compiles in the %ld steps "
+                "after 10 warm-up steps (more than 0.5 a step); the graph's shapes change from "
+                "step to step (see each compile's cause)\n", compiles - cc->warm_compiles, steps);
+    }
+    if (!cc->warned_reads && reads - cc->warm_reads > 0.5 * steps) {
+        cc->warned_reads = 1;
+        fprintf(stderr, "xla: warning: TransferFromDeviceTime too frequent: %ld host reads cut "
+                "the graph in the %ld steps after 10 warm-up steps (more than 0.5 a step); read "
+                "values after mark_step, or less often\n", reads - cc->warm_reads, steps);
+    }
+}

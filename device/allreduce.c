@@ -1,0 +1,47 @@
+/* device/allreduce.c: the all-reduce beyond one board: the sum across the
+ * processes of a pod and the mean. xla_sim.c sums each board's cores in a
+ * fixed tree (board_sum) and hands the boards' sums here. */
+#include "device/allreduce.h"
+#include "device/metrics.h"
+#include "pod/comm.h"
+#include "util/util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The all-reduce's mean: 1/(values summed), a power of two in training,
+ * so exact: every core, every host and every micro-batch summed into x. */
+float all_reduce_scale(const struct all_reduce_attr *ar)
+{
+    return 1.0f / (float)(ar->cores * ar->micro * comm_size());
+}
+
+/* The boards' sums of every process, summed across processes (comm.c adds
+ * them in the tree's order over ranks: a board's cores are a subtree of
+ * the pod's, so the pod's sum has the bits of one board with all its
+ * cores). The stretch's buffers travel as one message, as XLA's all-reduce
+ * combiner would send them. */
+void cross_host_sum(float *const *sums, const long *len, int m)
+{
+    size_t total = 0;
+    for (int i = 0; i < m; i++)
+        total += (size_t)len[i];
+    float *packed = malloc(sizeof(float) * total + 1), *at = packed;
+    if (!packed) {
+        fprintf(stderr, "gpt: out of memory (all-reduce of %zu floats)\n", total);
+        exit(1);
+    }
+    for (int i = 0; i < m; at += len[i], i++)
+        memcpy(at, sums[i], sizeof(float) * (size_t)len[i]);
+    struct comm_traffic moved = {0, 0};
+    double t0 = now_seconds();
+    comm_all_reduce(packed, total, &moved);
+    xs_metric_add(M_HOST_ALL_REDUCE, now_seconds() - t0);
+    xs_counter_add(C_HOST_ALL_REDUCE_BYTES, (long)(total * sizeof(float)));
+    xs_counter_add(C_HOST_SENT_BYTES, (long)moved.sent);
+    xs_counter_add(C_HOST_RECEIVED_BYTES, (long)moved.received);
+    at = packed;
+    for (int i = 0; i < m; at += len[i], i++)
+        memcpy(sums[i], at, sizeof(float) * (size_t)len[i]);
+    free(packed);
+}

@@ -1,0 +1,286 @@
+/* device/exec.c: dispatch, how one instruction becomes one tensor.c call.
+ * One exec_<name> a line of ops.def, in its order: what each kernel is
+ * called with, operands by name; the table at the end is made from
+ * ops.def. xla_sim.c calls xs_dispatch on each core. */
+#include "device/exec.h"
+#include "device/allreduce.h"
+#include "device/board.h"
+#include "tensor.h"
+#include <assert.h>
+#include <stdint.h>
+#include <string.h>
+
+static void exec_embed(const struct kinstr *k)
+{
+    const struct embed_attr *e = &k->attr.embed;
+    k_embed(k->out[EMBED_OUT_Y], k->in[EMBED_IN_IDX], k->in[EMBED_IN_TABLE], e->n, e->c, e->v);
+}
+
+static void exec_embed_bwd(const struct kinstr *k)
+{
+    const struct embed_attr *e = &k->attr.embed;
+    float *dtable = k->out[EMBED_BWD_OUT_DTABLE];
+    const int32_t *idx = k->in[EMBED_BWD_IN_IDX];
+    const float *dy = k->in[EMBED_BWD_IN_DY];
+    if (e->seg > 0)
+        k_embed_bwd_seg(dtable, idx, dy, e->n, e->c, e->v, e->seg);
+    else
+        k_embed_bwd(dtable, idx, dy, e->n, e->c, e->v);
+}
+
+/* bf16: the matrix unit's kernel, with matmul_ex's epilogue left empty. */
+static void exec_matmul(const struct kinstr *k)
+{
+    const struct matmul_attr *mm = &k->attr.matmul;
+    float *c = k->out[MATMUL_OUT_C];
+    const float *a = k->in[MATMUL_IN_A], *b = k->in[MATMUL_IN_B], *bias = k->in[MATMUL_IN_BIAS];
+    if (mm->bf16)
+        k_matmul_bf16(c, a, b, bias, NULL, NULL, mm->relu, mm->n, mm->p, mm->q);
+    else
+        k_matmul(c, a, b, bias, mm->n, mm->p, mm->q);
+}
+
+/* a^T b; bf16 inputs with seg 0 are one leaf, k_matmul_tn's order. */
+static void exec_matmul_tn(const struct kinstr *k)
+{
+    const struct matmul_attr *mm = &k->attr.matmul;
+    float *c = k->out[MATMUL_TN_OUT_C];
+    const float *a = k->in[MATMUL_TN_IN_A], *b = k->in[MATMUL_TN_IN_B];
+    if (mm->bf16)
+        k_matmul_tn_seg_bf16(c, a, b, mm->n, mm->p, mm->q, mm->seg);
+    else if (mm->seg > 0)
+        k_matmul_tn_seg(c, a, b, mm->n, mm->p, mm->q, mm->seg);
+    else
+        k_matmul_tn(c, a, b, mm->n, mm->p, mm->q);
+}
+
+static void exec_transpose(const struct kinstr *k)
+{
+    const struct transpose_attr *t = &k->attr.transpose;
+    k_transpose(k->out[TRANSPOSE_OUT_Y], k->in[TRANSPOSE_IN_X], t->rows, t->cols);
+}
+
+static void exec_sum_rows(const struct kinstr *k)
+{
+    const struct sum_rows_attr *s = &k->attr.sum_rows;
+    float *y = k->out[SUM_ROWS_OUT_Y];
+    const float *x = k->in[SUM_ROWS_IN_X];
+    if (s->seg > 0)
+        k_sum_rows_seg(y, x, s->n, s->q, s->seg);
+    else
+        k_sum_rows(y, x, s->n, s->q);
+}
+
+static void exec_layernorm(const struct kinstr *k)
+{
+    const struct layernorm_attr *ln = &k->attr.layernorm;
+    void *const *in = k->in, *const *out = k->out;
+    k_layernorm(out[LAYERNORM_OUT_Y], out[LAYERNORM_OUT_MEAN], out[LAYERNORM_OUT_RSTD],
+                in[LAYERNORM_IN_X], in[LAYERNORM_IN_W], in[LAYERNORM_IN_B], ln->n, ln->c);
+}
+
+static void exec_layernorm_bwd(const struct kinstr *k)
+{
+    const struct layernorm_attr *ln = &k->attr.layernorm;
+    void *const *in = k->in, *const *out = k->out;
+    float *dx = out[LAYERNORM_BWD_OUT_DX], *dw = out[LAYERNORM_BWD_OUT_DW],
+          *db = out[LAYERNORM_BWD_OUT_DB];
+    const float *dy = in[LAYERNORM_BWD_IN_DY], *x = in[LAYERNORM_BWD_IN_X],
+                *w = in[LAYERNORM_BWD_IN_W], *mean = in[LAYERNORM_BWD_IN_MEAN],
+                *rstd = in[LAYERNORM_BWD_IN_RSTD], *r1 = in[LAYERNORM_BWD_IN_R1],
+                *r2 = in[LAYERNORM_BWD_IN_R2];
+    k_layernorm_bwd_res(dx, dw, db, dy, x, w, mean, rstd, r1, r2, ln->n, ln->c, ln->seg);
+}
+
+static void exec_attention(const struct kinstr *k)
+{
+    const struct attention_attr *at = &k->attr.attention;
+    (at->bf16 ? k_attention_bf16 : k_attention)(k->out[ATTENTION_OUT_O],
+                                                k->out[ATTENTION_OUT_LSE],
+                                                k->in[ATTENTION_IN_QKV], at->B, at->T, at->C,
+                                                at->H);
+}
+
+static void exec_attention_bwd(const struct kinstr *k)
+{
+    const struct attention_attr *at = &k->attr.attention;
+    void *const *in = k->in;
+    (at->bf16 ? k_attention_bwd_bf16 : k_attention_bwd)(
+        k->out[ATTENTION_BWD_OUT_DQKV], in[ATTENTION_BWD_IN_DO], in[ATTENTION_BWD_IN_QKV],
+        in[ATTENTION_BWD_IN_O], in[ATTENTION_BWD_IN_LSE], at->B, at->T, at->C, at->H);
+}
+
+static void exec_attention_step(const struct kinstr *k)
+{
+    const struct decode_attr *d = &k->attr.decode;
+    void *const *in = k->in;
+    k_attention_step(k->out[ATTENTION_STEP_OUT_O], in[ATTENTION_STEP_IN_KC],
+                     in[ATTENTION_STEP_IN_VC], in[ATTENTION_STEP_IN_QKV], d->nb,
+                     *(const int32_t *)in[ATTENTION_STEP_IN_POS], d->tmax, d->C, d->H);
+}
+
+/* q, k, v already rounded under bf16 (g_attention_last) */
+static void exec_attention_last(const struct kinstr *k)
+{
+    const struct attention_attr *at = &k->attr.attention;
+    k_attention_last(k->out[ATTENTION_LAST_OUT_O], k->in[ATTENTION_LAST_IN_QKV], at->B, at->T,
+                     at->C, at->H);
+}
+
+static void exec_xent(const struct kinstr *k)
+{
+    k_xent(k->out[XENT_OUT_LOSS], k->in[XENT_IN_LOGITS], k->in[XENT_IN_TARGETS], k->attr.xent.n,
+           k->attr.xent.v);
+}
+
+static void exec_xent_bwd(const struct kinstr *k)
+{
+    k_xent_bwd(k->out[XENT_BWD_OUT_DLOGITS], k->in[XENT_BWD_IN_LOGITS],
+               k->in[XENT_BWD_IN_TARGETS], k->in[XENT_BWD_IN_DLOSS], k->attr.xent.n,
+               k->attr.xent.v);
+}
+
+static void exec_fill(const struct kinstr *k)
+{
+    float *y = k->out[FILL_OUT_Y];
+    for (long i = 0; i < k->attr.fill.n; i++)
+        y[i] = k->attr.fill.value;
+}
+
+/* With bf16_state the parameter and both moments are stored as bf16, as
+ * XLA_USE_BF16 stores every float tensor. */
+static void exec_adam(const struct kinstr *k)
+{
+    const struct adam_attr *ad = &k->attr.adam;
+    float *p = k->in[ADAM_IN_P], *m = k->in[ADAM_IN_M], *v = k->in[ADAM_IN_V];
+    const float *grad = k->in[ADAM_IN_GRAD], lr = *(const float *)k->in[ADAM_IN_LR];
+    int32_t step = *(const int32_t *)k->in[ADAM_IN_STEP];
+    k_adam(p, m, v, grad, ad->n, lr, ad->beta1, ad->beta2, ad->eps, step);
+    if (ad->bf16_state) {
+        k_round_bf16(p, p, ad->n);
+        k_round_bf16(m, m, ad->n);
+        k_round_bf16(v, v, ad->n);
+    }
+}
+
+static void exec_round_bf16(const struct kinstr *k)
+{
+    k_round_bf16(k->out[ROUND_BF16_OUT_Y], k->in[ROUND_BF16_IN_X], k->attr.elementwise.n);
+}
+
+/* The eager device's all-reduce: one core here, so the tree over this
+ * process's cores is its own buffer; the sum continues across processes.
+ * (A compiled program's all-reduces run apart: run_all_reduces.) */
+static void exec_all_reduce(const struct kinstr *k)
+{
+    long n = k->attr.all_reduce.n;
+    float *y = k->out[ALL_REDUCE_OUT_Y];
+    float scale = all_reduce_scale(&k->attr.all_reduce);
+    memcpy(y, k->in[ALL_REDUCE_IN_X], sizeof(float) * (size_t)n);
+    if (xs_hosts() > 1)
+        cross_host_sum(&y, &n, 1);
+    for (long i = 0; i < n; i++)
+        y[i] *= scale;
+}
+
+static void exec_store(const struct kinstr *k)
+{
+    memcpy(k->in[STORE_IN_DST], k->in[STORE_IN_X], sizeof(float) * (size_t)k->attr.elementwise.n);
+}
+
+static void exec_dropout(const struct kinstr *k)
+{
+    const struct dropout_attr *d = &k->attr.dropout;
+    k_dropout(k->out[DROPOUT_OUT_Y], k->in[DROPOUT_IN_X], k->in[DROPOUT_IN_ROWS],
+              k->in[DROPOUT_IN_KEY], d->n, d->c, d->site, d->p);
+}
+
+/* Dropout's attention computes in fp32 whatever the precision: an
+ * experiment's path (tensor.h, dropout). */
+static void exec_attention_drop(const struct kinstr *k)
+{
+    const struct attention_drop_attr *at = &k->attr.attention_drop;
+    void *const *in = k->in;
+    k_attention_drop(k->out[ATTENTION_DROP_OUT_O], k->out[ATTENTION_DROP_OUT_LSE],
+                     in[ATTENTION_DROP_IN_QKV], in[ATTENTION_DROP_IN_ROWS],
+                     in[ATTENTION_DROP_IN_KEY], at->B, at->T, at->C, at->H, at->site, at->p);
+}
+
+static void exec_attention_drop_bwd(const struct kinstr *k)
+{
+    const struct attention_drop_attr *at = &k->attr.attention_drop;
+    void *const *in = k->in;
+    k_attention_drop_bwd(k->out[ATTENTION_DROP_BWD_OUT_DQKV], in[ATTENTION_DROP_BWD_IN_DO],
+                         in[ATTENTION_DROP_BWD_IN_QKV], in[ATTENTION_DROP_BWD_IN_O],
+                         in[ATTENTION_DROP_BWD_IN_LSE], in[ATTENTION_DROP_BWD_IN_ROWS],
+                         in[ATTENTION_DROP_BWD_IN_KEY], at->B, at->T, at->C, at->H, at->site,
+                         at->p);
+}
+
+/* A matmul with its fused epilogue (fuse.c): ReLU and residual adds, or
+ * the gate of a ReLU's backward, alone. */
+static void exec_matmul_ex(const struct kinstr *k)
+{
+    const struct matmul_attr *mm = &k->attr.matmul;
+    void *const *in = k->in;
+    float *c = k->out[MATMUL_EX_OUT_C];
+    const float *a = in[MATMUL_EX_IN_A], *b = in[MATMUL_EX_IN_B], *bias = in[MATMUL_EX_IN_BIAS];
+    const float *r1 = in[MATMUL_EX_IN_R1], *r2 = in[MATMUL_EX_IN_R2], *gate = in[MATMUL_EX_IN_GATE];
+    assert(!gate || (!bias && !r1 && !r2 && !mm->relu)); /* fuse.c's rule: a gate alone */
+    if (gate && mm->bf16)
+        k_matmul_bf16_gated(c, a, b, gate, mm->n, mm->p, mm->q);
+    else if (gate)
+        k_matmul_gated(c, a, b, gate, mm->n, mm->p, mm->q);
+    else if (mm->bf16)
+        k_matmul_bf16(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
+    else
+        k_matmul_ex(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
+}
+
+/* x0 + x1 + ...: the inputs up to the first absent one */
+static void exec_add_n(const struct kinstr *k)
+{
+    const float *xs[KMAX_IN];
+    int m = 0;
+    while (m < KMAX_IN && k->in[m]) {
+        xs[m] = k->in[m];
+        m++;
+    }
+    k_add_n(k->out[ADD_N_OUT_Y], xs, m, k->attr.elementwise.n);
+}
+
+static void exec_xent_grad(const struct kinstr *k)
+{
+    k_xent_grad(k->out[XENT_GRAD_OUT_LOSS], k->out[XENT_GRAD_OUT_DLOGITS],
+                k->in[XENT_GRAD_IN_LOGITS], k->in[XENT_GRAD_IN_TARGETS],
+                k->in[XENT_GRAD_IN_DLOSS], k->attr.xent.n, k->attr.xent.v);
+}
+
+/* The point-wise ops' exec_ functions, made from their lines of ops.def:
+ * POINTWISE(RELU_BWD, relu_bwd, 2, (DY, Y), (DX)) becomes exec_relu_bwd,
+ * which calls k_relu_bwd(out[0], in[0], in[1], n): the operands in the
+ * line's order (so RELU_BWD_OUT_DX is 0, RELU_BWD_IN_DY 0, RELU_BWD_IN_Y 1). */
+#define POINTWISE_IN1(k) (k)->in[0]
+#define POINTWISE_IN2(k) (k)->in[0], (k)->in[1]
+#define OP(...)
+#define POINTWISE(NAME, name, nin, inputs, output)                               \
+    static void exec_##name(const struct kinstr *k)                               \
+    {                                                                             \
+        k_##name(k->out[0], POINTWISE_IN##nin(k), k->attr.elementwise.n);         \
+    }
+#include "device/ops.def"
+#undef POINTWISE
+#undef OP
+
+/* The dispatch table, made from ops.def: the line OP(NAME, name, ...)
+ * becomes the entry [KOP_NAME] = exec_name. Every op gets one, so an op
+ * added to ops.def without its exec_ function above does not compile;
+ * there is no default that would run nothing. */
+typedef void exec_fn(const struct kinstr *k);
+#define OP(NAME, name, ...) [KOP_##NAME] = exec_##name,
+static exec_fn *const dispatch[KOP_COUNT] = {
+#include "device/ops.def"
+};
+#undef OP
+
+void xs_dispatch(const struct kinstr *k) { dispatch[k->op](k); }

@@ -1,0 +1,136 @@
+/* device/ops.h: the device's instruction set, the layer below everything
+ * that speaks of kernels (xla_sim.c runs them, metrics.c counts them, the
+ * compiler and graph.c build them): each op's number, its named operands,
+ * its attributes, and the op table (device/ops.c): name, operand counts,
+ * attribute names and FLOP count. It calls nothing. */
+#ifndef DEVICE_OPS_H
+#define DEVICE_OPS_H
+#include <stddef.h>
+
+/* ---- the kernel instruction set ----
+ * Every op the device can run is one line of ops.def: its name, its named
+ * operands, the member of union kattr below that holds its attributes, and
+ * its FLOP count. From that line come the op's number (enum kop), its row
+ * of the op table (kop_info(), device/ops.c) and its operand indices: the
+ * builders (graph.c), the passes (fuse.c) and execution (xla_sim.c) read
+ * LAYERNORM_IN_X, LAYERNORM_OUT_MEAN, ..., never a bare in[1]. */
+#define OP(NAME, name, attrs, flops, nin, in, nout, out) KOP_##NAME,
+enum kop {
+#include "device/ops.def"
+    KOP_COUNT
+};
+#undef OP
+
+/* The operand indices of each op, from its lists in ops.def: for
+ * OP(LAYERNORM, ..., 3, (X, W, B), 3, (Y, MEAN, RSTD)),
+ *   enum { LAYERNORM_IN_X, LAYERNORM_IN_W, LAYERNORM_IN_B, LAYERNORM_NIN };
+ *   enum { LAYERNORM_OUT_Y, LAYERNORM_OUT_MEAN, LAYERNORM_OUT_RSTD, LAYERNORM_NOUT };
+ * KOP_EACH(n, f, NAME, (a, b, ...)) expands f(NAME, a) f(NAME, b) ...
+ * for a list of n names. */
+#define KOP_UNPACK(...) __VA_ARGS__
+#define KOP_EACH(n, f, op, list) KOP_EACH_(n, f, op, KOP_UNPACK list)
+#define KOP_EACH_(n, f, op, ...) KOP_E##n(f, op, __VA_ARGS__)
+#define KOP_E0(f, op, ...)
+#define KOP_E1(f, op, a) f(op, a)
+#define KOP_E2(f, op, a, ...) f(op, a) KOP_E1(f, op, __VA_ARGS__)
+#define KOP_E3(f, op, a, ...) f(op, a) KOP_E2(f, op, __VA_ARGS__)
+#define KOP_E4(f, op, a, ...) f(op, a) KOP_E3(f, op, __VA_ARGS__)
+#define KOP_E5(f, op, a, ...) f(op, a) KOP_E4(f, op, __VA_ARGS__)
+#define KOP_E6(f, op, a, ...) f(op, a) KOP_E5(f, op, __VA_ARGS__)
+#define KOP_E7(f, op, a, ...) f(op, a) KOP_E6(f, op, __VA_ARGS__)
+#define KOP_IN_NAME(op, x) op##_IN_##x,
+#define KOP_OUT_NAME(op, x) op##_OUT_##x,
+#define OP(NAME, name, attrs, flops, nin, in, nout, out)      \
+    enum { KOP_EACH(nin, KOP_IN_NAME, NAME, in) NAME##_NIN }; \
+    enum { KOP_EACH(nout, KOP_OUT_NAME, NAME, out) NAME##_NOUT };
+#include "device/ops.def"
+#undef OP
+
+/* An op's named attributes: the union member its line of ops.def names.
+ * A node is created zeroed and attributes are set by name, so two
+ * instructions with equal attributes are equal byte for byte (the compiler
+ * compares and hashes them as bytes). */
+struct embed_attr { long n, c, v, seg; };   /* n tokens, table [c,v] */
+struct elementwise_attr { long n; };         /* n elements */
+struct matmul_attr {
+    long n, p, q; /* c[n,q] from [n,p] x [p,q] (matmul_tn: a is [p,n]) */
+    long seg;     /* matmul_tn: rows per leaf of the fixed tree, 0 = one plain sum */
+    long bf16;    /* 1: inputs rounded to bf16, fp32 sums (the TPU matrix unit) */
+    long relu;    /* matmul_ex: ReLU before the residual adds */
+};
+struct transpose_attr { long rows, cols; };
+struct sum_rows_attr { long n, q, seg; };
+struct layernorm_attr { long n, c, seg; };   /* seg: backward only */
+struct attention_attr { long B, T, C, H, bf16; };
+struct decode_attr { long nb, tmax, C, H; };
+struct xent_attr { long n, v; };
+struct fill_attr { long n; float value; };
+struct adam_attr {
+    long n;
+    long bf16_state; /* p, m, v stored as bf16 (XLA_USE_BF16) */
+    float beta1, beta2, eps; /* the rate is an input: it may change every step */
+};
+/* micro: micro-batches summed into x (--grad-accum), 1 without */
+struct all_reduce_attr { long n, cores, micro; };
+/* site: which of the model's dropouts (its masks differ); p: drop probability */
+struct dropout_attr { long n, c, site; float p; };
+struct attention_drop_attr { long B, T, C, H, site; float p; }; /* B..H as attention_attr */
+
+union kattr {
+    struct embed_attr embed;
+    struct elementwise_attr elementwise;
+    struct matmul_attr matmul;
+    struct transpose_attr transpose;
+    struct sum_rows_attr sum_rows;
+    struct layernorm_attr layernorm;
+    struct attention_attr attention;
+    struct decode_attr decode;
+    struct xent_attr xent;
+    struct fill_attr fill;
+    struct adam_attr adam;
+    struct all_reduce_attr all_reduce;
+    struct dropout_attr dropout;
+    struct attention_drop_attr attention_drop;
+};
+/* seg, wherever it appears: the backward reductions over rows sum leaves of
+ * seg rows in a fixed tree (tensor.h) so that gradients do not depend on
+ * how the batch is split over cores; 0 means a plain sum. */
+
+#define KMAX_IN 7
+#define KMAX_OUT 3
+/* The output generic code (autodiff, dumps) speaks of: an op's first, its
+ * only one unless ops.def names more (layernorm's mean and rstd, ...). */
+#define KOUT_FIRST 0
+
+/* An instruction at the device: op, attributes, and its operands as
+ * pointers (level 4 of 4; graph.c's head comment shows the other three). */
+struct kinstr {
+    int op; /* enum kop */
+    union kattr attr;
+    void *in[KMAX_IN];
+    void *out[KMAX_OUT];
+};
+
+/* One named attribute of an op, for printing it. */
+struct kop_attr {
+    const char *name;
+    int offset;   /* in union kattr */
+    int is_float; /* else long */
+};
+
+/* The op table's row for one op. */
+struct kop_info {
+    const char *name;
+    int nin, nout;              /* operand counts (add_n: up to nin) */
+    struct kop_attr attr[6];    /* its attributes; a NULL name ends the list */
+    double (*flops)(const struct kinstr *k); /* floating-point ops one call performs */
+};
+const struct kop_info *kop_info(int op);
+/* Prints "name=value, ..." of k's attributes into buf. */
+void kop_format_attrs(char *buf, size_t n, int op, const union kattr *a);
+
+const char *kop_name(int op);
+/* Floating-point operations one instruction performs (for GFLOP/s). */
+double kop_flops(const struct kinstr *k);
+
+#endif
