@@ -11,16 +11,21 @@ LDLIBS  := -lm
 # The four files of the design card at the top, each layer's other rooms in
 # a folder named for it (README.md, "The map"). Every include is written
 # from the top (-I.): #include "compiler/compiler.h".
+# The kernel layer's files compiled once (tensor.c is compiled per backend,
+# below): the entry points, the ISA choice, the twins, the shared floor.
+KONCE   := kernels/entry.c kernels/isa.c kernels/tensor_ref.c kernels/tensor_seg.c \
+           kernels/tensor_decode.c kernels/tensor_bf16.c kernels/base.c kernels/bf16_model.c
 SRC     := cmd/train.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/ckpt.c cmd/rundir.c \
            gpt.c graph.c compiler/compile.c compiler/trace.c compiler/cache.c compiler/fuse.c \
            compiler/plan.c compiler/lower.c compiler/dump.c compiler/explain.c \
            xla_sim.c device/exec.c device/allreduce.c device/metrics.c device/board.c device/ops.c \
-           kernels/tensor_ref.c kernels/tensor_bf16.c \
+           $(KONCE) \
            pod/pod.c pod/comm.c data/data.c data/loader.c data/text.c watch/watch.c \
-           safetensors/safetensors.c util/util.c util/rng.c
+           safetensors/safetensors.c util/util.c util/rng.c util/fmath.c
 HDR     := gpt.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h cmd/rundir.h \
            compiler/compiler.h device/ops.def device/ops.h device/exec.h device/board.h device/metrics.h \
-           device/allreduce.h kernels/tensor_impl.h kernels/vec.h pod/pod.h \
+           device/allreduce.h kernels/tensor_impl.h kernels/base.h kernels/kernels.def \
+           kernels/tensor_ref.h kernels/vec.h pod/pod.h \
            pod/comm.h data/data.h data/loader.h data/text.h watch/watch.h \
            safetensors/safetensors.h util/util.h util/rng.h util/fmath.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
@@ -36,13 +41,22 @@ TESTHDR := tests/test.h tests/adam_reference.h tests/gelu_reference.h
 # AVX2 and plain C; arm64 NEON and plain C (make CC=aarch64-linux-gnu-gcc).
 # $(call kernels,DIR,COMPILER AND FLAGS) compiles them into DIR;
 # $(call kobjs,DIR) names them.
+#
+# Each object's functions then get its backend in their names (matmul_ex ->
+# matmul_ex_avx2; kernels/backend-names.sh says how clones are named), so
+# every function has one name in the binary and a profile says which
+# backend ran: $(call backend_names,OBJECT,BACKEND,NM,OBJCOPY).
+NM      ?= nm
+OBJCOPY ?= objcopy
+backend_names = kernels/backend-names.sh $(3) $(4) $(1) $(2)
 ARCH          := $(shell $(CC) -dumpmachine 2>/dev/null)
 BACKENDS      := $(if $(findstring aarch64,$(ARCH)),neon scalar,avx512 avx2 scalar)
 KFLAGS_avx512 := -DVEC_AVX512 -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma
 KFLAGS_avx2   := -DVEC_AVX2 -mavx2 -mfma
 KFLAGS_neon   := -DVEC_NEON
 KFLAGS_scalar :=
-kernels = mkdir -p $(1) && $(foreach b,$(BACKENDS),$(2) $(KFLAGS_$(b)) -c -o $(1)/tensor-$(b).o tensor.c &&) true
+kernels = mkdir -p $(1) && $(foreach b,$(BACKENDS),$(2) $(KFLAGS_$(b)) -c -o $(1)/tensor-$(b).o tensor.c && \
+          $(call backend_names,$(1)/tensor-$(b).o,$(b),$(NM),$(OBJCOPY)) &&) true
 kobjs   = $(foreach b,$(BACKENDS),$(1)/tensor-$(b).o)
 KSRC    := tensor.c
 
@@ -76,9 +90,10 @@ all: gpt
 # The program's own kernel objects (the other builds below compile theirs
 # with their own flags in their own folders).
 KOBJ := $(call kobjs,build/gpt)
-build/gpt/tensor-%.o: tensor.c $(HDR) $(FLAVOUR)
+build/gpt/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh $(FLAVOUR)
 	@mkdir -p build/gpt
 	$(CC) $(CFLAGS) $(WARN) $(OMP) $(KFLAGS_$*) -c -o $@ tensor.c
+	$(call backend_names,$@,$*,$(NM),$(OBJCOPY))
 
 gpt: $(SRC) $(KOBJ) $(HDR) $(FLAVOUR)
 	$(CC) $(CFLAGS) $(WARN) $(OMP) $(STATIC) -o $@ $(SRC) $(call kobjs,build/gpt) $(LDLIBS)
@@ -148,8 +163,8 @@ bench-flavours: bench/gpt-gcc gpt-llvm
 # mostly measure waiting, their bytes are exact) and 2 over shared memory.
 MPIRUN := mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
           --mca btl_vader_single_copy_mechanism none
-bench/comm_bench: pod/comm.c kernels/tensor_ref.c kernels/tensor_bf16.c util/util.c $(KOBJ) $(HDR) bench/comm_bench.c
-	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ pod/comm.c kernels/tensor_ref.c kernels/tensor_bf16.c util/util.c bench/comm_bench.c $(KOBJ) $(LDLIBS)
+bench/comm_bench: pod/comm.c $(KONCE) util/util.c util/fmath.c $(KOBJ) $(HDR) bench/comm_bench.c
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -I. -o $@ pod/comm.c $(KONCE) util/util.c util/fmath.c bench/comm_bench.c $(KOBJ) $(LDLIBS)
 
 bench-mpi: bench/comm_bench
 	$(MPIRUN) --mca btl self,tcp -np 2 ./bench/comm_bench "TCP on loopback"
@@ -250,13 +265,16 @@ docs: gpt
 # tests/arm64.sh: ARM64_SUITES if set, else all but ARM64_SKIP (two that
 # user-mode qemu cannot pass; tests/arm64.sh says why), in about 5 minutes.
 ARM64_CC     := aarch64-linux-gnu-gcc
+ARM64_NM     := aarch64-linux-gnu-nm
+ARM64_OBJCOPY := aarch64-linux-gnu-objcopy
 ARM64_CFLAGS  = $(CFLAGS) $(WARN) -fopenmp -static
 ARM64_KOBJ   := build/arm64/tensor-neon.o build/arm64/tensor-scalar.o
 ARM64_SUITES ?=
 ARM64_SKIP   ?= cli homework
-build/arm64/tensor-%.o: tensor.c $(HDR)
+build/arm64/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh
 	@mkdir -p build/arm64
 	$(ARM64_CC) $(CFLAGS) $(WARN) -fopenmp $(KFLAGS_$*) -c -o $@ tensor.c
+	$(call backend_names,$@,$*,$(ARM64_NM),$(ARM64_OBJCOPY))
 gpt-arm64: $(SRC) $(ARM64_KOBJ) $(HDR)
 	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(SRC) $(ARM64_KOBJ) -lm
 tests/run-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) $(TESTSRC) $(TESTHDR)

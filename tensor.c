@@ -2,9 +2,12 @@
  *
  * This file is compiled once per backend of vec.h (AVX-512, AVX2, NEON,
  * plain C: the Makefile passes -DVEC_AVX512 and the matching -m flags, and
- * so on) and fills one table, `struct kernels` (tensor_impl.h), that the
- * k_* entry points of tensor.h call through. The contract of every kernel,
- * its plain-C twin, is in tensor_ref.c; the tests hold each backend to it.
+ * so on) and fills one table, `struct kernels` (its rows: kernels/
+ * kernels.def), that the k_* entry points of tensor.h (kernels/entry.c)
+ * call through. The contract of every kernel, its plain-C twin, is in
+ * kernels/tensor_ref.c (the tree's reductions: tensor_seg.c; the bf16
+ * kernels: tensor_bf16.c); the tests hold each backend to it. The Makefile
+ * gives every function of this file its backend's name (matmul_ex_avx2).
  *
  * Map, by family, each under a banner "---- name ----":
  *   matmul                      c = epilogue(a @ b + bias), by register tiles
@@ -30,9 +33,10 @@
  * elements it works on at once (MR, the V_* widths below), never the
  * order of the operations on one of them. */
 #include "kernels/tensor_impl.h"
-#include "util/fmath.h"
 #include "kernels/vec.h"
+#include "util/fmath.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Register tiles, by backend: how many rows (MR) and vectors of columns
@@ -258,7 +262,9 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
                       const float *r2 /* [n,q] or NULL */, const float *gate /* [n,q] or NULL */,
                       int relu, int n, int p, int q)
 {
-    struct mm m = {c, a, b, bias, r1, r2, gate, relu, p, q, 0, p, 0, 0, q, (size_t)q, MM_PW};
+    struct mm m = {.c = c, .a = a, .b = b, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate,
+                   .relu = relu, .p = p, .q = q, .k0 = 0, .k1 = p, .kinit = 0,
+                   .j0 = 0, .j1 = q, .ldb = (size_t)q, .bps = MM_PW};
     int tiles = (n + MR - 1) / MR;
     if ((long)p * q <= (long)MM_KC * MM_NC) {
 #pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
@@ -431,7 +437,8 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
 static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
                           const float *b /* [p,q] */, int n, int p, int q, int seg, int kind)
 {
-    struct mm mm = {c, a, b, NULL, NULL, NULL, NULL, 0, p, q, 0, p, 0, 0, q, (size_t)q, MM_PW};
+    struct mm mm = {.c = c, .a = a, .b = b, .p = p, .q = q, .k0 = 0, .k1 = p, .kinit = 0,
+                    .j0 = 0, .j1 = q, .ldb = (size_t)q, .bps = MM_PW}; /* no epilogue */
     const struct mm *m = &mm;
     int mr = kind == TN_FP32 ? MR : BF_TN_MR;
     int L = leaf_count(p, seg), tiles = (n + mr - 1) / mr;
@@ -451,7 +458,8 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
 #pragma omp parallel if (par) num_threads(nth)
     {
         int me = omp_get_thread_num(), lo = 0, hi = L;
-        struct tn_tree t = {m, tmp, n, seg, mr, 0, tiles, (enum tn_kind)kind, NULL, NULL};
+        struct tn_tree t = {.m = m, .tmp = tmp, .n = n, .seg = seg, .mr = mr, .t0 = 0,
+                            .t1 = tiles, .kind = (enum tn_kind)kind};
         if (kind != TN_FP32) /* [BF_TN_K, ldb + lda] floats hold either packing */
             t.pack = kmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(q) + round16(n)));
         else if ((long)(seg < 1 ? p : min_int(seg, p)) * q > (long)MM_KC * MM_NC) /* a leaf's b */
@@ -1487,8 +1495,8 @@ static void embed_bwd_seg(float *dtable /* [c,v] */, const int32_t *idx /* [n] *
     {
         int g0, g1;
         my_share(groups, &g0, &g1); /* 16-channel groups: one cache line each */
-        struct embed_tree e = {buf, NULL, idx, dy, n, c, v, seg, min_int(c, 16 * g0),
-                               min_int(c, 16 * g1)};
+        struct embed_tree e = {.buf = buf, .idx = idx, .dy = dy, .n = n, .c = c, .v = v,
+                               .seg = seg, .c0 = min_int(c, 16 * g0), .c1 = min_int(c, 16 * g1)};
         if (e.c0 < e.c1) {
             e.seen = kmalloc((size_t)levels * v);
             if (L > 0)
@@ -1532,7 +1540,7 @@ static void adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
 
 /* ---- bf16 ---- */
 
-/* Contract (tensor_ref.c, "bf16 numerics"): operands rounded to bf16 as
+/* Contract (kernels/bf16_model.c): operands rounded to bf16 as
  * vcvtneps2bf16 does, and each dot product summed the way one vdpbf16ps
  * per pair of k sums it. */
 
@@ -1964,30 +1972,11 @@ static void tn_leaf_bf16(const struct tn_tree *t, float *dst /* [n,q] */, int k0
 #define KERNELS kernels_scalar
 #endif
 
+/* .name = name for every row of kernels.def: each names a function of
+ * this file. */
 const struct kernels KERNELS = {
     .name = VEC_NAME,
-    .matmul_ex = matmul_ex,
-    .matmul_tn_seg = matmul_tn_seg,
-    .tree_sum = tree_sum,
-    .attention = attention,
-    .attention_bwd = attention_bwd,
-    .attention_step = attention_step,
-    .attention_last = attention_last,
-    .layernorm = layernorm,
-    .layernorm_bwd_seg = layernorm_bwd_seg,
-    .xent = xent,
-    .xent_bwd = xent_bwd,
-    .add = add,
-    .add_n = add_n,
-    .relu = relu,
-    .relu_bwd = relu_bwd,
-    .gelu = gelu,
-    .gelu_bwd = gelu_bwd,
-    .sum_rows_seg = sum_rows_seg,
-    .embed = embed,
-    .embed_bwd_seg = embed_bwd_seg,
-    .adam = adam,
-    .round_bf16 = round_bf16,
-    .matmul_bf16_emu = matmul_bf16_emu,
+#define KERNEL(name, params, args) .name = name,
+#include "kernels/kernels.def"
     .matmul_bf16_native = MATMUL_BF16_NATIVE,
 };

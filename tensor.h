@@ -1,11 +1,12 @@
 /* tensor.h: the compute kernels, the bottom layer.
  *
- * Every kernel exists as a plain-C twin (suffix _ref, tensor_ref.c: the
- * contract) and as a dispatched entry point (k_*) that runs the kernel of
- * tensor.c, written once over the vector layer vec.h and compiled for each
- * backend: AVX-512, AVX2 or plain C on x86-64 (picked at run time), NEON
- * or plain C on arm64. All tensors are dense, row-major float32 unless
- * said otherwise.
+ * Every kernel exists as a plain-C twin (suffix _ref, kernels/tensor_ref.c
+ * and its neighbours: the contract) and as a dispatched entry point (k_*,
+ * kernels/entry.c) that runs the kernel of tensor.c, written once over
+ * the vector layer vec.h and compiled for each backend: AVX-512, AVX2 or
+ * plain C on x86-64 (picked at run time, kernels/isa.c), NEON or plain C
+ * on arm64. All tensors are dense, row-major float32 unless said
+ * otherwise.
  *
  * Map: the declarations follow tensor.c's sections, under the same
  * "---- name ----" banners: ISA dispatch; matmul (with its fused form
@@ -236,14 +237,6 @@ void k_relu_ref(float *y, const float *x, size_t n);
 void k_relu_bwd(float *dx, const float *dy, const float *y, size_t n);
 void k_relu_bwd_ref(float *dx, const float *dy, const float *y, size_t n);
 
-/* y = x sigmoid(2u) = 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3)
- * (GPT-2's GELU); dx = dy times its slope at x. The twins give the same
- * bits as the kernels (tensor_ref.c says how). */
-void k_gelu(float *y, const float *x, size_t n);
-void k_gelu_ref(float *y, const float *x, size_t n);
-void k_gelu_bwd(float *dx, const float *dy, const float *x, size_t n);
-void k_gelu_bwd_ref(float *dx, const float *dy, const float *x, size_t n);
-
 /* ---- sums over rows ---- */
 
 /* out[q] = sum over rows of x[n,q] */
@@ -352,5 +345,13 @@ void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, cons
                           const float *lse, int B, int T, int C, int H);
 void k_attention_bwd_bf16_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
                               const float *lse, int B, int T, int C, int H);
+
+/* ---- every KERNEL row of kernels/kernels.def ----
+ * Its entry point k_name and its plain-C twin k_name_ref, both with the
+ * row's parameters (a kernel added to the table is declared here; those
+ * above are declared again, with what they compute). */
+#define KERNEL(name, params, args) void k_##name params; void k_##name##_ref params;
+#define KERNEL_FIXED(name, params, args)
+#include "kernels/kernels.def"
 
 #endif

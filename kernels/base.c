@@ -1,0 +1,69 @@
+/* kernels/base.c: the functions of the kernel layer's floor (base.h):
+ * kernel scratch, the tree that combines the leaves of a reduction over
+ * rows, and Adam's constants. Each is compiled once, here, and called by
+ * the kernels of every backend and by the twins alike. */
+#include "kernels/base.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/fmath.h"
+
+void *kmalloc(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64 * !bytes);
+    if (!p) {
+        fprintf(stderr, "gpt: out of memory (%zu bytes of kernel scratch)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+/* ---- leaves and the tree ---- */
+
+void add_plain(float *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dst[i] + src[i];
+}
+
+/* The tree over the arrays part[lo..hi-1] (each len floats, contiguous),
+ * in place: the result lands in part[lo]. */
+static void tree_inplace(add_fn *add, float *part /* [hi,len] */, int lo, int hi, size_t len)
+{
+    if (hi - lo < 2)
+        return;
+    int mid = lo + (hi - lo) / 2;
+    tree_inplace(add, part, lo, mid, len);
+    tree_inplace(add, part, mid, hi, len);
+    add(part + (size_t)lo * len, part + (size_t)mid * len, len);
+}
+
+void tree_finish(add_fn *add, float *out /* [len] */, float *part /* [m,len] */, int m,
+                 size_t len)
+{
+    if (m < 1) {
+        memset(out, 0, sizeof(float) * len);
+        return;
+    }
+    tree_inplace(add, part, 0, m, len);
+    memcpy(out, part, sizeof(float) * len);
+}
+
+/* ---- Adam's constants ---- */
+
+/* Bias corrections as torch computes them (in double), reduced to the two
+ * floats the per-element update needs. */
+struct adam_k adam_consts(float lr, float b1, float b2, float eps, int t)
+{
+    double bc1 = 1.0 - fm_powi((double)b1, t), bc2 = 1.0 - fm_powi((double)b2, t);
+    struct adam_k k = {
+        .omb1 = 1.0f - b1,
+        .b2 = b2,
+        .omb2 = 1.0f - b2,
+        .eps = eps,
+        .step = (float)(lr / bc1),
+        .bc2s = (float)sqrt(bc2),
+    };
+    return k;
+}

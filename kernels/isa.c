@@ -1,0 +1,132 @@
+/* kernels/isa.c: which backend of the kernels runs. The best path the CPU
+ * offers (isa_cpu), lowered by GPT_ISA (isa_best), switched by the tests
+ * (isa_set), and whether the bf16 matmul may use vdpbf16ps (bf16_cpu,
+ * GPT_BF16, bf16_native); kernels_now() gives the table of the current
+ * path to the entry points (entry.c). The tables are the backends'
+ * (tensor.c); this file only picks one. */
+#include "kernels/tensor_impl.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- ISA dispatch ---- */
+
+static int isa_best_cached = -1; /* decided once, on first use */
+static int isa_current = -1;     /* -1: not chosen yet, means isa_best() */
+
+#if defined(__x86_64__)
+#define ISA_TOP ISA_AVX512
+static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
+static const struct kernels *const isa_tables[] = {&kernels_scalar, &kernels_avx2,
+                                                   &kernels_avx512};
+#elif defined(__aarch64__)
+#define ISA_TOP ISA_NEON
+static const char *const isa_names[] = {"scalar", "neon"};
+static const struct kernels *const isa_tables[] = {&kernels_scalar, &kernels_neon};
+#else
+#define ISA_TOP ISA_SCALAR
+static const char *const isa_names[] = {"scalar"};
+static const struct kernels *const isa_tables[] = {&kernels_scalar};
+#endif
+
+const char *isa_name(int isa) { return isa >= ISA_SCALAR && isa <= ISA_TOP ? isa_names[isa] : "?"; }
+
+int isa_cpu(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return ISA_AVX2;
+    return ISA_SCALAR;
+#else
+    return ISA_TOP; /* NEON is part of every arm64 CPU */
+#endif
+}
+
+/* GPT_ISA may only lower the path: asking for more than the CPU has would
+ * crash on an illegal instruction, so it is clamped instead. A name of
+ * another architecture's path is an error. */
+static int env_isa(int cpu)
+{
+    const char *e = getenv("GPT_ISA");
+    if (!e || !*e)
+        return cpu;
+    for (int i = ISA_SCALAR; i <= ISA_TOP; i++)
+        if (!strcmp(e, isa_name(i)))
+            return i < cpu ? i : cpu;
+    fprintf(stderr, "gpt: GPT_ISA=%s is not one of", e);
+    for (int i = ISA_SCALAR; i <= ISA_TOP; i++)
+        fprintf(stderr, "%s %s", i ? "," : "", isa_name(i));
+    fprintf(stderr, "\n");
+    exit(2);
+}
+
+int isa_top(void) { return ISA_TOP; }
+
+int bf16_cpu(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#else
+    return 0; /* the instruction is x86's */
+#endif
+}
+
+/* The first call's work, out of line: so the compiler does not split
+ * isa_best into a second copy of its own (isa_best.part.0), and the
+ * function has one name in the binary. */
+static __attribute__((noinline)) int isa_decide(void)
+{
+    int best = env_isa(isa_cpu()); /* a racing second caller computes the same value */
+    __atomic_store_n(&isa_best_cached, best, __ATOMIC_RELEASE);
+    return best;
+}
+
+int isa_best(void)
+{
+    int best = __atomic_load_n(&isa_best_cached, __ATOMIC_ACQUIRE);
+    return best < 0 ? isa_decide() : best;
+}
+
+int isa_get(void)
+{
+    int isa = __atomic_load_n(&isa_current, __ATOMIC_RELAXED);
+    return isa < 0 ? isa_best() : isa;
+}
+
+void isa_set(int isa)
+{
+    int best = isa_best();
+    if (isa > best)
+        isa = best;
+    if (isa < ISA_SCALAR)
+        isa = ISA_SCALAR;
+    __atomic_store_n(&isa_current, isa, __ATOMIC_RELAXED);
+}
+
+const struct kernels *kernels_now(void) { return isa_tables[isa_get()]; }
+
+static int bf16_mode = -1; /* 1: vdpbf16ps allowed; decided once, on first use */
+
+/* GPT_BF16=emulate turns the instruction off (to time or check the
+ * emulation in a real run); the emulation is the only choice without it. */
+static int bf16_allowed(void)
+{
+    int mode = __atomic_load_n(&bf16_mode, __ATOMIC_ACQUIRE);
+    if (mode < 0) { /* a racing second caller computes the same value */
+        const char *e = getenv("GPT_BF16");
+        if (e && *e && strcmp(e, "emulate") && strcmp(e, "auto")) {
+            fprintf(stderr, "gpt: GPT_BF16=%s is not one of auto, emulate\n", e);
+            exit(2);
+        }
+        mode = bf16_cpu() && !(e && !strcmp(e, "emulate"));
+        __atomic_store_n(&bf16_mode, mode, __ATOMIC_RELEASE);
+    }
+    return mode;
+}
+
+int bf16_native(void) { return kernels_now()->matmul_bf16_native && bf16_allowed(); }
