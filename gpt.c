@@ -268,12 +268,32 @@ static Tensor *attention_half(Graph *g, const struct block_leaves *b, Tensor *x,
     return g_add(g, kept_rows(g, a, x), drop(g, a, att, 1));
 }
 
+/* The MLP's activations (Config.activation indexes this): the reference's
+ * ReLU first, then GPT-2's GELU (its tanh approximation), each an
+ * element-wise op of device/ops.def. */
+static const struct {
+    const char *name;
+    int op; /* enum kop */
+} activations[] = {{"relu", KOP_RELU}, {"gelu", KOP_GELU}};
+#define N_ACTIVATIONS ((int)(sizeof activations / sizeof *activations))
+
+int activation_find(const char *name)
+{
+    for (int i = 0; i < N_ACTIVATIONS; i++)
+        if (!strcmp(name, activations[i].name))
+            return i;
+    return -1;
+}
+
+const char *activation_name(int a) { return a >= 0 && a < N_ACTIVATIONS ? activations[a].name : NULL; }
+
 /* The MLP half of a block: h + mlp(ln2(h)), [n,C] -> [n,C]. */
-static Tensor *mlp_half(Graph *g, const struct block_leaves *b, Tensor *h,
+static Tensor *mlp_half(Graph *g, const Config *c, const struct block_leaves *b, Tensor *h,
                         const struct attn_mode *a)
 {
-    Tensor *ln = g_layernorm(g, h, b->ln2_w, b->ln2_b);       /* [n,C] */
-    Tensor *f = g_relu(g, g_matmul(g, ln, b->fc_wt, b->fc_b)); /* [n,M] */
+    Tensor *ln = g_layernorm(g, h, b->ln2_w, b->ln2_b); /* [n,C] */
+    Tensor *f = g_unary(g, activations[c->activation].op,
+                        g_matmul(g, ln, b->fc_wt, b->fc_b)); /* [n,M] */
     return g_add(g, h, drop(g, a, g_matmul(g, f, b->proj_wt, b->proj_b), 2)); /* [n,C] */
 }
 
@@ -283,7 +303,7 @@ static Tensor *block(Graph *g, const Config *c, const struct block_leaves *b, Te
                      const struct attn_mode *a)
 {
     Tensor *h = attention_half(g, b, x, a);
-    return c->no_mlp ? h : mlp_half(g, b, h, a);
+    return c->no_mlp ? h : mlp_half(g, c, b, h, a);
 }
 
 /* The stack's step: the reference adds the residual twice, x + block(x)

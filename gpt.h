@@ -33,7 +33,13 @@ typedef struct Config {
     int residual_once; /* x = block(x), not the reference's x + block(x) */
     float dropout;     /* training only: attention probabilities, attention
                         * output, MLP output (nanoGPT's places) */
+    int activation;    /* the MLP's, by its index in gpt.c's table (0: ReLU) */
 } Config;
+
+/* The MLP's activations by name (--activation): the index of one, or -1
+ * if none is called so; the name of index a, or NULL past the last. */
+int activation_find(const char *name);
+const char *activation_name(int a);
 
 typedef struct Param {
     char name[96];

@@ -161,20 +161,33 @@ static Tensor *build_sum_rows(Graph *g, Tensor *x)
     return as_stored_partial(g, y);
 }
 
-Tensor *g_relu(Graph *g, Tensor *x)
+Tensor *g_unary(Graph *g, int op, Tensor *x)
 {
-    Node *n = new_node(g, KOP_RELU, IN(x));
+    Node *n = new_node(g, op, IN(x));
     n->attr.elementwise.n = x->numel;
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     run_node(g, n);
-    return y;
+    /* a ReLU's values are x's or 0, already as stored; others round */
+    return op == KOP_RELU ? y : as_stored(g, y);
 }
+
+Tensor *g_relu(Graph *g, Tensor *x) { return g_unary(g, KOP_RELU, x); }
 
 static Tensor *build_relu_bwd(Graph *g, Tensor *dy, Tensor *y)
 {
     Node *n = new_node(g, KOP_RELU_BWD, IN([RELU_BWD_IN_DY] = dy, [RELU_BWD_IN_Y] = y));
     n->attr.elementwise.n = y->numel;
     Tensor *d = add_out(g, n, DT_F32, y->rows, y->cols, 1);
+    run_node(g, n);
+    return as_stored(g, d);
+}
+
+/* dx = dy times GELU's slope at x (the op keeps x, not y: the slope needs it) */
+static Tensor *build_gelu_bwd(Graph *g, Tensor *dy, Tensor *x)
+{
+    Node *n = new_node(g, KOP_GELU_BWD, IN([GELU_BWD_IN_DY] = dy, [GELU_BWD_IN_X] = x));
+    n->attr.elementwise.n = x->numel;
+    Tensor *d = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     run_node(g, n);
     return as_stored(g, d);
 }
@@ -375,6 +388,7 @@ static void backward_node(Graph *g, Node n, Tensor *dy)
     case KOP_TRANSPOSE: accumulate(g, in[TRANSPOSE_IN_X], g_transpose(g, dy)); break;
     case KOP_ROUND_BF16: accumulate(g, in[ROUND_BF16_IN_X], dy); break; /* straight through */
     case KOP_RELU: accumulate(g, in[RELU_IN_X], build_relu_bwd(g, dy, n.out[RELU_OUT_Y])); break;
+    case KOP_GELU: accumulate(g, in[GELU_IN_X], build_gelu_bwd(g, dy, in[GELU_IN_X])); break;
     case KOP_LAYERNORM:
         build_layernorm_bwd(g, &n, dy, d);
         accumulate(g, in[LAYERNORM_IN_X], d[LAYERNORM_IN_X]);

@@ -59,6 +59,9 @@ Tensor *g_transpose(Graph *g, Tensor *x);
 /* x @ w^T + b, with w in PyTorch's [out,in] layout; b may be NULL. */
 Tensor *g_linear(Graph *g, Tensor *x, Tensor *w, Tensor *b);
 Tensor *g_relu(Graph *g, Tensor *x);
+/* y = op(x) for an element-wise op of one input in device/ops.def (an
+ * activation: KOP_RELU, ...), y of x's shape; its derivative is graph.c's. */
+Tensor *g_unary(Graph *g, int op, Tensor *x);
 Tensor *g_layernorm(Graph *g, Tensor *x, Tensor *w, Tensor *b);
 /* qkv [B*T, 3C] -> [B*T, C], causal, H heads. */
 Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H);

@@ -16,7 +16,7 @@
  *   attention                   forward, backward, decode step, last query
  *   layernorm                   forward, backward by blocks or leaves
  *   softmax cross-entropy       forward and backward
- *   element-wise                add, add_n, relu, relu_bwd
+ *   element-wise                add, add_n, relu, relu_bwd, gelu, gelu_bwd
  *   sums over rows              by blocks or leaves
  *   Adam                        the update
  *   bf16                        rounding; matmul emulated (every backend)
@@ -1327,6 +1327,60 @@ static void relu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float
         FOR_VECTORS(CHUNK_LEN(n, lo), i, w, {
             vm on = vgt(vload_n(y + lo + i, w), vzero());
             vstore_n(dx + lo + i, vkeep(on, vload_n(dy + lo + i, w)), w);
+        })
+}
+
+/* GELU (contract: k_gelu_ref, k_gelu_bwd_ref, whose bits these are: the
+ * same operations in the same order, e^t by vexp, saturated where
+ * |t| > GELU_SAT). */
+#define GELU_2C 1.59576912f /* 2 sqrt(2/pi) */
+#define GELU_K 0.044715f
+#define GELU_3K 0.134145f
+#define GELU_SAT 88.0f
+
+/* t = -2u = (x (-2 sqrt(2/pi))) (x^2 K + 1) */
+VINLINE vf gelu_t(vf x)
+{
+    vf x2 = vmul(x, x);
+    return vmul(vmul(x, vset(-GELU_2C)), vadd(vmul(x2, vset(GELU_K)), vset(1.0f)));
+}
+
+/* s = 1 / (1 + e^t), 0 where t > GELU_SAT; *e = e^t */
+VINLINE vf gelu_s(vf t, vf *e)
+{
+    *e = vexp(t);
+    vf s = vdiv(vset(1.0f), vadd(vset(1.0f), *e));
+    return vsel(vgt(t, vset(GELU_SAT)), vzero(), s);
+}
+
+static void gelu(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+        FOR_VECTORS(CHUNK_LEN(n, lo), i, w, {
+            vf e;
+            vf xv = vload_n(x + lo + i, w);
+            vstore_n(y + lo + i, vmul(xv, gelu_s(gelu_t(xv), &e)), w);
+        })
+}
+
+/* dx = dy (s + slope s (e^t s)), the second term 0 where |t| > GELU_SAT */
+static void gelu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float *x /* [n] */,
+                     size_t n)
+{
+#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
+    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+        FOR_VECTORS(CHUNK_LEN(n, lo), i, w, {
+            vf e;
+            vf xv = vload_n(x + lo + i, w);
+            vf t = gelu_t(xv);
+            vf s = gelu_s(t, &e);
+            vf slope = vmul(vmul(xv, vset(GELU_2C)),
+                            vadd(vmul(vmul(xv, xv), vset(GELU_3K)), vset(1.0f)));
+            vf term = vmul(slope, vmul(s, vmul(e, s)));
+            vm sat = vmor(vgt(t, vset(GELU_SAT)), vgt(vsub(vzero(), t), vset(GELU_SAT)));
+            vf d = vadd(s, vsel(sat, vzero(), term));
+            vstore_n(dx + lo + i, vmul(vload_n(dy + lo + i, w), d), w);
         })
 }
 

@@ -346,4 +346,12 @@ void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, cons
 void k_attention_bwd_bf16_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
                               const float *lse, int B, int T, int C, int H);
 
+/* ---- every KERNEL row of kernels/kernels.def ----
+ * Its entry point k_name and its plain-C twin k_name_ref, both with the
+ * row's parameters (a kernel added to the table is declared here; those
+ * above are declared again, with what they compute). */
+#define KERNEL(name, params, args) void k_##name params; void k_##name##_ref params;
+#define KERNEL_FIXED(name, params, args)
+#include "kernels/kernels.def"
+
 #endif

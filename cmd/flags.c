@@ -27,7 +27,7 @@ const struct settings defaults = {
     .lr = 1e-3, .temperature = 1.0, .seed = 1337,
     .data = "data/sherlock-ascii.txt", .out = "out", .init = NULL,
     .prompt = "\"Elementary, my dear", .device = "xla", .ckpt = "out",
-    .precision = "fp32", .residual = "twice", .decay = "none",
+    .precision = "fp32", .residual = "twice", .decay = "none", .activation = "relu",
     .live = "auto", .grad_accum = 1,
 };
 
@@ -156,6 +156,16 @@ void apply_common_flags(const struct settings *s)
     precision_of(s->precision);
 }
 
+/* --activation names one of the model's (gpt.c); the error lists them. */
+static void check_activation(const char *name)
+{
+    char list[128] = "";
+    for (int a = 0; activation_name(a); a++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", a ? ", " : "",
+                 activation_name(a));
+    need(activation_find(name) >= 0, "--activation must be one of %s, got '%s'", list, name);
+}
+
 static void check_model_flags(const struct settings *s)
 {
     need(s->embed >= 1 && s->embed <= 4096, "--embed must be 1..4096, got %d", s->embed);
@@ -168,6 +178,7 @@ static void check_model_flags(const struct settings *s)
     need(!strcmp(s->residual, "once") || !strcmp(s->residual, "twice"),
          "--residual must be once or twice, got '%s'", s->residual);
     need(s->dropout >= 0 && s->dropout < 1, "--dropout must be 0 <= P < 1, got %g", s->dropout);
+    check_activation(s->activation);
 }
 
 /* The reference's model exactly, so its PyTorch code loads our checkpoints. */
@@ -175,7 +186,8 @@ const char *reference_cannot(const struct settings *s)
 {
     return s->no_mlp ? "attention-only blocks (--no-mlp)"
            : !strcmp(s->residual, "once") ? "the residual added once (--residual once)"
-                                          : NULL;
+           : activation_find(s->activation) ? "an activation other than ReLU (--activation)"
+                                            : NULL;
 }
 
 void check_train_flags(const struct settings *s)

@@ -24,7 +24,7 @@ struct settings {
     int vocab, streams, shuffle_buffer, verbose, profile_steps;
     int no_mlp, warmup;
     double lr, temperature, seed, dropout, min_lr;
-    const char *residual, *decay;
+    const char *residual, *decay, *activation;
     const char *data, *test_data, *out, *init, *prompt, *device, *ckpt, *resume, *profile;
     const char *tpu, *hbm, *precision;
     int auto_resume;  /* train: --resume when --out holds a checkpoint, else a fresh run */

@@ -199,6 +199,8 @@ static void run_meta(const struct trainer *tr, struct meta *m)
     meta_add(m, "dropout", "%.9g", s->dropout);
     meta_add(m, "no-mlp", "%d", s->no_mlp);
     meta_add(m, "residual", "%s", s->residual);
+    if (activation_find(s->activation)) /* absent means relu: a default run's file is as before */
+        meta_add(m, "activation", "%s", s->activation);
     const char *why = reference_cannot(s);
     meta_add(m, "pytorch_reference", "%s%s", why ? "cannot load: " : "loads", why ? why : "");
     meta_add(m, "seed", "%.0f", s->seed);
@@ -282,11 +284,27 @@ static const char *older_default(const char *key)
     static const char *const table[][2] = {
         {"warmup", "0"}, {"decay", "none"}, {"min-lr", "0"}, {"dropout", "0"},
         {"no-mlp", "0"}, {"residual", "twice"}, {"pytorch_reference", "loads"},
-        {"grad-accum", "1"}};
+        {"grad-accum", "1"}, {"activation", "relu"}};
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(key, table[i][0]))
             return table[i][1];
     return NULL;
+}
+
+/* The keys a run writes only away from their default (older_default's
+ * value): absent from this run's metadata, they hold the default, which
+ * a flag given now must not impose on a checkpoint that has another. */
+static void check_resume_sparse(const struct meta *now, const StFile *f, const char *path)
+{
+    static const char *const sparse[] = {"grad-accum", "activation"};
+    for (size_t k = 0; k < sizeof sparse / sizeof *sparse; k++) {
+        const char *key = sparse[k], *was = st_meta(f, key), *def = older_default(key);
+        int written = 0;
+        for (int i = 0; i < now->n; i++)
+            written |= !strcmp(now->key[i], key);
+        if (!written && was && strcmp(was, def) && was_given(key))
+            die_all(2, "--%s %s conflicts with the checkpoint's %s (%s)", key, def, was, path);
+    }
 }
 
 /* A resumed run takes every state-shaping setting from its checkpoint; a
@@ -309,6 +327,7 @@ static void check_resume_flags(const struct trainer *tr, const StFile *f, const 
             die_all(2, "--%s %s conflicts with the checkpoint's %s (%s)", key, now.val[i], was,
                     path);
     }
+    check_resume_sparse(&now, f, path);
 }
 
 static void set_from_meta(struct settings *s, const StFile *f)
@@ -336,6 +355,8 @@ static void set_from_meta(struct settings *s, const StFile *f)
         s->decay = st_meta(f, "decay");
     if (st_meta(f, "residual") && !was_given("residual"))
         s->residual = st_meta(f, "residual");
+    if (st_meta(f, "activation") && !was_given("activation"))
+        s->activation = st_meta(f, "activation");
     if (st_meta(f, "seed") && !was_given("seed"))
         s->seed = atof(st_meta(f, "seed"));
     if (st_meta(f, "prompt") && !was_given("prompt"))
@@ -463,7 +484,8 @@ static void init_weights(struct trainer *tr)
     const struct settings *s = &tr->s;
     Config c = {.vocab = s->vocab, .context = s->context, .embed = s->embed, .mlp = s->mlp,
                 .heads = s->heads, .layers = s->layers, .no_mlp = s->no_mlp,
-                .residual_once = !strcmp(s->residual, "once"), .dropout = (float)s->dropout};
+                .residual_once = !strcmp(s->residual, "once"), .dropout = (float)s->dropout,
+                .activation = activation_find(s->activation)};
     model_init(&tr->model, &c, (uint64_t)s->seed);
     rng_seed(&tr->rng_data, (uint64_t)s->seed, RNG_DATA);
     rng_seed(&tr->rng_eval, (uint64_t)s->seed, RNG_EVAL);
@@ -877,6 +899,8 @@ int cmd_train(int argc, char **argv)
          "outputs (training only)"},
         {"no-mlp", O_FLAG, &s->no_mlp, "attention-only blocks (no MLP)"},
         {"residual", O_STR, &s->residual, "once, or twice as the reference adds it"},
+        {"activation", O_STR, &s->activation, "the MLP's: relu as the reference, or gelu "
+         "(GPT-2's, the tanh approximation)"},
         {"embed", O_INT, &s->embed, "embedding width C"},
         {"mlp", O_INT, &s->mlp, "MLP hidden width"},
         {"heads", O_INT, &s->heads, "attention heads (divides embed)"},

@@ -28,11 +28,6 @@ static void exec_embed_bwd(const struct kinstr *k)
         k_embed_bwd(dtable, idx, dy, e->n, e->c, e->v);
 }
 
-static void exec_add(const struct kinstr *k)
-{
-    k_add(k->out[ADD_OUT_Y], k->in[ADD_IN_A], k->in[ADD_IN_B], k->attr.elementwise.n);
-}
-
 /* bf16: the matrix unit's kernel, with matmul_ex's epilogue left empty. */
 static void exec_matmul(const struct kinstr *k)
 {
@@ -74,17 +69,6 @@ static void exec_sum_rows(const struct kinstr *k)
         k_sum_rows_seg(y, x, s->n, s->q, s->seg);
     else
         k_sum_rows(y, x, s->n, s->q);
-}
-
-static void exec_relu(const struct kinstr *k)
-{
-    k_relu(k->out[RELU_OUT_Y], k->in[RELU_IN_X], k->attr.elementwise.n);
-}
-
-static void exec_relu_bwd(const struct kinstr *k)
-{
-    k_relu_bwd(k->out[RELU_BWD_OUT_DX], k->in[RELU_BWD_IN_DY], k->in[RELU_BWD_IN_Y],
-               k->attr.elementwise.n);
 }
 
 static void exec_layernorm(const struct kinstr *k)
@@ -271,6 +255,22 @@ static void exec_xent_grad(const struct kinstr *k)
                 k->in[XENT_GRAD_IN_LOGITS], k->in[XENT_GRAD_IN_TARGETS],
                 k->in[XENT_GRAD_IN_DLOSS], k->attr.xent.n, k->attr.xent.v);
 }
+
+/* The point-wise ops' exec_ functions, made from their lines of ops.def:
+ * POINTWISE(RELU_BWD, relu_bwd, 2, (DY, Y), (DX)) becomes exec_relu_bwd,
+ * which calls k_relu_bwd(out[0], in[0], in[1], n): the operands in the
+ * line's order (so RELU_BWD_OUT_DX is 0, RELU_BWD_IN_DY 0, RELU_BWD_IN_Y 1). */
+#define POINTWISE_IN1(k) (k)->in[0]
+#define POINTWISE_IN2(k) (k)->in[0], (k)->in[1]
+#define OP(...)
+#define POINTWISE(NAME, name, nin, inputs, output)                               \
+    static void exec_##name(const struct kinstr *k)                               \
+    {                                                                             \
+        k_##name(k->out[0], POINTWISE_IN##nin(k), k->attr.elementwise.n);         \
+    }
+#include "device/ops.def"
+#undef POINTWISE
+#undef OP
 
 /* The dispatch table, made from ops.def: the line OP(NAME, name, ...)
  * becomes the entry [KOP_NAME] = exec_name. Every op gets one, so an op

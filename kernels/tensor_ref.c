@@ -422,6 +422,79 @@ void k_relu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float 
         dx[i] = y[i] > 0 ? dy[i] : 0.0f;
 }
 
+/* GELU, the tanh approximation, as x sigmoid(2u): 0.5 x (1 + tanh u) =
+ * x e^u / (e^u + e^-u) = x / (1 + e^-2u). Unlike the other twins, these
+ * give the kernels' bits exactly (an activation's few operations are
+ * cheap to copy, and the model's every MLP runs them): each step below is
+ * one IEEE operation in the kernels' order, with e^t computed as vec.h's
+ * vexp does (exp_as_vexp). fmaf is one exactly rounded operation, like
+ * + and *, so it gives the same bits everywhere (vec.h's plain-C backend
+ * uses it too). Where e^t leaves the float range (|t| > 88, |x| > ~10)
+ * the result is saturated: s is 0 or 1 and the slope's second term 0, so
+ * no inf * 0 makes a NaN however large x is. */
+#define GELU_2C 1.59576912f /* 2 sqrt(2/pi) */
+#define GELU_K 0.044715f
+#define GELU_3K 0.134145f /* 3 GELU_K, u's slope */
+#define GELU_SAT 88.0f    /* |t| beyond this: saturated */
+
+/* x rounded to an integer, nearest even, for |x| < 2^22: the sum lands
+ * where floats are integers, so the add rounds (vround's bits). */
+static float round_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
+
+/* e^x as vexp computes it, lane by lane (vec.h states the steps). */
+static float exp_as_vexp(float x)
+{
+    static const float taylor[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
+                                    1.0f / 6,    0.5f,       1.0f,       1.0f};
+    x = -87.0f > x ? -87.0f : x; /* vmax, then vmin: a NaN passes through */
+    x = 88.0f < x ? 88.0f : x;
+    float n = round_even(x * 1.44269504f);
+    float r = fmaf(-n, 0.693147182f, x);
+    r = fmaf(-n, -1.90465430e-9f, r);
+    float p = taylor[0];
+    for (int k = 1; k < 8; k++)
+        p = fmaf(p, r, taylor[k]);
+    uint32_t bits = n == n ? (uint32_t)((int)n + 127) << 23 : 0x3f800000u; /* 2^n */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* t = -2u = (x (-2 sqrt(2/pi))) (x^2 K + 1): the sigmoid's argument, negated. */
+static float gelu_t(float x)
+{
+    float x2 = x * x;
+    return (x * -GELU_2C) * (x2 * GELU_K + 1.0f);
+}
+
+/* s = sigmoid(-t) = 1 / (1 + e^t), 0 where e^t overflows; *e = e^t. */
+static float gelu_s(float t, float *e)
+{
+    *e = exp_as_vexp(t);
+    return t > GELU_SAT ? 0.0f : 1.0f / (1.0f + *e);
+}
+
+void k_gelu_ref(float *y /* [n] */, const float *x /* [n] */, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float e;
+        y[i] = x[i] * gelu_s(gelu_t(x[i]), &e);
+    }
+}
+
+/* d/dx x s(x) = s + x s (1 - s) 2u', 2u' = 2 sqrt(2/pi) (3K x^2 + 1), with
+ * 1 - s = e^t s (no cancellation where s is near 1). */
+void k_gelu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float *x /* [n] */,
+                    size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float e, t = gelu_t(x[i]), s = gelu_s(t, &e);
+        float slope = (x[i] * GELU_2C) * (x[i] * x[i] * GELU_3K + 1.0f);
+        float term = slope * (s * (e * s));
+        dx[i] = dy[i] * (s + (t > GELU_SAT || -t > GELU_SAT ? 0.0f : term));
+    }
+}
+
 /* ---- sums over rows ---- */
 
 void k_sum_rows_ref(float *out /* [q] */, const float *x /* [n,q] */, int n, int q)

@@ -139,6 +139,7 @@ int ckpt_config(const StFile *f, Config *c, int heads)
     const StEntry *fc = st_find(f, "decode_transformer.blocks.0.compute.0.weight");
     const StEntry *qkv = st_find(f, "decode_transformer.blocks.0.attention.attention.weight");
     const char *residual = st_meta(f, "residual");
+    const char *act = st_meta(f, "activation"); /* absent: relu, as before the key */
     char name[96];
     if (!tok || !pos || !qkv || tok->ndim != 2 || pos->ndim != 2 || (fc && fc->ndim != 2))
         return -1;
@@ -146,12 +147,14 @@ int ckpt_config(const StFile *f, Config *c, int heads)
     if ((tok->shape[1] != 128 && tok->shape[1] != 256) || C < 1 || C > 4096 || pos->shape[0] != C || T < 2 ||
         T > 1024 || (fc && (fc->shape[1] != C || M < 1 || M > 16384)))
         return -1;
-    if (residual && strcmp(residual, "once") && strcmp(residual, "twice"))
+    if ((residual && strcmp(residual, "once") && strcmp(residual, "twice")) ||
+        (act && activation_find(act) < 0))
         return -1;
     *c = (Config){.vocab = (int)tok->shape[1], .context = (int)T, .embed = (int)C, .mlp = (int)M,
                   .heads = meta_int(f, "heads", heads)};
     c->no_mlp = !fc;
     c->residual_once = residual && !strcmp(residual, "once");
+    c->activation = act ? activation_find(act) : 0;
     do /* every block has its attention weight, with or without an MLP */
         snprintf(name, sizeof name, "decode_transformer.blocks.%d.attention.attention.weight",
                  c->layers);

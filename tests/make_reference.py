@@ -3,6 +3,8 @@ python3-torch: /usr/bin/python3 tests/make_reference.py):
 
   tests/ref_default.safetensors  default config (context 128, embed 32, mlp 64, 4 heads, 4 layers)
   tests/ref_odd.safetensors      an odd one (context 64, embed 48, mlp 80, 3 heads, 2 layers)
+  tests/ref_gelu.safetensors     GPT-2's GELU (tanh approximation) as the MLP's activation
+                                 (context 32, embed 32, mlp 64, 4 heads, 2 layers)
   tests/torch_init.safetensors   a plain state_dict of a tiny model, for --init
 
 Each ref file holds the state_dict, a batch (ref.tokens), its logits,
@@ -33,9 +35,9 @@ def text_batches(count, batch, length, seed):
     return raw[:count * batch * length].reshape(count, batch, length)
 
 
-def reference(path, context, embed, mlp, heads, layers, seed):
+def reference(path, context, embed, mlp, heads, layers, seed, activation="relu"):
     torch.manual_seed(seed)
-    model = GPT(context, embed, mlp, heads, layers)
+    model = GPT(context, embed, mlp, heads, layers, activation=activation)
     init = copy.deepcopy(model.state_dict())
     tokens = text_batches(1, 2, context, seed)[0]
     logits = model(tokens)
@@ -71,6 +73,8 @@ def reference(path, context, embed, mlp, heads, layers, seed):
         out["ref.adam." + name] = p.detach().clone()
     meta = dict(vocab=128, context=context, embed=embed, mlp=mlp, heads=heads,
                 layers=layers, batch=2, lr=0.001, torch=torch.__version__)
+    if activation != "relu":  # absent means relu, as in gpt's checkpoints
+        meta["activation"] = activation
     save_safetensors(path, out, meta)
 
 
@@ -78,6 +82,8 @@ def main():
     torch.set_num_threads(1)  # the same sums in the same order, every run
     reference(os.path.join(HERE, "ref_default.safetensors"), 128, 32, 64, 4, 4, seed=1)
     reference(os.path.join(HERE, "ref_odd.safetensors"), 64, 48, 80, 3, 2, seed=2)
+    reference(os.path.join(HERE, "ref_gelu.safetensors"), 32, 32, 64, 4, 2, seed=4,
+              activation="gelu")
     torch.manual_seed(3)
     tiny = GPT(32, 16, 64, 2, 1)
     save_safetensors(os.path.join(HERE, "torch_init.safetensors"), tiny.state_dict(),

@@ -31,12 +31,20 @@ class Attention(nn.Module):
         return out.transpose(1, 2).reshape(B, T, C)
 
 
+def activation_module(name):
+    """The MLP's activation: the reference's ReLU, or GPT-2's GELU in its
+    tanh approximation (gpt train --activation gelu). Neither has weights,
+    so the state_dict is the same either way."""
+    return {"relu": nn.ReLU(), "gelu": nn.GELU(approximate="tanh")}[name]
+
+
 class Block(nn.Module):
-    def __init__(self, embed, mlp, heads, context):
+    def __init__(self, embed, mlp, heads, context, activation="relu"):
         super().__init__()
         self.attention = Attention(embed, heads, context)
         self.layer_norms = nn.ModuleList([nn.LayerNorm(embed), nn.LayerNorm(embed)])
-        self.compute = nn.Sequential(nn.Linear(embed, mlp), nn.ReLU(), nn.Linear(mlp, embed))
+        self.compute = nn.Sequential(nn.Linear(embed, mlp), activation_module(activation),
+                                     nn.Linear(mlp, embed))
 
     def forward(self, x):
         h = x + self.attention(self.layer_norms[0](x))
@@ -44,11 +52,12 @@ class Block(nn.Module):
 
 
 class DecodeTransformer(nn.Module):
-    def __init__(self, context, embed, mlp, heads, layers, vocab=VOCAB):
+    def __init__(self, context, embed, mlp, heads, layers, vocab=VOCAB, activation="relu"):
         super().__init__()
         self.token_embedding = nn.Linear(vocab, embed, bias=False)
         self.postn_embedding = nn.Linear(context, embed, bias=False)
-        self.blocks = nn.Sequential(*[Block(embed, mlp, heads, context) for _ in range(layers)])
+        self.blocks = nn.Sequential(*[Block(embed, mlp, heads, context, activation)
+                                      for _ in range(layers)])
         self.unembedding = nn.Sequential(nn.LayerNorm(embed), nn.Linear(embed, vocab))
 
     def forward(self, onehot_tokens, onehot_positions):
@@ -59,12 +68,14 @@ class DecodeTransformer(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, context=128, embed=32, mlp=64, heads=4, layers=4, vocab=VOCAB):
+    def __init__(self, context=128, embed=32, mlp=64, heads=4, layers=4, vocab=VOCAB,
+                 activation="relu"):
         super().__init__()
         self.context = context
         self.vocab = vocab  # 128: ASCII, the reference; 256: any bytes (gpt --vocab 256)
         self.register_buffer("onehot", torch.eye(vocab))
-        self.decode_transformer = DecodeTransformer(context, embed, mlp, heads, layers, vocab)
+        self.decode_transformer = DecodeTransformer(context, embed, mlp, heads, layers, vocab,
+                                                    activation)
 
     def forward(self, tokens):
         T = tokens.shape[1]

@@ -419,6 +419,76 @@ static void check_grad_accum(void)
 #undef GA
 }
 
+/* A copy of checkpoint `from` at `to` with the metadata text `was`
+ * replaced by `now` (of the same length, so the header's size holds). */
+static int patch_ckpt(const char *from, const char *to, const char *was, const char *now)
+{
+    size_t n, len = strlen(was);
+    unsigned char *b = t_slurp(from, &n);
+    char *at = b ? memmem(b, n, was, len) : NULL;
+    if (at) {
+        memcpy(at, now, len);
+        write_file(to, (char *)b, n);
+    }
+    free(b);
+    return at != NULL;
+}
+
+/* The loss `gpt eval` prints for a checkpoint, or -1. */
+static float eval_loss(const char *ckpt)
+{
+    char cmd[512], out[4096];
+    float loss = -1;
+    snprintf(cmd, sizeof cmd, "./gpt eval --ckpt %s --data tests/tmp/d.txt", ckpt);
+    if (t_run(cmd, out, sizeof out) != 0 || !strstr(out, "loss ") ||
+        sscanf(strstr(out, "loss "), "loss %f", &loss) != 1)
+        return -1;
+    return loss;
+}
+
+/* --activation gelu: the run differs from ReLU's; its checkpoint records
+ * it, so a resume continues with GELU and eval and sample run it (a copy
+ * whose key is renamed away, as an older file lacks it, means ReLU and
+ * evaluates differently); an unknown name is a one-line refusal naming
+ * the flag and the choices. */
+static void check_activation(void)
+{
+    char out[65536];
+#define ACT(dir) "tests/tmp/" dir "/ckpt-00000006.safetensors"
+    t_run("rm -rf tests/tmp/act-*", out, sizeof out);
+    int rc = t_run("./gpt train " SMALL " --steps 6 --eval-every 3 --out tests/tmp/act-relu && "
+                   "./gpt train " SMALL " --steps 6 --eval-every 3 --activation gelu "
+                   "--out tests/tmp/act-gelu && "
+                   "./gpt train " SMALL " --steps 3 --eval-every 3 --activation gelu "
+                   "--out tests/tmp/act-r && ./gpt train --steps 6 --resume --out tests/tmp/act-r "
+                   "--data tests/tmp/d.txt", out, sizeof out);
+    CHECK(rc == 0, "--activation runs failed (rc %d): %s", rc, out);
+    CHECK(!t_same_tensors(ACT("act-relu"), ACT("act-gelu")), "--activation gelu changed nothing");
+    CHECK(t_same_file(ACT("act-gelu"), ACT("act-r")),
+          "a resumed --activation gelu run differs from the straight one");
+    t_expect_one_line("./gpt train --steps 9 --resume --out tests/tmp/act-r --data tests/tmp/d.txt "
+                      "--activation relu", 2, "--activation relu conflicts with the checkpoint's gelu");
+    t_expect_one_line("./gpt train " SMALL " --activation tanh --out tests/tmp/act-x", 2,
+                      "--activation must be one of relu, gelu, got 'tanh'");
+    CHECK(patch_ckpt(ACT("act-gelu"), "tests/tmp/act-old.safetensors", "\"activation\"",
+                     "\"activatioX\""),
+          "the gelu checkpoint does not record its activation");
+    float gelu = eval_loss(ACT("act-gelu")), old = eval_loss("tests/tmp/act-old.safetensors");
+    float relu = eval_loss(ACT("act-relu"));
+    CHECK(gelu > 0 && old > 0 && relu > 0 && gelu != old,
+          "eval of the gelu checkpoint %.6f, of it without the key (relu) %.6f", gelu, old);
+    CHECK(patch_ckpt(ACT("act-gelu"), "tests/tmp/act-bad.safetensors", "\"gelu\"", "\"tanh\"") &&
+              eval_loss("tests/tmp/act-bad.safetensors") < 0,
+          "eval accepts a checkpoint whose activation is unknown");
+    char a[4096], b[4096];
+    CHECK(t_run("./gpt sample --ckpt " ACT("act-gelu") " --prompt 'the' --temperature 0 "
+                "--bytes 200", a, sizeof a) == 0 &&
+              t_run("./gpt sample --ckpt tests/tmp/act-old.safetensors --prompt 'the' "
+                    "--temperature 0 --bytes 200", b, sizeof b) == 0 && strcmp(a, b),
+          "sampling the gelu checkpoint and it without the key gave the same text: %s", a);
+#undef ACT
+}
+
 void test_cli(void)
 {
     make_data();
@@ -433,4 +503,5 @@ void test_cli(void)
     check_refusals();
     check_tpu();
     check_grad_accum();
+    check_activation();
 }

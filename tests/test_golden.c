@@ -30,6 +30,8 @@
 
 #define GOLDEN_FP32 "32d3f79f7af8e2dd2801f0f6b5901a799a64480083398c51a0bf1d0ca302c5d7"
 #define GOLDEN_BF16 "fa3575200c454ee4fcec5f03da34f902f5c1ebf5a47a859603ef90884d2dd570"
+/* --activation gelu: the GELU kernels' e^x and divisions, on every path */
+#define GOLDEN_GELU "03612d9e709f4301fe501a28bc28fcda20bfd95011126bfe72e14ad1e95db9b6"
 
 /* One core and eight give the same bits (the tree of tensor.h), so each
  * precision has one hash. */
@@ -40,6 +42,8 @@ static const struct {
     {"fp32, --tpu v3-8", "--tpu v3-8", GOLDEN_FP32},
     {"bf16, 1 core", "--precision bf16", GOLDEN_BF16},
     {"bf16, --tpu v3-8", "--precision bf16 --tpu v3-8", GOLDEN_BF16},
+    {"fp32 gelu, 1 core", "--activation gelu", GOLDEN_GELU},
+    {"fp32 gelu, --tpu v3-8", "--activation gelu --tpu v3-8", GOLDEN_GELU},
 };
 
 /* The checkpoint's SHA-256 after one golden run on path `isa`, or "" if

@@ -127,6 +127,12 @@ static Tensor *b_relu(Graph *g, Tensor **in, const struct gcase *c)
 {
     return g_relu(g, g_add(g, in[0], in[1]));
 }
+/* GELU on sums of three inputs, -3..3: its minimum (-0.75), its bend
+ * and the start of its linear part. */
+static Tensor *b_gelu(Graph *g, Tensor **in, const struct gcase *c)
+{
+    return g_unary(g, KOP_GELU, g_add(g, in[0], g_add(g, in[1], in[2])));
+}
 static Tensor *b_embed(Graph *g, Tensor **in, const struct gcase *c)
 {
     Tensor *idx = g_leaf(g, TK_INPUT, DT_I32, (void *)c->idx, 1, c->B);
@@ -170,6 +176,7 @@ void test_grads(void)
         {.name = "attention hs=3", .nin = 1, .rows = {7}, .cols = {27}, .build = b_attention,
          .B = 1, .T = 7, .H = 3},
         {.name = "relu", .nin = 2, .rows = {3, 3}, .cols = {5, 5}, .build = b_relu},
+        {.name = "gelu", .nin = 3, .rows = {4, 4, 4}, .cols = {7, 7, 7}, .build = b_gelu},
         {.name = "embed", .nin = 1, .rows = {4}, .cols = {6}, .build = b_embed, .B = 5,
          .idx = {1, 3, 1, 5, 0}},
         {.name = "xent", .nin = 1, .rows = {4}, .cols = {7}, .build = b_xent, .B = 4,

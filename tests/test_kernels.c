@@ -25,6 +25,7 @@
  * said. Backends agree with each other to the bit. */
 #include "tensor.h"
 #include "test.h"
+#include "tests/gelu_reference.h"
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -305,6 +306,64 @@ static void test_hand_attention(void)
           "attention_ref of one token: out (%g, %g) lse %g", o[0], o[1], lse);
 }
 
+/* GELU's error against PyTorch's float64 values, in units of the bound
+ *   u mag (1 + |2u| (1 - s)) + min(2^-50 |x| (1 + x^2), 2^-40) + 2^-147,
+ * u = 2^-24, s = sigmoid(2u), mag the size of what the result sums: |y|
+ * for y = x s; |s| + |x s (1 - s) 2u'| for the slope (the two cancel where
+ * GELU has its minimum, x = -0.75). A float computation rounds 2u
+ * (relative error a few u), which e^-2u turns into an error of about that
+ * times |2u| until s saturates at 1 (the factor 1 - s). PyTorch's 1 + tanh
+ * and 1 - tanh^2 cancel in float64 below x = -6 (off by up to 2^-53 |x|
+ * times the slope's size; exactly 0 beyond x = -7.3, where the true
+ * values are below 2^-40). The last term allows a few subnormal spacings.
+ * A NaN or infinity that torch does not have is an infinite error. */
+static double gelu_err(float got, double ref, float xf, int slope)
+{
+    double x = xf, u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    double s = 1 / (1 + exp(-2 * u)), du = 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+    double mag = slope ? fabs(s) + fabs(x * s * (1 - s) * 2 * du) : fabs(ref);
+    double torch = fmin(0x1p-50 * fabs(x) * (1 + x * x), 0x1p-40);
+    double bound = 0x1p-24 * mag * (1 + fabs(2 * u) * (1 - s)) + torch + 0x1p-147;
+    if (!isfinite(got) || !isfinite(bound))
+        return got == ref ? 0 : INFINITY;
+    return fabs(got - ref) / bound;
+}
+
+/* k_gelu and k_gelu_bwd (dy = 1), twin and kernel of every path, against
+ * PyTorch's nn.GELU(approximate="tanh") in float64 (tests/gelu_reference.h,
+ * from -20 to 20, zero, subnormals, up to 3e38), within GELU_ULPS of
+ * gelu_err's bound; twin and kernel to the bit. */
+#define GELU_ULPS 4 /* the worst today is 1.9 */
+static void test_gelu_torch(void)
+{
+    float y[GELU_N], yr[GELU_N], d[GELU_N], dr[GELU_N], ones[GELU_N];
+    for (int i = 0; i < GELU_N; i++)
+        ones[i] = 1.0f;
+    k_gelu_ref(yr, gelu_x, GELU_N);
+    k_gelu_bwd_ref(dr, ones, gelu_x, GELU_N);
+    double ey = 0, ed = 0;
+    int wy = 0, wd = 0;
+    for (int i = 0; i < GELU_N; i++) {
+        double a = gelu_err(yr[i], gelu_y[i], gelu_x[i], 0);
+        double b = gelu_err(dr[i], gelu_dydx[i], gelu_x[i], 1);
+        if (a > ey)
+            ey = a, wy = i;
+        if (b > ed)
+            ed = b, wd = i;
+    }
+    CHECK(ey <= GELU_ULPS, "gelu_ref(%a) = %a, torch %a: %.3g of the bound", gelu_x[wy], yr[wy],
+          gelu_y[wy], ey);
+    CHECK(ed <= GELU_ULPS, "gelu_bwd_ref(%a) = %a, torch %a: %.3g of the bound", gelu_x[wd],
+          dr[wd], gelu_dydx[wd], ed);
+    for (int isa = 0; isa < isa_count(); isa++) {
+        isa_set(isa);
+        k_gelu(y, gelu_x, GELU_N);
+        k_gelu_bwd(d, ones, gelu_x, GELU_N);
+        same_bits("gelu at torch's inputs", y, yr, sizeof y);
+        same_bits("gelu_bwd at torch's inputs", d, dr, sizeof d);
+    }
+}
+
 static void test_hand_values(void)
 {
     test_hand_matmul();
@@ -314,6 +373,7 @@ static void test_hand_values(void)
     test_hand_adam();
     test_hand_embed();
     test_hand_attention();
+    test_gelu_torch();
 }
 
 /* Causal attention, the whole score matrix at once, in double. */
@@ -637,6 +697,17 @@ static void test_elementwise(size_t n)
     k_relu_bwd_ref(want, b, a, n);
     k_relu_bwd(got, b, a, n);
     same_bits(what, got, want, sizeof(float) * n);
+    /* GELU over -12..12: both sides of where it saturates (|x| ~ 10) */
+    float *wide = rvec(n, 12);
+    snprintf(what, sizeof what, "gelu n=%zu", n);
+    k_gelu_ref(want, wide, n);
+    k_gelu(got, wide, n);
+    same_bits(what, got, want, sizeof(float) * n);
+    snprintf(what, sizeof what, "gelu_bwd n=%zu", n);
+    k_gelu_bwd_ref(want, b, wide, n);
+    k_gelu_bwd(got, b, wide, n);
+    same_bits(what, got, want, sizeof(float) * n);
+    free(wide);
 
     /* Adam, three steps from the same state on both paths */
     float *p1 = rvec(n, 1), *m1 = rvec(n, 0.1f), *v1 = fvec(n), *g = b;
@@ -2074,6 +2145,10 @@ static void backends_elementwise(size_t n)
     SAME_ON_EVERY_BACKEND("add_n", y, n, k_add_n(y, abc, 3, n));
     SAME_ON_EVERY_BACKEND("relu", y, n, k_relu(y, a, n));
     SAME_ON_EVERY_BACKEND("relu_bwd", y, n, k_relu_bwd(y, a, b, n));
+    float *wide = rvec(n, 12); /* -12..12: GELU's curve and both saturations */
+    SAME_ON_EVERY_BACKEND("gelu", y, n, k_gelu(y, wide, n));
+    SAME_ON_EVERY_BACKEND("gelu_bwd", y, n, k_gelu_bwd(y, b, wide, n));
+    free(wide);
     SAME_ON_EVERY_BACKEND("round_bf16", y, n, k_round_bf16(y, a, n));
     SAME_ON_EVERY_BACKEND("adam", pmv, 3 * n, {
         memcpy(pmv, p, sizeof(float) * n);

@@ -2,7 +2,8 @@
  * (tests/make_reference.py wrote tests/ref_*.safetensors): logits, loss,
  * every gradient, and ten Adam steps (their losses and the weights they
  * leave), on the eager cpu device and on the xla device's compiled, fused
- * program. Also the KV-cached sampler against full recomputation. */
+ * program; with the reference's ReLU and with GELU (ref_gelu). Also the
+ * KV-cached sampler against full recomputation. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,13 @@ static int load_reference(const char *path, StFile *f, Model *m, Batch *b)
         return -1;
     }
     Config c = {.vocab = VOCAB, .context = meta(f, "context"), .embed = meta(f, "embed"), .mlp = meta(f, "mlp"), .heads = meta(f, "heads"), .layers = meta(f, "layers")};
+    const char *act = st_meta(f, "activation"); /* absent: relu */
+    c.activation = act ? activation_find(act) : 0;
+    CHECK(c.activation >= 0, "%s: unknown activation '%s'", path, act);
+    if (c.activation < 0) {
+        st_free(f);
+        return -1;
+    }
     model_init(m, &c, 0);
     for (int i = 0; i < m->np; i++) {
         const StEntry *e = st_find(f, m->p[i].name);
@@ -200,9 +208,10 @@ static int full_argmax(Model *m, Graph *g, const char *text, int n)
  * scratch picks, before and after the text outgrows the context (past it,
  * the sampler's windows keep only their last rows after the last
  * attention), on the cpu and xla devices. */
-static void check_kv_cache(int lazy)
+static void check_kv_cache(int lazy, const char *activation)
 {
-    Config c = {.vocab = VOCAB, .context = 16, .embed = 24, .mlp = 40, .heads = 3, .layers = 2};
+    Config c = {.vocab = VOCAB, .context = 16, .embed = 24, .mlp = 40, .heads = 3, .layers = 2,
+                .activation = activation_find(activation)};
     Model m;
     model_init(&m, &c, 7);
     Graph *g = g_new();
@@ -215,8 +224,8 @@ static void check_kv_cache(int lazy)
     int same = 1;
     for (int n = 7; n < 60; n++)
         same &= full_argmax(&m, g, text, n) == (unsigned char)text[n];
-    CHECK(same, "%s: KV-cached greedy sampling differs from full recomputation",
-          lazy ? "xla" : "cpu");
+    CHECK(same, "%s, %s: KV-cached greedy sampling differs from full recomputation",
+          lazy ? "xla" : "cpu", activation);
     g_free(g);
     model_free(&m);
 }
@@ -266,7 +275,10 @@ void test_model(void)
     for (int lazy = 0; lazy <= 1; lazy++) {
         check_reference("tests/ref_default.safetensors", lazy);
         check_reference("tests/ref_odd.safetensors", lazy);
+        check_reference("tests/ref_gelu.safetensors", lazy);
     }
-    check_kv_cache(0);
-    check_kv_cache(1);
+    for (int lazy = 0; lazy <= 1; lazy++) {
+        check_kv_cache(lazy, "relu");
+        check_kv_cache(lazy, "gelu");
+    }
 }
