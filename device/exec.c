@@ -258,15 +258,20 @@ static void exec_xent_grad(const struct kinstr *k)
 
 /* The point-wise ops' exec_ functions, made from their lines of ops.def:
  * POINTWISE(RELU_BWD, relu_bwd, 2, (DY, Y), (DX)) becomes exec_relu_bwd,
- * which calls k_relu_bwd(out[0], in[0], in[1], n): the operands in the
- * line's order (so RELU_BWD_OUT_DX is 0, RELU_BWD_IN_DY 0, RELU_BWD_IN_Y 1). */
-#define POINTWISE_IN1(k) (k)->in[0]
-#define POINTWISE_IN2(k) (k)->in[0], (k)->in[1]
+ * which calls k_relu_bwd(out[RELU_BWD_OUT_DX], in[RELU_BWD_IN_DY],
+ * in[RELU_BWD_IN_Y], n): the kernel takes the line's operands, by name,
+ * in the line's order. (APPLY and UNPAREN unpack the line's lists.) */
+#define UNPAREN(...) __VA_ARGS__
+#define APPLY(macro, ...) macro(__VA_ARGS__)
+#define POINTWISE_IN1(NAME, a) k->in[NAME##_IN_##a]
+#define POINTWISE_IN2(NAME, a, b) k->in[NAME##_IN_##a], k->in[NAME##_IN_##b]
+#define POINTWISE_OUT(NAME, y) k->out[NAME##_OUT_##y]
 #define OP(...)
-#define POINTWISE(NAME, name, nin, inputs, output)                               \
-    static void exec_##name(const struct kinstr *k)                               \
-    {                                                                             \
-        k_##name(k->out[0], POINTWISE_IN##nin(k), k->attr.elementwise.n);         \
+#define POINTWISE(NAME, name, nin, inputs, output)                                 \
+    static void exec_##name(const struct kinstr *k)                                 \
+    {                                                                               \
+        k_##name(APPLY(POINTWISE_OUT, NAME, UNPAREN output),                        \
+                 APPLY(POINTWISE_IN##nin, NAME, UNPAREN inputs), k->attr.elementwise.n); \
     }
 #include "device/ops.def"
 #undef POINTWISE

@@ -13,7 +13,7 @@
  * its FLOP count. From that line come the op's number (enum kop), its row
  * of the op table (kop_info(), device/ops.c) and its operand indices: the
  * builders (graph.c), the passes (fuse.c) and dispatch (device/exec.c) read
- * LAYERNORM_IN_X, LAYERNORM_OUT_MEAN, ..., never a bare in[1]. */
+ * LAYERNORM_IN_X, LAYERNORM_OUT_MEAN, ..., never by a bare position. */
 #define OP(NAME, name, attrs, flops, nin, in, nout, out) KOP_##NAME,
 enum kop {
 #include "device/ops.def"
