@@ -19,17 +19,17 @@ MAIN    := cmd/main.c
 KONCE   := kernels/entry.c kernels/isa.c kernels/tensor_ref.c kernels/tensor_seg.c \
            kernels/tensor_decode.c kernels/tensor_bf16.c kernels/base.c kernels/bf16_model.c
 SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
-           gpt.c model/sample.c model/replicas.c model/ckpt.c \
-           graph.c compiler/graph_side.c compiler/record.c compiler/compile.c \
+           gpt.c model/accum.c model/sample.c model/replicas.c model/ckpt.c \
+           graph.c compiler/graph_side.c compiler/record.c compiler/precision.c compiler/compile.c \
            compiler/trace.c compiler/cache.c compiler/fuse.c compiler/plan.c compiler/lower.c \
            compiler/dump.c compiler/explain.c \
-           xla_sim.c device/exec.c device/allreduce.c device/metrics.c device/board.c device/ops.c \
+           xla_sim.c device/exec.c device/exec_side.c device/allreduce.c device/metrics.c device/board.c device/ops.c \
            $(KONCE) pod/pod.c pod/comm.c \
            data/batch.c data/data.c data/loader.c data/text.c watch/watch.c \
            safetensors/safetensors.c util/util.c util/error.c util/rng.c util/fmath.c
 HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
            cmd/rundir.h cmd/schedule.h compiler/compiler.h compiler/graph_impl.h \
-           device/ops.def device/ops.h device/exec.h device/board.h device/metrics.h \
+           device/ops.def device/ops.h device/exec.h device/exec_side.h device/board.h device/metrics.h \
            device/allreduce.h kernels/tensor_impl.h \
            kernels/base.h kernels/kernels.def kernels/tensor_ref.h kernels/vec.h pod/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \

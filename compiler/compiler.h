@@ -172,6 +172,9 @@ void dump_trace(const struct trace *tr, FILE *f, int dot, const Program *p);
 void save_graph(int index, const struct trace *tr, const char *stage, const Program *p);
 int debug_on(void); /* GPT_XLA_DEBUG */
 void explain_miss(const struct compiler *cc, const struct key *k, const char *why);
+/* A program that does not fit --hbm: one line naming its biggest buffers, exit 1. */
+_Noreturn void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena,
+                          size_t resident);
 void explain_compile(const struct compiler *cc, const Program *p, uint64_t hash,
                      const char *why);
 void check_rates(struct compiler *cc);

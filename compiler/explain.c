@@ -1,6 +1,7 @@
 /* explain.c: GPT_XLA_DEBUG's explanations, as PyTorch/XLA's PT_XLA_DEBUG
  * gives them: why a trace missed the cache, what a compile made, and the
- * warnings when compiles or host reads come too often. compile.c and
+ * warnings when compiles or host reads come too often; the error of a
+ * program too big for HBM. compile.c and
  * graph.c call them; nothing here changes what is compiled. */
 #include "compiler/compiler.h"
 #include <stdlib.h>
@@ -84,4 +85,49 @@ void check_rates(struct compiler *cc)
                 "the graph in the %ld steps after 10 warm-up steps (more than 0.5 a step); read "
                 "values after mark_step, or less often\n", reads - cc->warm_reads, steps);
     }
+}
+
+static void fmt_bytes(char *buf, size_t n, double b)
+{
+    if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, n, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024)
+        snprintf(buf, n, "%.1f MiB", b / (1024.0 * 1024));
+    else
+        snprintf(buf, n, "%.1f KiB", b / 1024.0);
+}
+
+/* "op f32[r,c] 1.5 MiB" for a value of the plan. */
+static void value_name(char *buf, size_t n, const struct plan *e, const struct value *v)
+{
+    char sz[32];
+    fmt_bytes(sz, sizeof sz, (double)v->bytes);
+    if (v->ref.kind == REF_SLOT) {
+        const Tensor *t = e->tr->slot[v->ref.at];
+        snprintf(buf, n, "input %s[%d,%d] %s", t->dtype == DT_I32 ? "s32" : "f32", t->rows,
+                 t->cols, sz);
+        return;
+    }
+    const struct tnode *t = &e->tr->nodes[v->ref.at];
+    snprintf(buf, n, "%s f32[%d,%d] %s", kop_name(t->op), t->rows[v->ref.out],
+             t->cols[v->ref.out], sz);
+}
+
+/* The RESOURCE_EXHAUSTED error of a program that does not fit a core's
+ * HBM (plan.c's check_hbm), naming the biggest buffers as XLA's does. */
+void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena, size_t resident)
+{
+    size_t hbm = xs_hbm();
+    char need[32], a[32], r[32], have[32], big[3][96] = {"", "", ""};
+    fmt_bytes(need, sizeof need, (double)(arena + resident));
+    fmt_bytes(a, sizeof a, (double)arena);
+    fmt_bytes(r, sizeof r, (double)resident);
+    fmt_bytes(have, sizeof have, (double)hbm);
+    for (int i = 0; i < 3 && i < e->nval; i++)
+        value_name(big[i], sizeof big[i], e, &by_size[i]);
+    fprintf(stderr, "gpt: RESOURCE_EXHAUSTED: compiling a program of %d kernels: it needs "
+            "%s of HBM per core (%s arena + %s weights and state), %s has %s per core "
+            "(--hbm); largest buffers: %s; %s; %s\n", e->nk, need, a, r,
+            xs_device_name(), have, big[0], big[1], big[2]);
+    exit(1);
 }

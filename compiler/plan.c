@@ -116,55 +116,17 @@ static size_t place_values(struct value *v, int n)
     return high;
 }
 
-static void fmt_bytes(char *buf, size_t n, double b)
-{
-    if (b >= 1024.0 * 1024 * 1024)
-        snprintf(buf, n, "%.1f GiB", b / (1024.0 * 1024 * 1024));
-    else if (b >= 1024.0 * 1024)
-        snprintf(buf, n, "%.1f MiB", b / (1024.0 * 1024));
-    else
-        snprintf(buf, n, "%.1f KiB", b / 1024.0);
-}
-
-/* "op f32[r,c] 1.5 MiB" for a value of the plan. */
-static void value_name(char *buf, size_t n, const struct plan *e, const struct value *v)
-{
-    char sz[32];
-    fmt_bytes(sz, sizeof sz, (double)v->bytes);
-    if (v->ref.kind == REF_SLOT) {
-        const Tensor *t = e->tr->slot[v->ref.at];
-        snprintf(buf, n, "input %s[%d,%d] %s", t->dtype == DT_I32 ? "s32" : "f32", t->rows,
-                 t->cols, sz);
-        return;
-    }
-    const struct tnode *t = &e->tr->nodes[v->ref.at];
-    snprintf(buf, n, "%s f32[%d,%d] %s", kop_name(t->op), t->rows[v->ref.out],
-             t->cols[v->ref.out], sz);
-}
-
 /* XLA refuses at compile time a program whose buffers do not fit a core's
- * HBM; so do we, naming the biggest buffers as its RESOURCE_EXHAUSTED
- * error does. Resident buffers (weights, optimizer state) count too. */
+ * HBM; so do we (explain.c's refuse_hbm says what did not fit). Resident
+ * buffers (weights, optimizer state) count too. */
 static void check_hbm(const struct plan *e, const struct value *by_size, size_t arena)
 {
     size_t resident = 0, hbm = xs_hbm();
     for (int s = 0; s < e->tr->nslots; s++)
         if (e->tr->slot[s]->kind != TK_INPUT)
             resident += (size_t)e->tr->slot[s]->numel * 4;
-    if (!hbm || arena + resident <= hbm)
-        return;
-    char need[32], a[32], r[32], have[32], big[3][96] = {"", "", ""};
-    fmt_bytes(need, sizeof need, (double)(arena + resident));
-    fmt_bytes(a, sizeof a, (double)arena);
-    fmt_bytes(r, sizeof r, (double)resident);
-    fmt_bytes(have, sizeof have, (double)hbm);
-    for (int i = 0; i < 3 && i < e->nval; i++)
-        value_name(big[i], sizeof big[i], e, &by_size[i]);
-    fprintf(stderr, "gpt: RESOURCE_EXHAUSTED: compiling a program of %d kernels: it needs "
-            "%s of HBM per core (%s arena + %s weights and state), %s has %s per core "
-            "(--hbm); largest buffers: %s; %s; %s\n", e->nk, need, a, r,
-            xs_device_name(), have, big[0], big[1], big[2]);
-    exit(1);
+    if (hbm && arena + resident > hbm)
+        refuse_hbm(e, by_size, arena, resident);
 }
 
 /* The plan for the trace's surviving nodes: each value's offset in one

@@ -1,14 +1,12 @@
 /* device/exec.c: dispatch, how one instruction becomes one tensor.c call.
  * One exec_<name> a line of ops.def, in its order: what each kernel is
- * called with, operands by name; the table at the end is made from
+ * called with, operands by name (the ops a first read can skip are in
+ * device/exec_side.c); the table at the end is made from
  * ops.def. xla_sim.c calls xs_dispatch on each core. */
 #include "device/exec.h"
-#include "device/allreduce.h"
-#include "device/board.h"
+#include "device/exec_side.h"
 #include "tensor.h"
-#include <assert.h>
 #include <stdint.h>
-#include <string.h>
 
 static void exec_embed(const struct kinstr *k)
 {
@@ -110,23 +108,6 @@ static void exec_attention_bwd(const struct kinstr *k)
         in[ATTENTION_BWD_IN_O], in[ATTENTION_BWD_IN_LSE], at->B, at->T, at->C, at->H);
 }
 
-static void exec_attention_step(const struct kinstr *k)
-{
-    const struct decode_attr *d = &k->attr.decode;
-    void *const *in = k->in;
-    k_attention_step(k->out[ATTENTION_STEP_OUT_O], in[ATTENTION_STEP_IN_KC],
-                     in[ATTENTION_STEP_IN_VC], in[ATTENTION_STEP_IN_QKV], d->nb,
-                     *(const int32_t *)in[ATTENTION_STEP_IN_POS], d->tmax, d->C, d->H);
-}
-
-/* q, k, v already rounded under bf16 (g_attention_last) */
-static void exec_attention_last(const struct kinstr *k)
-{
-    const struct attention_attr *at = &k->attr.attention;
-    k_attention_last(k->out[ATTENTION_LAST_OUT_O], k->in[ATTENTION_LAST_IN_QKV], at->B, at->T,
-                     at->C, at->H);
-}
-
 static void exec_xent(const struct kinstr *k)
 {
     k_xent(k->out[XENT_OUT_LOSS], k->in[XENT_IN_LOGITS], k->in[XENT_IN_TARGETS], k->attr.xent.n,
@@ -161,99 +142,6 @@ static void exec_adam(const struct kinstr *k)
         k_round_bf16(m, m, ad->n);
         k_round_bf16(v, v, ad->n);
     }
-}
-
-static void exec_round_bf16(const struct kinstr *k)
-{
-    k_round_bf16(k->out[ROUND_BF16_OUT_Y], k->in[ROUND_BF16_IN_X], k->attr.elementwise.n);
-}
-
-/* The eager device's all-reduce: one core here, so the tree over this
- * process's cores is its own buffer; the sum continues across processes.
- * (A compiled program's all-reduces run apart: run_all_reduces.) */
-static void exec_all_reduce(const struct kinstr *k)
-{
-    long n = k->attr.all_reduce.n;
-    float *y = k->out[ALL_REDUCE_OUT_Y];
-    float scale = all_reduce_scale(&k->attr.all_reduce);
-    memcpy(y, k->in[ALL_REDUCE_IN_X], sizeof(float) * (size_t)n);
-    if (xs_hosts() > 1)
-        cross_host_sum(&y, &n, 1);
-    for (long i = 0; i < n; i++)
-        y[i] *= scale;
-}
-
-static void exec_store(const struct kinstr *k)
-{
-    memcpy(k->in[STORE_IN_DST], k->in[STORE_IN_X], sizeof(float) * (size_t)k->attr.elementwise.n);
-}
-
-static void exec_dropout(const struct kinstr *k)
-{
-    const struct dropout_attr *d = &k->attr.dropout;
-    k_dropout(k->out[DROPOUT_OUT_Y], k->in[DROPOUT_IN_X], k->in[DROPOUT_IN_ROWS],
-              k->in[DROPOUT_IN_KEY], d->n, d->c, d->site, d->p);
-}
-
-/* Dropout's attention computes in fp32 whatever the precision: an
- * experiment's path (tensor.h, dropout). */
-static void exec_attention_drop(const struct kinstr *k)
-{
-    const struct attention_drop_attr *at = &k->attr.attention_drop;
-    void *const *in = k->in;
-    k_attention_drop(k->out[ATTENTION_DROP_OUT_O], k->out[ATTENTION_DROP_OUT_LSE],
-                     in[ATTENTION_DROP_IN_QKV], in[ATTENTION_DROP_IN_ROWS],
-                     in[ATTENTION_DROP_IN_KEY], at->B, at->T, at->C, at->H, at->site, at->p);
-}
-
-static void exec_attention_drop_bwd(const struct kinstr *k)
-{
-    const struct attention_drop_attr *at = &k->attr.attention_drop;
-    void *const *in = k->in;
-    k_attention_drop_bwd(k->out[ATTENTION_DROP_BWD_OUT_DQKV], in[ATTENTION_DROP_BWD_IN_DO],
-                         in[ATTENTION_DROP_BWD_IN_QKV], in[ATTENTION_DROP_BWD_IN_O],
-                         in[ATTENTION_DROP_BWD_IN_LSE], in[ATTENTION_DROP_BWD_IN_ROWS],
-                         in[ATTENTION_DROP_BWD_IN_KEY], at->B, at->T, at->C, at->H, at->site,
-                         at->p);
-}
-
-/* A matmul with its fused epilogue (fuse.c): ReLU and residual adds, or
- * the gate of a ReLU's backward, alone. */
-static void exec_matmul_ex(const struct kinstr *k)
-{
-    const struct matmul_attr *mm = &k->attr.matmul;
-    void *const *in = k->in;
-    float *c = k->out[MATMUL_EX_OUT_C];
-    const float *a = in[MATMUL_EX_IN_A], *b = in[MATMUL_EX_IN_B], *bias = in[MATMUL_EX_IN_BIAS];
-    const float *r1 = in[MATMUL_EX_IN_R1], *r2 = in[MATMUL_EX_IN_R2], *gate = in[MATMUL_EX_IN_GATE];
-    assert(!gate || (!bias && !r1 && !r2 && !mm->relu)); /* fuse.c's rule: a gate alone */
-    if (gate && mm->bf16)
-        k_matmul_bf16_gated(c, a, b, gate, mm->n, mm->p, mm->q);
-    else if (gate)
-        k_matmul_gated(c, a, b, gate, mm->n, mm->p, mm->q);
-    else if (mm->bf16)
-        k_matmul_bf16(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
-    else
-        k_matmul_ex(c, a, b, bias, r1, r2, mm->relu, mm->n, mm->p, mm->q);
-}
-
-/* x0 + x1 + ...: the inputs up to the first absent one */
-static void exec_add_n(const struct kinstr *k)
-{
-    const float *xs[KMAX_IN];
-    int m = 0;
-    while (m < KMAX_IN && k->in[m]) {
-        xs[m] = k->in[m];
-        m++;
-    }
-    k_add_n(k->out[ADD_N_OUT_Y], xs, m, k->attr.elementwise.n);
-}
-
-static void exec_xent_grad(const struct kinstr *k)
-{
-    k_xent_grad(k->out[XENT_GRAD_OUT_LOSS], k->out[XENT_GRAD_OUT_DLOGITS],
-                k->in[XENT_GRAD_IN_LOGITS], k->in[XENT_GRAD_IN_TARGETS],
-                k->in[XENT_GRAD_IN_DLOSS], k->attr.xent.n, k->attr.xent.v);
 }
 
 /* The point-wise ops' exec_ functions, made from their lines of ops.def:

@@ -30,4 +30,15 @@ Tensor *forward_windows(Model *m, Graph *g, const Batch *b, float *wt, int32_t *
 Tensor *forward_cached(Model *m, Graph *g, int ns, int32_t *tok, int32_t *pos, float *kc,
                        float *vc, float *wt);
 
+/* accum.c: gradient accumulation's micro-batches and partial sums. */
+int micro_batches(const Model *m); /* 1 unless model_set_accum() said more */
+/* The partial sums' buffer, a level of them per bit of N - 1, per core. */
+void alloc_accum(Model *m);
+/* Micro-batch k of n from b: each core's k-th part of its windows. */
+void micro_batch(Batch *mb, const Batch *b, int k, int n, int cores);
+/* Adds the partial sums of k's set bits from level j up (the trailing ones,
+ * or all with to_top) into sum[0..np]; returns the first level left. */
+int add_levels(Model *m, Graph *g, Tensor **sum, int k, int j, int to_top);
+void store_partial_sums(Model *m, Graph *g, Tensor **sum, int k);
+
 #endif
