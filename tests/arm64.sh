@@ -17,7 +17,9 @@
 # the two that cannot pass under qemu without binfmt_misc: homework's
 # `gpt sweep` re-executes /proc/self/exe, an arm64 binary the kernel cannot
 # start, and cli's SIGTERM test waits for the handler in /proc's SigCgt,
-# which qemu itself sets before gpt installs its handler.
+# which qemu itself sets before gpt installs its handler; and house, which
+# reads the native build's objects and binary with nm (the source tree's
+# shape, the same on every architecture, checked by the native make test).
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 QEMU=${QEMU:-qemu-aarch64-static}
@@ -55,7 +57,7 @@ if [ $# -eq 0 ]; then
     [ $# -gt 0 ] || { echo "arm64.sh: no suites found in tests/main.c" >&2; exit 2; }
     for s in "$@"; do
         case " ${ARM64_SKIP:-} " in
-        *" $s "*) echo "SKIP arm64 suite $s: cannot pass under qemu (ARM64_SKIP)"
+        *" $s "*) echo "SKIP arm64 suite $s: cannot pass under qemu, or not about the architecture (ARM64_SKIP)"
                   skip=$((skip + 1)) ;;
         *) set -- "$@" "$s" ;;
         esac
