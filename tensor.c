@@ -1198,20 +1198,6 @@ static void row_stats(const float *x /* [v] */, int v, float *mx, float *sum, fl
     *sum = vsum(s16);
 }
 
-/* Sums per-row losses in row order, in double: the same total whatever
- * thread produced each row. No counted row gives 0, not 0/0. */
-static float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n)
-{
-    double total = 0.0;
-    int count = 0;
-    for (int i = 0; i < n; i++)
-        if (targets[i] >= 0) {
-            total += row[i];
-            count++;
-        }
-    return count ? (float)(total / count) : 0.0f;
-}
-
 static void xent(float *loss /* [1] */, const float *logits /* [n,v] */,
                  const int32_t *targets /* [n] */, int n, int v)
 {

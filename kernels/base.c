@@ -67,3 +67,17 @@ struct adam_k adam_consts(float lr, float b1, float b2, float eps, int t)
     };
     return k;
 }
+
+/* Sums per-row losses in row order, in double: the same total whatever
+ * thread produced each row. No counted row gives 0, not 0/0. */
+float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n)
+{
+    double total = 0.0;
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        if (targets[i] >= 0) {
+            total += row[i];
+            count++;
+        }
+    return count ? (float)(total / count) : 0.0f;
+}

@@ -113,4 +113,8 @@ float bf16_dot(float acc, const float *ar, size_t sak, const float *bc, size_t l
 float bf16_epilogue(float y, const float *r1, const float *r2, const float *gate, int relu,
                     size_t at);
 
+/* Cross-entropy's mean over the rows with a target (>= 0), summed in row
+ * order in double (the twin and every backend share it). */
+float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n);
+
 #endif
