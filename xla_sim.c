@@ -113,51 +113,27 @@ static void transfer_all(const Program *p, int n, unsigned char **arena,
     xs_metric_add(to_device ? M_TO_DEVICE : M_FROM_DEVICE, now_seconds() - t0);
 }
 
-/* Core 0's result of one all-reduce: the tree over this board's cores'
- * inputs in core order. */
-static float *board_sum(const struct pinstr *pi, int n, unsigned char **arena,
-                        void *const *const *slots)
-{
-    const float *parts[XS_MAX_CORES];
-    float *out = resolve(&pi->out[ALL_REDUCE_OUT_Y], arena[0], slots[0]);
-    for (int c = 0; c < n; c++)
-        parts[c] = resolve(&pi->in[ALL_REDUCE_IN_X], arena[c], slots[c]);
-    k_tree_sum(out, parts, n, (size_t)pi->attr.all_reduce.n);
-    return out;
-}
-
-/* The consecutive all-reduces from i0, all at once: each one's tree over
- * the board's cores, then across processes, then the mean (1/replicas, a
- * power of two: exact) copied to every core, so replicas hold the same
- * bits. Returns the index after the stretch. */
+/* The consecutive all-reduces from i0, all at once, as one collective
+ * (device/allreduce.c): each one's operands on every core. Returns the
+ * index after the stretch. */
 static int run_all_reduces(const Program *p, int i0, int n, unsigned char **arena,
                            void *const *const *slots)
 {
     int i1 = i0;
     while (i1 < p->n && p->ins[i1].op == KOP_ALL_REDUCE)
         i1++;
-    float *sums[i1 - i0];
-    long len[i1 - i0], bytes = 0;
-    double t0 = now_seconds();
-#pragma omp parallel for schedule(dynamic) if (n > 1)
-    for (int i = i0; i < i1; i++)
-        sums[i - i0] = board_sum(&p->ins[i], n, arena, slots);
-    for (int i = i0; i < i1; i++)
-        bytes += 4 * (len[i - i0] = p->ins[i].attr.all_reduce.n);
-    xs_metric_add(M_ALL_REDUCE, now_seconds() - t0);
-    if (xs_hosts() > 1)
-        cross_host_sum(sums, len, i1 - i0);
+    struct board_reduce *r = xcalloc((size_t)(i1 - i0), sizeof *r);
     for (int i = i0; i < i1; i++) {
-        const struct all_reduce_attr *ar = &p->ins[i].attr.all_reduce;
-        float scale = all_reduce_scale(ar);
-        for (long j = 0; j < len[i - i0]; j++)
-            sums[i - i0][j] *= scale;
-        for (int c = 1; c < n; c++)
-            memcpy(resolve(&p->ins[i].out[ALL_REDUCE_OUT_Y], arena[c], slots[c]), sums[i - i0],
-                   sizeof(float) * (size_t)len[i - i0]);
+        const struct pinstr *pi = &p->ins[i];
+        r[i - i0].len = pi->attr.all_reduce.n;
+        r[i - i0].scale = all_reduce_scale(&pi->attr.all_reduce);
+        for (int c = 0; c < n; c++) {
+            r[i - i0].in[c] = resolve(&pi->in[ALL_REDUCE_IN_X], arena[c], slots[c]);
+            r[i - i0].out[c] = resolve(&pi->out[ALL_REDUCE_OUT_Y], arena[c], slots[c]);
+        }
     }
-    xs_counter_add(C_ALL_REDUCE, i1 - i0);
-    xs_counter_add(C_ALL_REDUCE_BYTES, bytes);
+    all_reduce_stretch(r, i1 - i0, n);
+    free(r);
     return i1;
 }
 

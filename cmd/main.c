@@ -11,16 +11,27 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The commands, in the order `gpt --help` lists them. */
+static const struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *what;
+} commands[] = {
+    {"train", cmd_train, "train the byte-level GPT (no flags = the reference's run)"},
+    {"sample", cmd_sample, "stream a continuation from a checkpoint"},
+    {"eval", cmd_eval, "test-split loss of a checkpoint"},
+    {"shard", cmd_shard, "write text files as WebDataset tar shards"},
+    {"plot", cmd_plot, "draw runs' losses on one chart (their --out directories)"},
+    {"sweep", cmd_sweep, "a grid of training runs at once (flags with comma lists)"},
+};
+#define N_COMMANDS (sizeof commands / sizeof *commands)
+
 static void usage_main(FILE *f)
 {
-    fputs("usage: gpt <command> [flags]\n"
-          "  train    train the byte-level GPT (no flags = the reference's run)\n"
-          "  sample   stream a continuation from a checkpoint\n"
-          "  eval     test-split loss of a checkpoint\n"
-          "  shard    write text files as WebDataset tar shards\n"
-          "  plot     draw runs' losses on one chart (their --out directories)\n"
-          "  sweep    a grid of training runs at once (flags with comma lists)\n"
-          "gpt --version prints the version.\n"
+    fputs("usage: gpt <command> [flags]\n", f);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].what);
+    fputs("gpt --version prints the version.\n"
           "gpt <command> --help lists each command's flags.\n"
           "GPT_ISA=scalar|avx2|avx512 lowers the kernel path.\n", f);
 }
@@ -33,18 +44,9 @@ static int run_command(int argc, char **argv)
         return 2;
     }
     isa_best(); /* validates GPT_ISA before any work */
-    if (!strcmp(argv[1], "train"))
-        return cmd_train(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "sample"))
-        return cmd_sample(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "eval"))
-        return cmd_eval(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "shard"))
-        return cmd_shard(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "plot"))
-        return cmd_plot(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "sweep"))
-        return cmd_sweep(argc - 2, argv + 2);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("gpt %s (%s build, %s, %s)\n", GPT_VERSION, comm_name(), GPT_COMPILER, GPT_RUNTIME);
         return 0;

@@ -4,6 +4,7 @@
  * is reused only for a trace of the same structure: every training step
  * after the first. */
 #include "compiler/compiler.h"
+#include "util/util.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +17,7 @@ static void key_put(struct key *k, int64_t x)
 {
     if (k->n == k->cap) {
         k->cap = k->cap ? 2 * k->cap : 1024;
-        k->v = realloc(k->v, sizeof *k->v * (size_t)k->cap);
-        if (!k->v) {
-            fprintf(stderr, "gpt: out of memory (cache key)\n");
-            exit(1);
-        }
+        k->v = xrealloc(k->v, sizeof *k->v * (size_t)k->cap);
     }
     k->v[k->n++] = x;
 }
@@ -53,12 +50,11 @@ static void key_node(struct key *k, const struct tnode *t)
 
 uint64_t g_hash_mask = ~(uint64_t)0;
 
+/* FNV-1a over the key's bytes; g_hash_mask narrows it, so tests can
+ * force collisions and see the full key tell the traces apart. */
 static uint64_t key_hash(const struct key *k)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (long i = 0; i < k->n; i++)
-        h = (h ^ (uint64_t)k->v[i]) * 0x100000001b3ull;
-    return h & g_hash_mask;
+    return fnv1a64((const unsigned char *)k->v, sizeof *k->v * (size_t)k->n) & g_hash_mask;
 }
 
 struct key key_build(const struct trace *tr)

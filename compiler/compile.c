@@ -30,26 +30,6 @@ static const struct pass {
     {"fuse_xent", fuse_xent},                   /* loss and gradient in one pass */
 };
 
-/* What the new program is, for tests and the debug line (g_compile_stats,
- * g_plan, g_kernel_count). */
-static void record_compile(struct compiler *cc, const struct plan *pl)
-{
-    free(cc->plan);
-    cc->plan = xcalloc((size_t)pl->nval, sizeof *cc->plan);
-    cc->nplan = pl->nval;
-    cc->last.buffers = 0;
-    for (int i = 0; i < pl->nval; i++) {
-        const struct value *v = &pl->by_size[i];
-        cc->plan[i] = (struct plan_buf){v->off, v->bytes, v->first, v->last};
-        cc->last.buffers += (size_t)v->bytes;
-    }
-    memset(cc->kernels, 0, sizeof cc->kernels);
-    for (int k = 0; k < pl->nk; k++)
-        cc->kernels[pl->tr->nodes[pl->order[k]].op]++;
-    cc->last.kernels = pl->nk;
-    cc->last.arena = pl->arena;
-}
-
 /* A cache miss: the passes, the memory plan, lowering. */
 static Program *compile(struct compiler *cc, struct trace *tr)
 {

@@ -178,5 +178,8 @@ _Noreturn void refuse_hbm(const struct plan *e, const struct value *by_size, siz
 void explain_compile(const struct compiler *cc, const Program *p, uint64_t hash,
                      const char *why);
 void check_rates(struct compiler *cc);
+/* What a new program is, kept in cc for tests and the debug line
+ * (g_compile_stats, g_plan, g_kernel_count): its buffers and kernels. */
+void record_compile(struct compiler *cc, const struct plan *pl);
 
 #endif

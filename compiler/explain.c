@@ -1,8 +1,9 @@
 /* explain.c: GPT_XLA_DEBUG's explanations, as PyTorch/XLA's PT_XLA_DEBUG
  * gives them: why a trace missed the cache, what a compile made, and the
  * warnings when compiles or host reads come too often; the error of a
- * program too big for HBM. compile.c and
- * graph.c call them; nothing here changes what is compiled. */
+ * program too big for HBM; and the record of each new program that the
+ * debug line and the tests read. compile.c and graph.c call them; nothing
+ * here changes what is compiled. */
 #include "compiler/compiler.h"
 #include <stdlib.h>
 #include <string.h>
@@ -130,4 +131,24 @@ void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena,
             "(--hbm); largest buffers: %s; %s; %s\n", e->nk, need, a, r,
             xs_device_name(), have, big[0], big[1], big[2]);
     exit(1);
+}
+
+/* What the new program is, for tests and the debug line (g_compile_stats,
+ * g_plan, g_kernel_count). */
+void record_compile(struct compiler *cc, const struct plan *pl)
+{
+    free(cc->plan);
+    cc->plan = xcalloc((size_t)pl->nval, sizeof *cc->plan);
+    cc->nplan = pl->nval;
+    cc->last.buffers = 0;
+    for (int i = 0; i < pl->nval; i++) {
+        const struct value *v = &pl->by_size[i];
+        cc->plan[i] = (struct plan_buf){v->off, v->bytes, v->first, v->last};
+        cc->last.buffers += (size_t)v->bytes;
+    }
+    memset(cc->kernels, 0, sizeof cc->kernels);
+    for (int k = 0; k < pl->nk; k++)
+        cc->kernels[pl->tr->nodes[pl->order[k]].op]++;
+    cc->last.kernels = pl->nk;
+    cc->last.arena = pl->arena;
 }

@@ -1,6 +1,7 @@
 /* kernels/base.c: the functions of the kernel layer's floor (base.h):
  * kernel scratch, the tree that combines the leaves of a reduction over
- * rows, and Adam's constants. Each is compiled once, here, and called by
+ * rows, Adam's constants, the mean of per-row losses, and e^x as one lane
+ * of vec.h's vexp. Each is compiled once, here, and called by
  * the kernels of every backend and by the twins alike. */
 #include "kernels/base.h"
 #include <math.h>
@@ -80,4 +81,29 @@ float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, i
             count++;
         }
     return count ? (float)(total / count) : 0.0f;
+}
+
+/* x rounded to an integer, nearest even, for |x| < 2^22: adding 1.5 2^23
+ * lands where floats are integers, so the add rounds (vround's bits). */
+static float round_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
+
+/* e^x as vec.h's vexp computes it, one lane: the same clamps, the same
+ * split x = n ln2 + r, the same Taylor steps, so the twins that need the
+ * kernels' exact bits (GELU's) can have them. */
+float exp_lane(float x)
+{
+    static const float taylor[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
+                                    1.0f / 6,    0.5f,       1.0f,       1.0f};
+    x = -87.0f > x ? -87.0f : x; /* vmax, then vmin: a NaN passes through */
+    x = 88.0f < x ? 88.0f : x;
+    float n = round_even(x * LOG2E);
+    float r = fmaf(-n, LN2, x);
+    r = fmaf(-n, -1.90465430e-9f, r); /* ln2's low part */
+    float p = taylor[0];
+    for (int k = 1; k < 8; k++)
+        p = fmaf(p, r, taylor[k]);
+    uint32_t bits = n == n ? (uint32_t)((int)n + 127) << 23 : 0x3f800000u; /* 2^n */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
 }

@@ -1,10 +1,10 @@
 /* tensor_ref.c: the contract of the compute kernels (see tensor.h): the
  * plain-C twins (*_ref) of the fp32 kernels, the readable statement of
  * what each computes (shapes, summation order) and the oracle the tests
- * hold every backend of tensor.c to. Dropout has one plain path, here (an
- * experiment's path, where vectors buy little). Elsewhere, for a later
- * read: the twins of the tree's reductions (tensor_seg.c), of the decode
- * step (tensor_decode.c) and of the bf16 kernels (tensor_bf16.c).
+ * hold every backend of tensor.c to. Elsewhere, for a later read: the
+ * twins of the fused ops and dropout (fused_ref.c, dropout.c), of the
+ * tree's reductions (tensor_seg.c), of the decode step (tensor_decode.c)
+ * and of the bf16 kernels (tensor_bf16.c).
  *
  * The twins are plain loops: a sum is `s += x * y` (a multiply, then an
  * add), where the kernels use a fused multiply-add and 16 lanes, so twin
@@ -14,7 +14,6 @@
  * thread count either. No libm on any path whose bits matter: fmath.h. */
 #include "kernels/tensor_ref.h"
 #include "util/fmath.h"
-#include "util/util.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,15 +50,6 @@ void k_matmul_ref(float *c /* [n,q] */, const float *a /* [n,p] */, const float 
                   const float *bias /* [q] or NULL */, int n, int p, int q)
 {
     k_matmul_ex_ref(c, a, b, bias, NULL, NULL, 0, n, p, q);
-}
-
-void k_matmul_gated_ref(float *c /* [n,q] */, const float *a /* [n,p] */,
-                        const float *b /* [p,q] */, const float *gate /* [n,q] */, int n, int p,
-                        int q)
-{
-    k_matmul_ref(c, a, b, NULL, n, p, q);
-    for (size_t i = 0; i < (size_t)n * q; i++)
-        c[i] = gate[i] > 0 ? c[i] : 0.0f;
 }
 
 /* ---- weight-gradient matmul ---- */
@@ -104,24 +94,7 @@ float softmax_row_ref(float *s /* [nk] */, const float *q /* [hs] */,
     return mx + fm_logf(l);
 }
 
-/* Dropout on the probabilities (tensor.h, dropout), or none when NULL. */
-struct drop_mask {
-    const int32_t *key, *rows; /* [2], [B*T] */
-    long site;
-    float p;
-};
-
-/* What survives of P_ij, head h, query row `row`: 1/(1-p) or 0; 1 without
- * dropout (so the products below keep their bits). */
-static float kept_scale(const struct drop_mask *dm, int32_t row, int h, int T, int j)
-{
-    if (!dm)
-        return 1.0f;
-    return k_dropout_keep(dm->key, dm->site, row, (long)h * T + j, dm->p) ? 1.0f / (1.0f - dm->p)
-                                                                          : 0.0f;
-}
-
-static void attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+void attention_masked_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                           const float *qkv /* [B,T,3C] */, int B, int T, int C, int H,
                           const struct drop_mask *dm)
 {
@@ -155,7 +128,7 @@ static void attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
 void k_attention_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                      const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
 {
-    attention_ref(out, lse, qkv, B, T, C, H, NULL);
+    attention_masked_ref(out, lse, qkv, B, T, C, H, NULL);
 }
 
 /* The backward pass of one (batch, head), recomputing the probabilities
@@ -203,7 +176,7 @@ static void attention_bwd_head_ref(float *dqkv /* [T,3C], head's q col */,
     }
 }
 
-static void attention_bwd_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+void attention_bwd_masked_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
                               const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
                               const float *lse /* [B,H,T] */, int B, int T, int C, int H,
                               const struct drop_mask *dm)
@@ -222,50 +195,7 @@ void k_attention_bwd_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C
                          const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
                          const float *lse /* [B,H,T] */, int B, int T, int C, int H)
 {
-    attention_bwd_ref(dqkv, dout, qkv, out, lse, B, T, C, H, NULL);
-}
-
-/* ---- dropout ---- */
-
-int k_dropout_keep(const int32_t *key, long site, int32_t row, long col, float p)
-{
-    /* the element's id (site < 2^12, row < 2^28, col < 2^24) under the
-     * step's key, then splitmix64's finalizer: 24 uniform bits */
-    uint64_t k = (uint64_t)(uint32_t)key[0] | (uint64_t)(uint32_t)key[1] << 32;
-    uint64_t id = ((uint64_t)site << 52) ^ ((uint64_t)(uint32_t)row << 24) ^ (uint64_t)col;
-    uint64_t z = mix64(k ^ id);
-    return (uint32_t)(z >> 40) >= (uint32_t)(p * 16777216.0f);
-}
-
-void k_dropout(float *y, const float *x, const int32_t *rows, const int32_t *key, long n, long c,
-               long site, float p)
-{
-    float keep_scale = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static) if (n * c >= PAR_WORK)
-    for (long r = 0; r < n; r++)
-        for (long j = 0; j < c; j++)
-            y[r * c + j] = k_dropout_keep(key, site, rows[r], j, p) ? x[r * c + j] * keep_scale
-                                                                      : 0.0f;
-}
-
-/* The attention twins with the mask: dropout is plain C (tensor.h). */
-void k_attention_drop(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
-                      const float *qkv /* [B,T,3C] */, const int32_t *rows /* [B*T] */,
-                      const int32_t *key /* [2] */, int B, int T, int C, int H, long site,
-                      float p)
-{
-    struct drop_mask dm = {key, rows, site, p};
-    attention_ref(out, lse, qkv, B, T, C, H, &dm);
-}
-
-void k_attention_drop_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
-                          const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
-                          const float *lse /* [B,H,T] */, const int32_t *rows /* [B*T] */,
-                          const int32_t *key /* [2] */, int B, int T, int C, int H, long site,
-                          float p)
-{
-    struct drop_mask dm = {key, rows, site, p};
-    attention_bwd_ref(dqkv, dout, qkv, out, lse, B, T, C, H, &dm);
+    attention_bwd_masked_ref(dqkv, dout, qkv, out, lse, B, T, C, H, NULL);
 }
 
 /* ---- layernorm ---- */
@@ -369,14 +299,6 @@ void k_xent_bwd_ref(float *dlogits /* [n,v] */, const float *logits /* [n,v] */,
     }
 }
 
-void k_xent_grad_ref(float *loss /* [1] */, float *dlogits /* [n,v] */,
-                     const float *logits /* [n,v] */, const int32_t *targets /* [n] */,
-                     const float *dloss /* [1] */, int n, int v)
-{
-    k_xent_ref(loss, logits, targets, n, v);
-    k_xent_bwd_ref(dlogits, logits, targets, dloss, n, v);
-}
-
 /* ---- element-wise ---- */
 
 void k_add_ref(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
@@ -413,7 +335,7 @@ void k_relu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float 
  * give the kernels' bits exactly (an activation's few operations are
  * cheap to copy, and the model's every MLP runs them): each step below is
  * one IEEE operation in the kernels' order, with e^t computed as vec.h's
- * vexp does (exp_as_vexp). fmaf is one exactly rounded operation, like
+ * vexp does (exp_lane, base.c). fmaf is one exactly rounded operation, like
  * + and *, so it gives the same bits everywhere (vec.h's plain-C backend
  * uses it too). Where e^t leaves the float range (|t| > 88, |x| > ~10)
  * the result is saturated: s is 0 or 1 and the slope's second term 0, so
@@ -422,29 +344,6 @@ void k_relu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float 
 #define GELU_K 0.044715f
 #define GELU_3K 0.134145f /* 3 GELU_K, u's slope */
 #define GELU_SAT 88.0f    /* |t| beyond this: saturated */
-
-/* x rounded to an integer, nearest even, for |x| < 2^22: the sum lands
- * where floats are integers, so the add rounds (vround's bits). */
-static float round_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
-
-/* e^x as vexp computes it, lane by lane (vec.h states the steps). */
-static float exp_as_vexp(float x)
-{
-    static const float taylor[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
-                                    1.0f / 6,    0.5f,       1.0f,       1.0f};
-    x = -87.0f > x ? -87.0f : x; /* vmax, then vmin: a NaN passes through */
-    x = 88.0f < x ? 88.0f : x;
-    float n = round_even(x * 1.44269504f);
-    float r = fmaf(-n, 0.693147182f, x);
-    r = fmaf(-n, -1.90465430e-9f, r);
-    float p = taylor[0];
-    for (int k = 1; k < 8; k++)
-        p = fmaf(p, r, taylor[k]);
-    uint32_t bits = n == n ? (uint32_t)((int)n + 127) << 23 : 0x3f800000u; /* 2^n */
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
 
 /* t = -2u = (x (-2 sqrt(2/pi))) (x^2 K + 1): the sigmoid's argument, negated. */
 static float gelu_t(float x)
@@ -456,7 +355,7 @@ static float gelu_t(float x)
 /* s = sigmoid(-t) = 1 / (1 + e^t), 0 where e^t overflows; *e = e^t. */
 static float gelu_s(float t, float *e)
 {
-    *e = exp_as_vexp(t);
+    *e = exp_lane(t);
     return t > GELU_SAT ? 0.0f : 1.0f / (1.0f + *e);
 }
 
