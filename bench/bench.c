@@ -40,6 +40,7 @@
 #include "data/loader.h"
 #include "tensor.h"
 #include "xla_sim.h"
+#include "util/util.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #elif defined(__aarch64__)
@@ -80,17 +81,12 @@ static double now(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* "/tmp/NAME-" and the six letters mkstemp and mkdtemp replace. */
+static void temp_template(char *path, size_t n, const char *name)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of v[0..n), which it sorts. */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    int len = snprintf(path, n - 6, "/tmp/%s-", name);
+    memset(path + len, 'X', 6);
+    path[len + 6] = 0;
 }
 
 static const char *mark(int met) { return met ? "met" : "MISSED"; }
@@ -447,7 +443,7 @@ static void time_group(const struct contender *c, int n, double *med)
         }
     }
     for (int i = 0; i < n; i++)
-        med[i] = median(t[i], rounds * block);
+        med[i] = median_of(t[i], rounds * block);
 }
 
 static void kernel_header(void)
@@ -625,7 +621,7 @@ static void synthesize(void)
     corpus.bytes = malloc(corpus.n);
     for (size_t i = 0; i < corpus.n; i++)
         corpus.bytes[i] = (unsigned char)s[i % (sizeof s - 1)];
-    snprintf(opt.tmp, sizeof opt.tmp, "/tmp/gpt-bench-XXXXXX");
+    temp_template(opt.tmp, sizeof opt.tmp, "gpt-bench");
     int fd = mkstemp(opt.tmp);
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (f) {
@@ -745,7 +741,7 @@ static double variant_median(const struct variant *v)
 {
     double tmp[MAX_ROUNDS];
     memcpy(tmp, v->ms, sizeof(double) * v->rounds);
-    return median(tmp, v->rounds);
+    return median_of(tmp, v->rounds);
 }
 
 /* Every variant set up and warmed up (its compile included), then
@@ -843,7 +839,7 @@ static double paired_speedup(const struct variant *fp, const struct variant *bf)
     double r[MAX_ROUNDS];
     for (int i = 0; i < fp->rounds; i++)
         r[i] = fp->ms[i] / bf->ms[i];
-    return median(r, fp->rounds);
+    return median_of(r, fp->rounds);
 }
 
 /* bf16 (matrix-unit) against fp32 on the same layout and thread count. */
@@ -971,8 +967,8 @@ static void eval_table(double *eval_ms, double *gen_ms)
         if (i < mreps)
             m[i] = sample_ms(&v, MANY);
     }
-    *eval_ms = median(e, reps), *gen_ms = median(s, reps);
-    double many_ms = median(m, mreps);
+    *eval_ms = median_of(e, reps), *gen_ms = median_of(s, reps);
+    double many_ms = median_of(m, mreps);
     int fresh = 256 - (int)(sizeof prompt - 1); /* bytes generated after the prompt */
     double rate1 = fresh / (*gen_ms * 1e-3), rate_many = MANY * fresh / (many_ms * 1e-3);
     /* the eval block's loss is 256 x 128 positions forward: 8 batches at a
@@ -1064,7 +1060,7 @@ static void torch_table(void)
             return;
         }
     }
-    double tm = median(t, rounds), gm = median(g, rounds);
+    double tm = median_of(t, rounds), gm = median_of(g, rounds);
     printf("PyTorch reference vs gpt (xla, 1 core, fp32), same config, %d threads, "
            "median of %d alternations\n", opt.threads, rounds);
     printf("  %-56s %9.2f ms/step  %s\n", "PyTorch: bench/torch_ref.py --steps 60", tm, report);
@@ -1307,7 +1303,8 @@ static double loader_steps_per_s(const char *spec, int steps)
 
 static void loader_table(double step_ms)
 {
-    char dir[] = "/tmp/gpt-bench-shards-XXXXXX", spec[3][512];
+    char dir[64], spec[3][512];
+    temp_template(dir, sizeof dir, "gpt-bench-shards");
     int rounds = opt.quick ? 3 : 7, steps = opt.quick ? 2000 : 20000;
     if (!mkdtemp(dir) || write_shards(dir, 8))
         return;
@@ -1324,7 +1321,7 @@ static void loader_table(double step_ms)
            "side only taking them), median of %d rounds of %d steps, the loader's start "
            "included\n", rounds, steps);
     for (int i = 0; i < 3; i++) {
-        double m = median(r[i], rounds);
+        double m = median_of(r[i], rounds);
         printf("  %-28s %10.0f steps/s %8.1f MB/s of windows", names[i], m, m * DN / 1e6);
         record("loader", names[i], m, "steps/s", NULL, 0);
         if (step_ms > 0)
@@ -1355,16 +1352,17 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* Written to PATH.tmp, then renamed: a reader never sees half a record. */
+/* Written whole under PATH.tmp, then renamed (util.h's atomic save): a
+ * reader never sees half a record. */
 static int json_write(const char *path)
 {
-    char tmp[PATH_MAX + 8], date[32];
+    char *tmp = tmp_path(path), date[32];
     time_t t = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) {
         fprintf(stderr, "bench: --json %s: cannot write (%s)\n", path, strerror(errno));
+        free(tmp);
         return 1;
     }
     fprintf(f, "{\n  \"date\": \"%s\",\n  \"quick\": %s,\n  \"machine\": {\"cpu\": ", date,
@@ -1387,12 +1385,13 @@ static int json_write(const char *path)
         fprintf(f, "}%s\n", i + 1 < nfigures ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
-    if (fflush(f) || ferror(f) | fclose(f) || rename(tmp, path)) {
+    int failed = fflush(f) || ferror(f) | fclose(f) || commit_tmp(tmp, path);
+    if (failed) {
         fprintf(stderr, "bench: --json %s: cannot write (%s)\n", path, strerror(errno));
         unlink(tmp);
-        return 1;
     }
-    return 0;
+    free(tmp);
+    return failed;
 }
 
 int main(int argc, char **argv)

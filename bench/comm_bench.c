@@ -13,18 +13,8 @@
 #include <string.h>
 #include "pod/comm.h"
 #include "tensor.h"
+#include "util/util.h"
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
 
 /* The all-reduce before the reduce-scatter, as it was: MPI's all-gather
  * of every buffer to every rank ((N - 1) x 4 len bytes in and out of
@@ -57,8 +47,8 @@ static void time_all_reduces(float *buf, size_t len, float *all, int reps, doubl
         t[1][r] = MPI_Wtime() - t0;
         *moved = traffic.sent;
     }
-    *t_new = median(t[0], reps);
-    *t_old = median(t[1], reps);
+    *t_new = median_of(t[0], reps);
+    *t_old = median_of(t[1], reps);
 }
 
 /* Median seconds of a round trip of bytes between ranks 0 and 1. */
@@ -78,7 +68,7 @@ static double time_ping_pong(char *buf, int bytes, int reps)
         }
         t[r] = MPI_Wtime() - t0;
     }
-    return median(t, reps);
+    return median_of(t, reps);
 }
 
 int main(int argc, char **argv)

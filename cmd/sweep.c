@@ -64,13 +64,6 @@ static int usage_error(const char *fmt, const char *what)
     return 2;
 }
 
-/* qsort's order for the step times: ascending. */
-static int step_ms_order(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Reads dir/metrics.jsonl: the newest step, the last test loss and the
  * median step time (steps 5 on: the first ones compile). */
 static struct progress read_progress(const char *dir)
@@ -94,10 +87,8 @@ static struct progress read_progress(const char *dir)
     }
     if (f)
         fclose(f);
-    if (n) {
-        qsort(ms, (size_t)n, sizeof *ms, step_ms_order);
-        p.ms = ms[n / 2];
-    }
+    if (n)
+        p.ms = median_of(ms, (size_t)n);
     return p;
 }
 

@@ -210,12 +210,6 @@ long xs_counter(int c) { return counters[c]; }
 long xs_metric_samples(int m) { return metrics[m].n; }
 double xs_metric_sum(int m) { return metrics[m].sum; }
 
-static int by_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* PyTorch/XLA prints durations as 1s234ms567us; so do we. */
 static void print_duration(FILE *f, double s)
 {
@@ -238,7 +232,7 @@ static void report_metric(FILE *f, int m)
     fprintf(f, "\n  Rate: %.4g / second\n  Percentiles: ", span > 0 ? (s->n - 1) / span : 0.0);
     double *sorted = malloc(sizeof *sorted * (size_t)(s->n ? s->n : 1));
     memcpy(sorted, s->v, sizeof *sorted * (size_t)s->n);
-    qsort(sorted, (size_t)s->n, sizeof *sorted, by_double);
+    sort_doubles(sorted, (size_t)s->n);
     for (int i = 0; i < 9; i++) {
         fprintf(f, "%s%d%%=", i ? "; " : "", pct[i]);
         print_duration(f, s->n ? sorted[(s->n - 1) * pct[i] / 100] : 0);

@@ -79,7 +79,7 @@ fi
 
 # ---- the scratch tree and its objects ----
 
-S=$(mktemp -d "${TMPDIR:-/tmp}/gpt-mutate.XXXXXX") || die "mktemp failed"
+S=$(mktemp -d -p "${TMPDIR:-/tmp}" gpt-mutate.$(printf "%.0sX" 1 2 3 4 5 6)) || die "mktemp failed"
 cleanup() { [ "${MUTATE_KEEP:-}" = 1 ] && echo "mutate: kept $S" || rm -rf "$S"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -84,3 +84,19 @@ uint64_t fnv1a64_more(uint64_t h, const unsigned char *p, size_t n)
 }
 
 uint64_t fnv1a64(const unsigned char *p, size_t n) { return fnv1a64_more(FNV1A64_START, p, n); }
+
+static int ascending(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void sort_doubles(double *v, size_t n) { qsort(v, n, sizeof *v, ascending); }
+
+double median_of(double *v, size_t n)
+{
+    if (!n)
+        return 0.0;
+    sort_doubles(v, n);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

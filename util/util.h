@@ -23,6 +23,12 @@ int commit_tmp(const char *tmp, const char *path);
 /* A rename is durable only once its directory is synced. */
 void fsync_dir_of(const char *path);
 
+/* v[0..n) sorted ascending. */
+void sort_doubles(double *v, size_t n);
+/* The median of v[0..n), which it sorts: the middle value, or the mean of
+ * the two middle ones; 0 when n is 0. */
+double median_of(double *v, size_t n);
+
 /* FNV-1a, 64 bits: checkpoints' checksums and the training data's
  * fingerprint. fnv1a64_more(FNV1A64_START, p, n) is fnv1a64(p, n), and
  * hashing in pieces gives the same value. */
