@@ -40,7 +40,7 @@
  * new_node, add_out, run_node; the arenas; as_stored, the bf16 roundings)
  * and compiler/graph_side.c (second-read builders: data parallelism,
  * dropout, inference-only attention). */
-#include "compiler/graph_impl.h"
+#include "compiler/record.h"
 #include "util/util.h"
 #include <assert.h>
 #include <stdio.h>

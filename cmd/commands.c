@@ -2,8 +2,8 @@
  * train (train.c) and sweep (sweep.c). */
 #include "cmd/commands.h"
 #include "cmd/flags.h"
-#include "pod/pod.h"
-#include "util/error.h"
+#include "cmd/pod.h"
+#include "pod/error.h"
 #include "cmd/rundir.h"
 #include "data/text.h"
 #include "gpt.h"

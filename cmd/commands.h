@@ -1,5 +1,5 @@
 /* commands.h: gpt's commands, each given the arguments after its name;
- * each returns the exit code (or exits: util/error.h's die). */
+ * each returns the exit code (or exits: pod/error.h's die). */
 #ifndef COMMANDS_H
 #define COMMANDS_H
 

@@ -2,10 +2,10 @@
  * opt over one struct settings (flags.h); parse_opts reads them, the
  * check_* functions refuse what cannot run, and the rest turns settings
  * into the simulated board, a graph and a precision. Usage errors exit 2
- * with one line (util/error.h's need and die). */
+ * with one line (pod/error.h's need and die). */
 #include "cmd/flags.h"
-#include "pod/pod.h"
-#include "util/error.h"
+#include "cmd/pod.h"
+#include "pod/error.h"
 #include "xla_sim.h"
 #include "data/loader.h"
 #include <omp.h>

@@ -5,9 +5,9 @@
 #include "cmd/commands.h"
 #include "gpt.h"
 #include "pod/comm.h"
-#include "pod/pod.h"
+#include "cmd/pod.h"
 #include "tensor.h"
-#include "util/error.h"
+#include "pod/error.h"
 #include <stdio.h>
 #include <string.h>
 

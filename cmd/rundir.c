@@ -1,7 +1,7 @@
 /* rundir.c: a run's directory (--out): its checkpoints,
  * ckpt-<step>.safetensors, found, pruned and named. */
 #include "cmd/rundir.h"
-#include "util/error.h"
+#include "pod/error.h"
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>

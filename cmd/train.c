@@ -7,8 +7,8 @@
  * checkpoint. */
 #include "cmd/commands.h"
 #include "cmd/flags.h"
-#include "pod/pod.h"
-#include "util/error.h"
+#include "cmd/pod.h"
+#include "pod/error.h"
 #include "cmd/rundir.h"
 #include "cmd/schedule.h"
 #include "data/text.h"

@@ -4,7 +4,7 @@
  * partial sums and stores), dropout, the sampler's inference-only
  * attention, and what the last compile made (for tests). It calls
  * compiler/record.c, never graph.c. */
-#include "compiler/graph_impl.h"
+#include "compiler/record.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * (--precision; read second: fp32, the default, stores every value as it
  * is computed). graph.c's builders call these; they record a rounding op
  * through record.c. */
-#include "compiler/graph_impl.h"
+#include "compiler/record.h"
 
 static Tensor *build_round_bf16(Graph *g, Tensor *x)
 {

@@ -3,7 +3,7 @@
  * neither): tensors and leaves, a node with its inputs and outputs,
  * eager execution (run_node). The bump arena holds a step's tensors.
  * (How a value is stored under each precision: compiler/precision.c.) */
-#include "compiler/graph_impl.h"
+#include "compiler/record.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

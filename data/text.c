@@ -3,7 +3,7 @@
  * drawn from it. A corpus trained on is streamed instead (loader.c). */
 #include "data/text.h"
 #include "data/data.h"
-#include "util/error.h"
+#include "pod/error.h"
 #include "util/util.h"
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* error.h: the program's errors and its planned exit (error.c). A leaf:
+/* pod/error.h: the program's errors and its planned exit (error.c). A leaf:
  * it includes no header of the model; in a pod (pod/comm.h) every rank
  * stops together. */
 #ifndef ERROR_H

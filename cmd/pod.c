@@ -1,4 +1,4 @@
-/* pod.c: one run over several processes.
+/* cmd/pod.c: one run over several processes.
  * gpt-mpi under mpirun runs one process per host of a pod. Every process
  * runs the same command on the same flags and data, with --cores simulated
  * cores of its own. In PyTorch/XLA's words: the world is every core of
@@ -7,10 +7,10 @@
  * host draws the same global batch from the same seed and trains on its
  * share; the all-reduce joins them (xla_sim.c over comm.c). With one
  * process (the static gpt) all of this reduces to nothing. The errors are
- * util/error.h's. */
-#include "pod/pod.h"
+ * pod/error.h's. */
+#include "cmd/pod.h"
 #include "pod/comm.h"
-#include "util/error.h"
+#include "pod/error.h"
 #include "util/util.h"
 #include <stdio.h>
 #include <stdlib.h>

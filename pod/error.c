@@ -1,6 +1,7 @@
-/* error.c: the program's errors and its planned exit (error.h). In a pod
- * (pod/comm.h: with one process, a pod of one) an error stops every rank. */
-#include "util/error.h"
+/* pod/error.c: the program's errors and its planned exit (error.h). In a pod
+ * (pod/comm.h: with one process, a pod of one) an error stops every rank:
+ * that half is why it lives beside the transport, above util/. */
+#include "pod/error.h"
 #include "pod/comm.h"
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,12 +1,12 @@
-/* compiler/graph_impl.h: the graph's insides, shared by the graph layer's
+/* compiler/record.h: the graph's insides, shared by the graph layer's
  * three files, top to bottom: graph.c (the builders of one training step,
  * autodiff, the cut), compiler/graph_side.c (the second-read builders:
  * data parallelism, dropout, inference-only attention) and
  * compiler/record.c (tensors, nodes, eager execution, precision). Calls go
  * down only. Nothing else includes it: the rest of the program sees
  * graph.h. */
-#ifndef GRAPH_IMPL_H
-#define GRAPH_IMPL_H
+#ifndef COMPILER_RECORD_H
+#define COMPILER_RECORD_H
 #include "compiler/compiler.h"
 
 /* A bump arena: chunks reused from one step to the next (g_reset). */

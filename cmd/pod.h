@@ -1,6 +1,6 @@
 /* pod.h: one run over several processes (pod.c; gpt-mpi: with one
  * process all of it reduces to nothing). Its errors, said once, are
- * util/error.h's. */
+ * pod/error.h's. */
 #ifndef POD_H
 #define POD_H
 #include <stddef.h>
