@@ -28,7 +28,7 @@ SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd
            data/batch.c data/data.c data/loader.c data/text.c watch/watch.c \
            safetensors/safetensors.c util/util.c pod/error.c util/rng.c util/fmath.c
 HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
-           cmd/rundir.h cmd/schedule.h compiler/compiler.h compiler/record.h \
+           cmd/rundir.h cmd/schedule.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
            device/ops.def device/ops.h device/exec.h device/exec_side.h device/board.h device/metrics.h \
            device/allreduce.h kernels/tensor_impl.h \
            kernels/base.h kernels/kernels.def kernels/tensor_ref.h kernels/vec.h cmd/pod.h \

@@ -19,7 +19,7 @@
 #define COMPILER_H
 #include <stdint.h>
 #include <stdio.h>
-#include "graph.h"
+#include "compiler/graph_side.h"
 #include "util/util.h"
 
 /* ---- level 2: the traced node and its operand references ---- */
