@@ -316,7 +316,8 @@ static void check_no_loops(void)
 }
 
 /* nm -l ./gpt: the functions whose line information points into the
- * tree (the tests' own aside), each name once. */
+ * tree (the tests' own aside), each name once, counting a compiler's
+ * clones under the name they were made from. */
 static void check_unique_names(void)
 {
     FILE *f = popen("nm -l ./gpt 2>/dev/null", "r");
@@ -331,6 +332,9 @@ static void check_unique_names(void)
             !strchr("tTwW", type[0]) || strncmp(where, cwd, cwd_len) || where[cwd_len] != '/' ||
             !strncmp(where + cwd_len, "/tests/", 7))
             continue;
+        /* a compiler's copy (xrealloc.part.0, f.cold, f.isra.0) is the
+         * function's name twice, as perf and valgrind show it */
+        name[strcspn(name, ".")] = 0;
         int dup = 0;
         for (int i = 0; i < nseen && !dup; i++)
             dup = !strcmp(seen[i], name);
