@@ -346,7 +346,7 @@ static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const B
     return unembed(g, L, x);
 }
 
-/* ---- the sampler's forward passes (model/sample.c) ----
+/* ---- the sampler's forward passes (cmd/sample.c) ----
  * Without gradients, on weights the sampler may keep transposed (wt);
  * model/model.h says what each takes. Over windows: */
 Tensor *forward_windows(Model *m, Graph *g, const Batch *b, float *wt, int32_t *last)

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cmd/sample.h"
 #include "data/data.h"
 #include "gpt.h"
 #include "data/loader.h"

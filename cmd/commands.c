@@ -1,5 +1,7 @@
 /* commands.c: gpt sample, eval, shard and plot: the commands besides
  * train (train.c) and sweep (sweep.c). */
+#include "cmd/sample.h"
+#include "cmd/ckpt.h"
 #include "cmd/commands.h"
 #include "cmd/flags.h"
 #include "cmd/pod.h"

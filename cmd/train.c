@@ -5,6 +5,8 @@
  * run_training loops: a batch, a step, now and then an eval line, a
  * checkpoint, a passage. A signal stops it at a step boundary, with a
  * checkpoint. */
+#include "cmd/sample.h"
+#include "cmd/ckpt.h"
 #include "cmd/commands.h"
 #include "cmd/flags.h"
 #include "cmd/pod.h"

@@ -1,10 +1,61 @@
-/* model.h: the model layer's own interface, between gpt.c and its rooms
- * read second in model/ (the layers above use gpt.h alone). */
+/* model/model.h: the model's data, and the rooms gpt.c builds on, read
+ * second: the per-core replicas of data parallelism (replicas.c) and
+ * gradient accumulation's micro-batches (accum.c). The model's data is
+ * declared here, below gpt.c, because these rooms read it too; gpt.h
+ * includes this for the layers above. */
 #ifndef MODEL_H
 #define MODEL_H
 #include <stddef.h>
 #include <stdint.h>
-#include "gpt.h"
+#include "data/batch.h"
+#include "graph.h"
+
+#define VOCAB 128     /* ASCII: the reference */
+#define MAX_VOCAB 256 /* --vocab 256: any byte */
+#define MAX_LAYERS 64
+#define MAX_PARAMS (4 + 9 * MAX_LAYERS + 4) /* 2 embeddings, 9 per block, 4 in the head; 2 spare */
+
+typedef struct Config {
+    int vocab, context, embed, mlp, heads, layers;
+    /* the reference's homework; zero is the reference */
+    int no_mlp;        /* attention-only blocks: no layer_norms.1, no MLP */
+    int residual_once; /* x = block(x), not the reference's x + block(x) */
+    float dropout;     /* training only: attention probabilities, attention
+                        * output, MLP output (nanoGPT's places) */
+    int activation;    /* the MLP's, by its index in gpt.c's table (0: ReLU) */
+} Config;
+
+typedef struct Param {
+    char name[96];
+    int ndim, rows, cols; /* ndim 1: a vector of cols */
+    size_t off;           /* into Model.w, .m, .v */
+    float fan_in;         /* init bound is 1/sqrt(fan_in); 0 = LayerNorm */
+    int is_ln_weight;
+    int matmul_t;         /* a Linear weight the forward multiplies by as x W^T */
+    size_t leaf;          /* where gpt.c puts its graph leaf: an offset in
+                           * struct model_leaves */
+} Param;
+
+typedef struct Model {
+    Config cfg;
+    int np;
+    Param p[MAX_PARAMS];
+    size_t nw;          /* total parameter count */
+    float *w, *m, *v;   /* [nw] weights and Adam moments, one block each */
+    int32_t t;          /* Adam step count */
+    float lr;           /* the recorded step's rate: its graph leaf reads it here */
+    uint64_t seed;      /* the run's seed, from model_init: dropout's keys */
+    int32_t drop_key[2]; /* the recorded step's dropout key (its leaf reads it) */
+    int ncores;         /* simulated cores holding a replica (w, m, v: core 0's) */
+    float *rep;         /* [ncores-1][REPLICA_BLOCKS][nw]: the other cores' w, m, v */
+    int accum;          /* micro-batches a step (--grad-accum), 1: none */
+    float *acc;         /* [levels][ncores][nw+1] their partial sums of gradients
+                         * and loss, on the device between micro-batches */
+} Model;
+
+/* Core c's weights, Adam m or v (which: enum replica_block): [nw]. */
+enum replica_block { REPLICA_W = 0, REPLICA_M = 1, REPLICA_V = 2, REPLICA_BLOCKS = 3 };
+float *model_replica(const Model *m, int core, int which);
 
 /* replicas.c: leaves with a buffer on every core. A leaf of buffers the
  * cores hold each their own of: core c's is base[c] advanced by off
@@ -18,17 +69,6 @@ Tensor *moment_leaf(const Model *m, Graph *g, int which, const Param *p);
 /* Each core's shard of a batch column (tok, pos, tgt or row): its B/cores
  * windows. */
 Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col);
-
-/* gpt.c: the forward passes the sampler (sample.c) records, without
- * gradients. wt: core 0's weights with every Linear weight stored
- * transposed (sample.c's transposed_weights), or NULL. forward_windows:
- * the logits of b's windows; with last (i32 [B], each window's last row)
- * those rows alone, [B,V], else [B*T,V]. forward_cached: one new byte of
- * each of ns passages, tok[s], all at position pos[0], through the KV
- * caches kc and vc ([layers, ns, context, C] each): logits [ns,V]. */
-Tensor *forward_windows(Model *m, Graph *g, const Batch *b, float *wt, int32_t *last);
-Tensor *forward_cached(Model *m, Graph *g, int ns, int32_t *tok, int32_t *pos, float *kc,
-                       float *vc, float *wt);
 
 /* accum.c: gradient accumulation's micro-batches and partial sums. */
 int micro_batches(const Model *m); /* 1 unless model_set_accum() said more */

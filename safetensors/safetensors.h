@@ -1,6 +1,6 @@
 /* safetensors.h: the safetensors file format: a strict reader, a writer
  * that saves atomically, and the checksum our files carry. It knows
- * nothing of the model; model/ckpt.c maps the model to and from these tensors. */
+ * nothing of the model; cmd/ckpt.c maps the model to and from these tensors. */
 #ifndef SAFETENSORS_H
 #define SAFETENSORS_H
 #include <stddef.h>

@@ -4,6 +4,7 @@
  * from the seed corpus in tests/fuzz-corpus/. */
 #include <stdlib.h>
 #include <string.h>
+#include "cmd/ckpt.h"
 #include "gpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

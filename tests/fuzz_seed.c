@@ -1,6 +1,7 @@
 /* tests/fuzz_seed.c: writes the fuzzer's seed corpus: a real checkpoint of
  * a tiny model and a header-only file. Run by `make fuzz`. */
 #include <stdio.h>
+#include "cmd/ckpt.h"
 #include "gpt.h"
 
 int main(void)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "cmd/ckpt.h"
 #include "gpt.h"
 #include "test.h"
 

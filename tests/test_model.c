@@ -7,6 +7,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "safetensors/safetensors.h"
+#include "cmd/sample.h"
 #include "gpt.h"
 #include "test.h"
 

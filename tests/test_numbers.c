@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cmd/sample.h"
 #include "test.h"
 #include "cmd/flags.h"
 #include "cmd/schedule.h"

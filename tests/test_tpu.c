@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "util/rng.h"
+#include "safetensors/safetensors.h"
 #include "gpt.h"
 #include "test.h"
 

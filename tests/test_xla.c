@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cmd/sample.h"
 #include "gpt.h"
 #include "test.h"
 

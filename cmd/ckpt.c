@@ -1,8 +1,8 @@
-/* ckpt.c: the model to and from checkpoints. The reference's state_dict
+/* cmd/ckpt.c: the model to and from checkpoints. The reference's state_dict
  * names, so PyTorch loads our files and we load its, plus our training
  * state under _gpt.*. The file format is
  * safetensors.c's; this is the model's side of it. */
-#include "gpt.h"
+#include "cmd/ckpt.h"
 #include "util/util.h"
 #include <math.h>
 #include <stdio.h>
