@@ -4,11 +4,12 @@
  *   the forward pass   blocks of attention and MLP, from bytes to logits
  *   the training step  the loss, backward, the all-reduce and Adam, with
  *                      gradient accumulation's micro-batches
- * Beside it, read second (model/): the sampler (sample.c: the KV-cache
- * decoder, temperature and top-k), the per-core replicas and batch shards
- * of data parallelism (replicas.c), kept out of the model's way, and the
- * checkpoints' names (ckpt.c). Elsewhere: batches (data/batch.c), the
- * training run (cmd/train.c) and the other commands (cmd/). */
+ * Below it, read second (model/): the model's data (model.h), the per-core
+ * replicas and batch shards of data parallelism (replicas.c) and gradient
+ * accumulation's micro-batches (accum.c), kept out of the model's way.
+ * Above it, using it: the sampler (cmd/sample.c: the KV-cache decoder,
+ * temperature and top-k), the checkpoints (cmd/ckpt.c), the training run
+ * (cmd/train.c) and the other commands (cmd/). Batches: data/batch.c. */
 #include "gpt.h"
 #include "model/model.h"
 #include "util/rng.h"

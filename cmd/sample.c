@@ -1,8 +1,8 @@
-/* cmd/sample.c: sampling, a use of the model read second. A KV-cache decoder feeds
- * each new byte through the model once (gpt.c's forward_cached), several
- * passages side by side; each byte is drawn from its logits with a
- * temperature and top-k. The reference's own way, every byte re-reading
- * the whole text, is model_generate_naive. */
+/* cmd/sample.c: sampling, a use of the model, read second. A KV-cache
+ * decoder feeds each new byte through the model once (gpt.c's
+ * forward_cached), several passages side by side; each byte is drawn from
+ * its logits with a temperature and top-k. The reference's own way, every
+ * byte re-reading the whole text, is model_generate_naive. */
 #include "cmd/sample.h"
 #include "util/fmath.h"
 #include "util/util.h"
