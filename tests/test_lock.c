@@ -1,15 +1,17 @@
 /* tests/test_lock.c: one run per --out directory (cmd/rundir.c's lock).
  * Two trainers started at once: one runs, the other is refused before it
- * writes, naming the holder; a holder frozen (SIGSTOP) at its start, mid-run
- * and in its final passage refuses a second run and the directory does not
- * change; a holder SIGKILLed, or one whose pipe:CMD left a child behind,
- * blocks nobody; gpt shard and gpt sweep are refused too, and a sweep
+ * writes, naming the holder; a holder frozen (SIGSTOP) at its start and
+ * mid-run refuses a second run and the directory does not change; the
+ * lock is held from a run's start to its exit (probed while it is frozen);
+ * a holder SIGKILLed, or one whose pipe:CMD left a child behind, blocks
+ * nobody; gpt shard and gpt sweep are refused too, and a sweep
  * waits for a run directory's old process instead of failing the run.
  * Freezing the holder, not racing it, keeps the checks deterministic. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,14 +64,15 @@ static void listing(const char *dir, char *out, size_t n)
     t_run(cmd, out, n);
 }
 
-/* Until the lock file of dir says who holds it (the holder has its lock). */
+/* Until the lock file of dir names pid (it has taken the lock). */
 static void wait_for_lock(const char *dir, pid_t pid)
 {
-    char path[512];
+    char path[512], want[64];
     snprintf(path, sizeof path, "%s/" LOCK_FILE, dir);
+    snprintf(want, sizeof want, "pid %ld,", (long)pid);
     for (int ms = 0; ms < 60000 && !has_exited(pid); ms++) {
         char *s = (char *)t_slurp(path, NULL);
-        int held = s && strchr(s, '\n');
+        int held = s && strstr(s, want);
         free(s);
         if (held)
             return;
@@ -77,9 +80,33 @@ static void wait_for_lock(const char *dir, pid_t pid)
     }
 }
 
+/* Every 20 ms until pid ends: stop it (waitpid says stopped: alive, not
+ * in its exit, which drops the lock) and try dir's lock from here; it must
+ * be taken. Counts the probes and those that found it free; returns pid's
+ * exit code. */
+static int probe_until_exit(const char *dir, pid_t pid, int *probes, int *found_free)
+{
+    char path[512];
+    int st;
+    snprintf(path, sizeof path, "%s/" LOCK_FILE, dir);
+    for (;;) {
+        usleep(20000);
+        kill(pid, SIGSTOP);
+        if (waitpid(pid, &st, WUNTRACED) != pid || !WIFSTOPPED(st))
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        *found_free += fd < 0 || flock(fd, LOCK_SH | LOCK_NB) == 0;
+        if (fd >= 0)
+            close(fd); /* and a shared lock it may have got */
+        ++*probes;
+        kill(pid, SIGCONT);
+    }
+}
+
 /* With holder frozen, a second --auto-resume run on dir: exit 1 naming
- * it, and dir as it was. */
-static void check_refused(const char *when, const char *dir, pid_t holder)
+ * it, and dir as it was. Then the holder goes on, or is SIGKILLed where
+ * it stands (then_kill). */
+static void check_refused(const char *when, const char *dir, pid_t holder, int then_kill)
 {
     char before[8192], after[8192], out[8192], cmd[512];
     kill(holder, SIGSTOP);
@@ -88,7 +115,7 @@ static void check_refused(const char *when, const char *dir, pid_t holder)
     snprintf(cmd, sizeof cmd, RUN " --steps 3000 --auto-resume --out %s", dir);
     int rc = t_run(cmd, out, sizeof out);
     listing(dir, after, sizeof after);
-    kill(holder, SIGCONT);
+    kill(holder, then_kill ? SIGKILL : SIGCONT);
     CHECK(alive && rc == 1 && names_holder(out, holder) && !strcmp(before, after),
           "%s: a second run on a held %s (holder pid %ld %s) gave exit %d, %s: %s", when, dir,
           (long)holder, alive ? "alive" : "already ended", rc,
@@ -132,18 +159,18 @@ static void check_race(void)
           "(seed %d): %s", w + 1, out);
 }
 
-/* A holder frozen at its start, mid-run and (a second holder, resuming
- * the first after its SIGKILL) in its final passage refuses a second run;
- * the SIGKILLed one's lock blocks nobody. */
+/* A holder frozen at its start and mid-run refuses a second run; SIGKILLed
+ * there, its lock blocks nobody: --auto-resume continues its run, and
+ * holds the lock from its start to its exit (its final passage of 30000
+ * bytes included), probed every 20 ms. */
 static void check_held_then_killed(void)
 {
     pid_t h = spawn("exec " RUN " --steps 3000 --ckpt-every 50 --out " DIR "/h > " DIR
                     "/h1.log 2>&1");
     wait_for_lock(DIR "/h", h);
-    check_refused("at its start", DIR "/h", h);
+    check_refused("at its start", DIR "/h", h, 0);
     t_wait_for(t_newest_step, DIR "/h", 100, h);
-    check_refused("mid-run", DIR "/h", h);
-    kill(h, SIGKILL);
+    check_refused("mid-run", DIR "/h", h, 1);
     int rc = exit_code(h);
     CHECK(rc == 128 + SIGKILL && t_newest_step(DIR "/h") < 3000,
           "the holder was not killed mid-run: exit %d, newest checkpoint %d", rc,
@@ -151,9 +178,11 @@ static void check_held_then_killed(void)
     /* its lock file still names it; the kernel dropped the lock with it */
     h = spawn("exec " RUN " --steps 3000 --ckpt-every 50 --auto-resume --final-bytes 30000 "
               "--out " DIR "/h > " DIR "/h2.log 2>&1");
-    t_wait_for(t_newest_step, DIR "/h", 3000, h);
-    check_refused("in its final passage", DIR "/h", h);
-    rc = exit_code(h);
+    wait_for_lock(DIR "/h", h);
+    int probes = 0, found_free = 0;
+    rc = probe_until_exit(DIR "/h", h, &probes, &found_free);
+    CHECK(probes >= 10 && found_free == 0, "the lock of a run was free at %d of %d probes "
+          "between its start and its exit", found_free, probes);
     char *said = (char *)t_slurp(DIR "/h2.log", NULL);
     CHECK(rc == 0 && said && strstr(said, "--auto-resume: continuing from") &&
               t_newest_step(DIR "/h") == 3000,
