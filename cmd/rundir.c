@@ -79,7 +79,10 @@ void make_out_dir(const char *dir)
  * blocks a new one. O_CLOEXEC keeps it from children (a pipe:CMD's
  * command) that could outlive the run. The file's one line says who holds
  * it, for the error of a process refused. The name starts with a dot, so
- * a directory given as --data (gpt shard's) does not read it as text. */
+ * a directory given as --data (gpt shard's) does not read it as text.
+ * In a pod the master alone locks, as it alone writes --out: the ranks of
+ * one run share the directory, and a second pod's master, refused, ends
+ * its whole pod (util/error.c). */
 
 static int held_fd = -1; /* this process's lock, or -1 */
 
