@@ -8,7 +8,9 @@
  *
  * Killed, a sweep's runs checkpoint (they get SIGINT, as on ^C, also when
  * the sweep itself is killed outright); the same command again resumes
- * each unfinished run and skips the finished ones. Runs share the machine
+ * each unfinished run (once that run's old process has saved and ended:
+ * rundir.c's lock says when) and skips the finished ones. A second sweep
+ * into the same --out is refused while the first lives. Runs share the machine
  * evenly: each gets cores / (runs at once) OpenMP threads, at least one.
  *
  * It sits beside the other commands: it runs this binary, not the model. */
@@ -27,6 +29,7 @@
 #include <unistd.h>
 
 #include "cmd/commands.h"
+#include "cmd/rundir.h"
 #include "util/util.h"
 #include "watch/watch.h"
 
@@ -352,6 +355,8 @@ static void launch_runs(struct sweep *sw)
 {
     while (sw->running < sw->parallel && sw->next < sw->n && !stop_signal) {
         struct run *r = &sw->runs[sw->next++];
+        if (wait_out_dir(r->dir)) /* a run of a killed sweep still saving */
+            break;
         if (newest_ckpt(r->dir) >= r->steps) {
             r->state = 2; /* finished before: kept as it is */
             continue;
@@ -445,11 +450,7 @@ int cmd_sweep(int argc, char **argv)
         sw->parallel = sw->n;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     sw->threads = cores / sw->parallel > 1 ? (int)(cores / sw->parallel) : 1;
-    if (mkdir(sw->out, 0755) && errno != EEXIST) {
-        fprintf(stderr, "gpt: %s: cannot create the sweep's directory (%s)\n", sw->out,
-                strerror(errno));
-        return 1;
-    }
+    make_out_dir(sw->out); /* locked: a second sweep here is refused */
     printf("gpt sweep: %d run%s in %s, %d at once%s, %d thread%s each\n", sw->n,
            sw->n > 1 ? "s" : "", sw->out, sw->parallel,
            sw->tpu ? " (one per device of the board)" : "", sw->threads,

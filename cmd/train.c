@@ -852,6 +852,12 @@ static int start_run(struct trainer *tr)
     catch_signals(); /* early: a signal during set-up still ends in a checkpoint */
     StFile rf = {0};
     char rpath[4096];
+    /* --out's lock before its checkpoints are read: a run still writing
+     * there refuses this one, and cannot add one after the choice of
+     * checkpoint is made. The master alone locks, as it alone writes;
+     * a new directory is made and locked below. */
+    if (is_master())
+        lock_out_dir(s->out);
     if (s->auto_resume)
         decide_auto_resume(s);
     if (s->resume)
@@ -866,7 +872,7 @@ static int start_run(struct trainer *tr)
         plan_streams(tr);
     check_same_data(tr->data_hash, s->data);
     if (is_master()) {
-        make_out_dir(s->out);
+        make_out_dir(s->out); /* and its lock, if not taken above */
         refuse_overwrite(s);
     }
     init_weights(tr);

@@ -77,6 +77,7 @@ void test_tpu(void);
 void test_mpi(void);
 void test_tour(void);
 void test_house(void);
+void test_lock(void);
 void test_data(void);
 void test_loader(void);
 void test_watch(void);
