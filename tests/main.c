@@ -233,6 +233,7 @@ static const struct {
     {"numbers", test_numbers},
     {"optim", test_optim},
     {"house", test_house},
+    {"config", test_config},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */
