@@ -223,7 +223,7 @@ static void config_line(const char *cmd, const char *path, int at, char *line,
     const char *want = set_opt(&into, v);
     if (want)
         die(2, "%s:%d: %s expects %s, got '%s'", path, at, key, want, v);
-    mark_given(o[k].name);
+    mark_given(o[k].name); /* deliberate, as a flag is: a resume checks it */
 }
 
 static void read_config(const char *cmd, const char *path, const struct opt *o, int n)
