@@ -12,6 +12,11 @@
 #define TINY "--embed 16 --mlp 32 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 " \
              "--eval-batch 8 --eval-every 5 --final-bytes 16 --warmup 0 --data " TMP "/d.txt"
 
+/* For the runs of a big config in a tiny shape: should the file's shape
+ * win over the command line's (a bug), the run is refused before its
+ * first step instead of training GPT-2 small for hours. */
+#define GUARD "--hbm 64M"
+
 static void write_text(const char *path, const char *s)
 {
     FILE *f = fopen(path, "w");
@@ -122,7 +127,7 @@ static void check_shipped(void)
             continue;
         n++;
         snprintf(cmd, sizeof cmd, "./gpt train --config configs/%s " TINY " --steps 1 "
-                 "--out " TMP "/s%d", e->d_name, n);
+                 GUARD " --out " TMP "/s%d", e->d_name, n);
         int rc = t_run(cmd, out, sizeof out);
         CHECK(rc == 0 && strstr(out, "saved"), "'%s' failed (%d): %s", cmd, rc, out);
         snprintf(cmd, sizeof cmd, "./gpt train --config configs/%s --cores 3", e->d_name);
@@ -150,7 +155,7 @@ static void check_gpt2_small_says(void)
     char out[65536];
     int rc = t_run("./gpt train --config configs/gpt2-small.conf --embed 16 --mlp 32 --heads 2 "
                    "--layers 1 --context 32 --seq 32 --eval-batch 8 --final-bytes 16 --steps 1 "
-                   "--warmup 0 --data " TMP "/d.txt --out " TMP "/g1", out, sizeof out);
+                   "--warmup 0 " GUARD " --data " TMP "/d.txt --out " TMP "/g1", out, sizeof out);
     char *log = recorded_config(TMP "/g1");
     const char *keys[] = {"\"vocab\":\"256\"", "\"batch\":\"8\"", "\"activation\":\"gelu\"",
                           "\"lr\":\"0.0006\"", "\"decay\":\"cosine\""};
@@ -202,8 +207,15 @@ void test_config(void)
     t_write_words(TMP "/d.txt", 39000);
     check_errors();
     check_same_as_flags();
+    int failed = t_fail;
     check_command_line_wins();
     check_resume_sees_file();
+    /* the shipped files' tiny runs rely on the command line winning: else
+     * reference.conf's 50000 steps would run */
+    if (t_fail > failed) {
+        SKIP_MACHINE("configs/: their tiny runs need the command line to win");
+        return;
+    }
     check_shipped();
     check_gpt2_small_says();
     check_reference();
