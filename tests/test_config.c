@@ -190,7 +190,8 @@ static void check_errors(void)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_text(TMP "/bad.conf", bad[i].text);
         /* --steps given too: the file must be right even where it is overridden */
-        snprintf(cmd, sizeof cmd, "./gpt train --steps 1 --config " TMP "/bad.conf");
+        snprintf(cmd, sizeof cmd, "./gpt train --steps 1 --config " TMP "/bad.conf --out " TMP
+                 "/bad");
         t_expect_one_line(cmd, 2, bad[i].says);
     }
     t_expect_one_line("./gpt train --config " TMP "/none.conf", 2,
