@@ -6,6 +6,7 @@
 #include "cmd/flags.h"
 #include "cmd/pod.h"
 #include "pod/error.h"
+#include "util/util.h"
 #include "xla_sim.h"
 #include "data/loader.h"
 #include <omp.h>
@@ -55,28 +56,36 @@ static void usage(const char *cmd, const char *what, const struct opt *o, int n,
     exit_planned(0);
 }
 
-static void set_opt(const struct opt *o, const char *v)
+/* Reads v as o's type into *o->ptr. Returns NULL, or what was expected
+ * (the caller says where the value came from). */
+static const char *set_opt(const struct opt *o, const char *v)
 {
     char *end;
     errno = 0;
     if (o->type == O_STR) {
         *(const char **)o->ptr = v;
+    } else if (o->type == O_FLAG) {
+        if (strcmp(v, "true") && strcmp(v, "false"))
+            return "true or false";
+        *(int *)o->ptr = !strcmp(v, "true");
     } else if (o->type == O_INT) {
         long x = strtol(v, &end, 10);
         if (end == v || *end || errno || x < INT_MIN || x > INT_MAX)
-            die(2, "--%s expects a whole number, got '%s'", o->name, v);
+            return "a whole number";
         *(int *)o->ptr = (int)x;
     } else {
         double x = strtod(v, &end);
         if (end == v || *end || errno || !isfinite(x))
-            die(2, "--%s expects a number, got '%s'", o->name, v);
+            return "a number";
         *(double *)o->ptr = x;
     }
+    return NULL;
 }
 
-/* The flags the user gave, so that resuming can tell a deliberate value
- * from a default. */
-static const char *given[64];
+/* The flags the user gave, on the command line or in the --config file,
+ * so that resuming can tell a deliberate value from a default. Each name
+ * once: a table has fewer rows than this. */
+static const char *given[128];
 static int ngiven;
 
 int was_given(const char *name)
@@ -87,10 +96,147 @@ int was_given(const char *name)
     return 0;
 }
 
+static void mark_given(const char *name)
+{
+    if (!was_given(name) && ngiven < (int)(sizeof given / sizeof *given))
+        given[ngiven++] = name;
+}
+
+/* The row of table o[n] whose name is the len bytes at name, or -1. */
+static int find_opt(const struct opt *o, int n, const char *name, size_t len)
+{
+    for (int k = 0; k < n; k++)
+        if (strlen(o[k].name) == len && !strncmp(o[k].name, name, len))
+            return k;
+    return -1;
+}
+
 /* `--resume` alone means the output directory. */
 static int value_omitted(const struct opt *o, int i, int argc, char **argv)
 {
     return !strcmp(o->name, "resume") && (i + 1 == argc || !strncmp(argv[i + 1], "--", 2));
+}
+
+/* One flag of the command line, argv[*i] (its value may be the next). */
+static void parse_flag(const char *cmd, int *i, int argc, char **argv, const struct opt *o,
+                       int n)
+{
+    const char *a = argv[*i], *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+    int k = find_opt(o, n, a + 2, len);
+    if (k < 0)
+        die(2, "unknown flag '%.*s' (see gpt %s --help)", (int)len + 2, a, cmd);
+    if (!strcmp(o[k].name, "config") && was_given("config"))
+        die(2, "--config given twice: a run reads one file");
+    mark_given(o[k].name);
+    if (!eq && value_omitted(&o[k], *i, argc, argv)) {
+        *(const char **)o[k].ptr = "";
+        return;
+    }
+    if (o[k].type == O_FLAG && !eq) { /* --flag alone; --flag=false undoes a file's true */
+        *(int *)o[k].ptr = 1;
+        return;
+    }
+    if (!eq && *i + 1 == argc)
+        die(2, "--%s needs a value", o[k].name);
+    const char *v = eq ? eq + 1 : argv[++*i];
+    const char *want = set_opt(&o[k], v);
+    if (want)
+        die(2, "--%s expects %s, got '%s'", o[k].name, want, v);
+}
+
+/* ---- --config FILE: a run's flags written down ----
+ * One `flag = value` a line, the flag named as in --help without its
+ * dashes; blank lines and lines starting with # are skipped. The value is
+ * the rest of the line, its ends' spaces trimmed, taken as written (no
+ * quotes). A switch is `flag = true` or `flag = false`. A flag given on the
+ * command line wins over the file's line, wherever it stands. */
+
+/* The file's bytes, kept for the run: string settings point into them. */
+static char *config_text;
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t' || *s == '\r')
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+        *--e = 0;
+    return s;
+}
+
+/* The whole file, NUL-terminated; an unreadable one is a usage error. */
+static char *read_config_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die(2, "%s: cannot read the --config file: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *text = xmalloc(cap);
+    for (size_t got; (got = fread(text + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap)
+            text = realloc(text, cap *= 2);
+        if (!text)
+            die(1, "%s: out of memory reading the --config file", path);
+    }
+    int failed = ferror(f), err = errno;
+    fclose(f);
+    if (failed)
+        die(2, "%s: cannot read the --config file: %s", path, strerror(err));
+    if (memchr(text, 0, n))
+        die(2, "%s: not a text file of 'flag = value' lines (it holds a NUL byte)", path);
+    text[n] = 0;
+    return text;
+}
+
+/* Line `at` of path: sets its flag unless the command line gave it (the
+ * value is checked all the same: the file must be right on its own).
+ * line_of[k]: the line that set row k, 0 for none yet. */
+static void config_line(const char *cmd, const char *path, int at, char *line,
+                        const struct opt *o, int n, int *line_of)
+{
+    line = trim(line);
+    if (!*line || *line == '#')
+        return;
+    char *eq = strchr(line, '=');
+    char *key = eq ? (*eq = 0, trim(line)) : line, *v = eq ? trim(eq + 1) : NULL;
+    int k = find_opt(o, n, key, strlen(key));
+    if (k < 0 && !eq)
+        die(2, "%s:%d: expected 'flag = value', got '%s'", path, at, line);
+    if (k < 0)
+        die(2, "%s:%d: unknown flag '%s' (see gpt %s --help)", path, at, key, cmd);
+    if (!strcmp(key, "config"))
+        die(2, "%s:%d: a --config file cannot name another", path, at);
+    if (!eq && o[k].type == O_FLAG)
+        die(2, "%s:%d: expected '%s = true' or '%s = false'", path, at, key, key);
+    if (!v || !*v)
+        die(2, "%s:%d: expected '%s = VALUE', the %s is missing", path, at, key,
+            eq ? "value" : "'='");
+    if (line_of[k])
+        die(2, "%s:%d: %s is set twice (first on line %d)", path, at, key, line_of[k]);
+    line_of[k] = at;
+    union { int i; double d; const char *s; } scratch;
+    struct opt into = o[k];
+    if (was_given(key)) /* the command line's value stays */
+        into.ptr = &scratch;
+    const char *want = set_opt(&into, v);
+    if (want)
+        die(2, "%s:%d: %s expects %s, got '%s'", path, at, key, want, v);
+    mark_given(o[k].name); /* deliberate, as a flag is: a resume checks it */
+}
+
+static void read_config(const char *cmd, const char *path, const struct opt *o, int n)
+{
+    config_text = read_config_file(path);
+    int *line_of = xcalloc((size_t)n, sizeof *line_of), at = 1;
+    for (char *line = config_text, *next; line; line = next, at++) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        config_line(cmd, path, at, line, o, n, line_of);
+    }
+    free(line_of);
 }
 
 void parse_opts(const char *cmd, const char *what, int argc, char **argv,
@@ -111,29 +257,12 @@ void parse_opts(const char *cmd, const char *what, int argc, char **argv,
         }
         if (strncmp(a, "--", 2))
             die(2, "unexpected argument '%s' (see gpt %s --help)", a, cmd);
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        int k = 0;
-        while (k < n && (strlen(o[k].name) != len || strncmp(o[k].name, a + 2, len)))
-            k++;
-        if (k == n)
-            die(2, "unknown flag '%.*s' (see gpt %s --help)", (int)len + 2, a, cmd);
-        if (ngiven < 64)
-            given[ngiven++] = o[k].name;
-        if (!eq && value_omitted(&o[k], i, argc, argv)) {
-            *(const char **)o[k].ptr = "";
-            continue;
-        }
-        if (o[k].type == O_FLAG) {
-            if (eq)
-                die(2, "--%s takes no value", o[k].name);
-            *(int *)o[k].ptr = 1;
-            continue;
-        }
-        if (!eq && i + 1 == argc)
-            die(2, "--%s needs a value", o[k].name);
-        set_opt(&o[k], eq ? eq + 1 : argv[++i]);
+        parse_flag(cmd, &i, argc, argv, o, n);
     }
+    /* the file after the whole command line, whose flags win */
+    int k = find_opt(o, n, "config", strlen("config"));
+    if (k >= 0 && *(const char **)o[k].ptr)
+        read_config(cmd, *(const char **)o[k].ptr, o, n);
 }
 
 void check_prompt(const char *p, int vocab)

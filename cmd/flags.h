@@ -27,6 +27,7 @@ struct settings {
     const char *residual, *decay, *activation;
     const char *data, *test_data, *out, *init, *prompt, *device, *ckpt, *resume, *profile;
     const char *tpu, *hbm, *precision;
+    const char *config; /* --config: a file of 'flag = value' lines (flags.c) */
     int auto_resume;  /* train: --resume when --out holds a checkpoint, else a fresh run */
     const char *live; /* train: the live line, auto (where a person watches), on or off */
     int grad_accum;   /* train: micro-batches of --batch windows an optimizer step */
@@ -47,10 +48,12 @@ struct operands {
 };
 
 /* Parses argc flags of command cmd (what: its line in --help) against the
- * table o[n]; operands go to rest (NULL: a command that takes none). */
+ * table o[n]; operands go to rest (NULL: a command that takes none). A
+ * table with a "config" row (O_STR) reads --config FILE's 'flag = value'
+ * lines too, after the command line, whose flags win. */
 void parse_opts(const char *cmd, const char *what, int argc, char **argv,
                 const struct opt *o, int n, struct operands *rest);
-int was_given(const char *name); /* on the command line, not by default */
+int was_given(const char *name); /* on the command line or --config, not by default */
 
 /* Each refuses, with a usage error (exit 2), what cannot run. */
 void check_prompt(const char *p, int vocab);

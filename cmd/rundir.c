@@ -82,7 +82,7 @@ void make_out_dir(const char *dir)
  * a directory given as --data (gpt shard's) does not read it as text.
  * In a pod the master alone locks, as it alone writes --out: the ranks of
  * one run share the directory, and a second pod's master, refused, ends
- * its whole pod (util/error.c). */
+ * its whole pod (pod/error.c). */
 
 static int held_fd = -1; /* this process's lock, or -1 */
 

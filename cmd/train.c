@@ -894,6 +894,8 @@ int cmd_train(int argc, char **argv)
     struct trainer tr = {.s = defaults};
     struct settings *s = &tr.s;
     const struct opt o[] = {
+        {"config", O_STR, &s->config, "read flags from FILE: 'flag = value' lines, # comments, "
+         "a switch as 'flag = true'; flags given here win"},
         {"steps", O_INT, &s->steps, "training steps"},
         {"batch", O_INT, &s->batch, "windows per batch (per micro-batch with --grad-accum)"},
         {"grad-accum", O_INT, &s->grad_accum, "micro-batches of --batch windows per optimizer "

@@ -234,6 +234,7 @@ static const struct {
     {"optim", test_optim},
     {"house", test_house},
     {"lock", test_lock},
+    {"config", test_config},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */

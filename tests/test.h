@@ -86,5 +86,6 @@ void test_fmath(void);
 void test_golden(void);
 void test_numbers(void);
 void test_optim(void);
+void test_config(void);
 
 #endif
