@@ -229,6 +229,28 @@ static int jtensor(struct json *p, StEntry *e)
     return seen[0] && seen[1] && seen[2] ? 0 : jfail(p, "tensor lacks dtype, shape or data_offsets");
 }
 
+/* One "key": "value" of the metadata. The checksum's place is kept: the
+ * check hashes the file with its digits read as the writer had them. */
+static int jmeta_pair(struct json *p, StFile *f)
+{
+    f->mkey = realloc(f->mkey, sizeof(char *) * (f->nmeta + 1));
+    f->mval = realloc(f->mval, sizeof(char *) * (f->nmeta + 1));
+    if (!f->mkey || !f->mval)
+        out_of_memory("out of memory (metadata)");
+    char **key = &f->mkey[f->nmeta], **val = &f->mval[f->nmeta];
+    *val = NULL;
+    f->nmeta++;
+    if (!(*key = jstring(p)) || jexpect(p, ':'))
+        return -1;
+    jskip_space(p);
+    size_t at = (size_t)(p->s - p->start) + 8 + 1; /* past the u64 length and the quote */
+    if (!(*val = jstring(p)))
+        return -1;
+    if (!strcmp(*key, "checksum") && !f->sum_at)
+        f->sum_at = at;
+    return 0;
+}
+
 static int jmeta(struct json *p, StFile *f)
 {
     if (f->mkey)
@@ -240,14 +262,7 @@ static int jmeta(struct json *p, StFile *f)
     if (jnext_is(p, '}'))
         return jexpect(p, '}');
     do {
-        f->mkey = realloc(f->mkey, sizeof(char *) * (f->nmeta + 1));
-        f->mval = realloc(f->mval, sizeof(char *) * (f->nmeta + 1));
-        if (!f->mkey || !f->mval)
-            out_of_memory("out of memory (metadata)");
-        f->mkey[f->nmeta] = jstring(p);
-        f->mval[f->nmeta] = NULL;
-        f->nmeta++;
-        if (!f->mkey[f->nmeta - 1] || jexpect(p, ':') || !(f->mval[f->nmeta - 1] = jstring(p)))
+        if (jmeta_pair(p, f))
             return -1;
     } while (jnext_is(p, ',') && !jexpect(p, ','));
     return jexpect(p, '}');
@@ -347,7 +362,11 @@ static int check_layout(const StFile *f, char *err, size_t elen)
             rc = st_fail(err, elen, "tensor '%s' overlaps another or leaves a hole", by[i]->name);
         at = by[i]->end;
     }
-    if (!rc && at != data)
+    if (!rc && at > data) {
+        snprintf(err, elen, "truncated: the header describes %zu bytes of data, the file holds %zu",
+                 at, data);
+        rc = -1;
+    } else if (!rc && at != data)
         rc = st_fail(err, elen, "data section size disagrees with the header%s", "");
     free(by);
     return rc;
@@ -364,8 +383,10 @@ int st_parse(StFile *f, unsigned char *buf, size_t size, char *err, size_t elen)
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | buf[i];
-    if (hlen > ST_MAX_HEADER || hlen > size - 8)
-        return st_fail(err, elen, "header length is larger than the file%s", "");
+    if (hlen > ST_MAX_HEADER)
+        return st_fail(err, elen, "header length is absurd%s", "");
+    if (hlen > size - 8)
+        return st_fail(err, elen, "truncated: header length is larger than the file%s", "");
     f->data_off = 8 + (size_t)hlen;
     struct json p = {(const char *)buf + 8, (const char *)buf + f->data_off,
                      (const char *)buf + 8, err, elen};
@@ -398,7 +419,9 @@ int st_load(StFile *f, const char *path, char *err, size_t elen)
         free(buf);
         return snprintf(err, elen, "read error"), -1;
     }
-    return st_parse(f, buf, n, err, elen);
+    if (st_parse(f, buf, n, err, elen))
+        return -1;
+    return st_check_checksum(f, err, elen);
 }
 
 void st_free(StFile *f)
@@ -439,17 +462,43 @@ const void *st_data(const StFile *f, const StEntry *e)
 
 const char *st_dtype_name(int dtype) { return st_names[dtype]; }
 
+/* The checksum is FNV-1a over every byte of the file, header included,
+ * with the checksum's own 16 hex digits read as ST_SUM_HOLE: the writer
+ * hashes the file with that placeholder in their place, then writes the
+ * digits over it. So a flipped byte anywhere changes either the hash (the
+ * names, dtypes, shapes, offsets, metadata and data) or the digits.
+ * Files written before this covered the data alone; they are still
+ * accepted when their digits match that, and so keep only that check: a
+ * whole-file checksum matches the data alone by chance only (2^-64). */
+#define ST_SUM_HOLE "0000000000000000"
+
+static uint64_t whole_file_sum(const StFile *f)
+{
+    uint64_t h = fnv1a64_more(FNV1A64_START, f->buf, f->sum_at);
+    h = fnv1a64_more(h, (const unsigned char *)ST_SUM_HOLE, 16);
+    return fnv1a64_more(h, f->buf + f->sum_at + 16, f->size - f->sum_at - 16);
+}
+
+static int sum_is(const char *want, uint64_t h)
+{
+    char got[17];
+    snprintf(got, sizeof got, "%016llx", (unsigned long long)h);
+    return !strcmp(want, got);
+}
+
 int st_check_checksum(const StFile *f, char *err, size_t elen)
 {
-    const char *want = st_meta(f, "checksum");
+    const char *want = st_meta(f, "checksum"), *format = st_meta(f, "format");
+    if (!want && format && !strcmp(format, ST_OUR_FORMAT))
+        return snprintf(err, elen, "no checksum in a gpt checkpoint: the header is damaged"), -1;
     if (!want)
         return 0; /* files written by PyTorch have none */
-    char got[17];
-    snprintf(got, sizeof got, "%016llx",
-             (unsigned long long)fnv1a64(f->buf + f->data_off, f->size - f->data_off));
-    if (strcmp(want, got))
-        return snprintf(err, elen, "checksum mismatch: the data is damaged"), -1;
-    return 0;
+    /* the digits as written (no escapes), else the whole-file sum is not theirs */
+    int whole = strlen(want) == 16 && !memcmp(f->buf + f->sum_at, want, 16);
+    if ((whole && sum_is(want, whole_file_sum(f))) ||
+        sum_is(want, fnv1a64(f->buf + f->data_off, f->size - f->data_off)))
+        return 0;
+    return snprintf(err, elen, "checksum mismatch: the file is damaged"), -1;
 }
 
 /* ---- writing ---- */
@@ -541,11 +590,14 @@ static int write_atomic(const char *path, const StBuf *const *parts, int n,
     return rc;
 }
 
-int st_write(StWriter *w, const char *path, const char *const *mkey,
-             const char *const *mval, int nmeta, char *err, size_t elen)
+/* The "__metadata__" entry, its checksum a placeholder; returns where the
+ * checksum's digits are in w->hdr, for st_write to fill in. */
+static size_t put_metadata(StWriter *w, const char *const *mkey, const char *const *mval,
+                           int nmeta)
 {
-    buf_printf(&w->hdr, "%s\"__metadata__\":{\"checksum\":\"%016llx\"", w->hdr.n ? "," : "{",
-               (unsigned long long)fnv1a64(w->data.p, w->data.n));
+    buf_printf(&w->hdr, "%s\"__metadata__\":{\"checksum\":\"", w->hdr.n ? "," : "{");
+    size_t at = w->hdr.n;
+    buf_printf(&w->hdr, "%s\"", ST_SUM_HOLE);
     for (int i = 0; i < nmeta; i++) {
         buf_put(&w->hdr, ",", 1);
         buf_json_string(&w->hdr, mkey[i]);
@@ -555,11 +607,23 @@ int st_write(StWriter *w, const char *path, const char *const *mkey,
     buf_put(&w->hdr, "}}", 2);
     while (w->hdr.n % 8)
         buf_put(&w->hdr, " ", 1); /* keeps the data 8-byte aligned */
+    return at;
+}
+
+int st_write(StWriter *w, const char *path, const char *const *mkey,
+             const char *const *mval, int nmeta, char *err, size_t elen)
+{
+    size_t at = put_metadata(w, mkey, mval, nmeta);
     StBuf len = {0};
     for (int i = 0; i < 8; i++) {
         unsigned char byte = (unsigned char)((uint64_t)w->hdr.n >> (8 * i));
         buf_put(&len, &byte, 1);
     }
+    /* the whole file, hashed with the placeholder; then the digits over it */
+    uint64_t h = fnv1a64_more(fnv1a64(len.p, len.n), w->hdr.p, w->hdr.n);
+    char sum[17];
+    snprintf(sum, sizeof sum, "%016llx", (unsigned long long)fnv1a64_more(h, w->data.p, w->data.n));
+    memcpy(w->hdr.p + at, sum, 16);
     const StBuf *parts[] = {&len, &w->hdr, &w->data};
     int rc = write_atomic(path, parts, 3, err, elen);
     free(len.p);

@@ -19,20 +19,28 @@ typedef struct StEntry {
 typedef struct StFile {
     unsigned char *buf; /* whole file */
     size_t size, data_off;
+    size_t sum_at; /* where the "checksum" value's 16 hex digits sit in buf; 0: none */
     int n, nmeta;
     StEntry *e;
     char **mkey, **mval;
 } StFile;
 /* Parses a whole file held in buf (ownership passes to f, even on error).
- * Returns 0, or -1 with a one-line reason in err. */
+ * Returns 0, or -1 with a one-line reason in err. It checks the structure
+ * only: st_check_checksum checks the bytes. */
 int st_parse(StFile *f, unsigned char *buf, size_t size, char *err, size_t elen);
+/* Reads, parses and checks the checksum: a damaged or truncated file is
+ * refused here, so every command that reads one refuses it. */
 int st_load(StFile *f, const char *path, char *err, size_t elen);
 void st_free(StFile *f);
 const StEntry *st_find(const StFile *f, const char *name);
 const char *st_meta(const StFile *f, const char *key);
 const void *st_data(const StFile *f, const StEntry *e);
-/* 0 if the data matches the "checksum" metadata or there is none (files
- * written by PyTorch); else -1 with the reason in err. */
+/* The "format" metadata of the files gpt writes: such a file always has a
+ * checksum, so one without has lost it to damage. */
+#define ST_OUR_FORMAT "gpt-ckpt-1"
+/* 0 if the file matches its "checksum" metadata (the whole file, header
+ * included; or, in a file written before that, the data) or has none and
+ * is not ours (files written by PyTorch); else -1 with the reason in err. */
 int st_check_checksum(const StFile *f, char *err, size_t elen);
 
 /* ---- writing ---- */
@@ -46,8 +54,8 @@ typedef struct StWriter {
 /* Appends a tensor; the file lists them in the order they are added. */
 void st_add(StWriter *w, const char *name, int dtype, int ndim, const int64_t *shape,
             const void *src, size_t bytes);
-/* Writes path atomically with metadata: "checksum" (of the data) first,
- * then the nmeta key/value pairs. Frees w's buffers. Returns 0, or -1
+/* Writes path atomically with metadata: "checksum" (of the whole file,
+ * see st_check_checksum) first, then the nmeta key/value pairs. Frees w's buffers. Returns 0, or -1
  * with a one-line reason in err. */
 int st_write(StWriter *w, const char *path, const char *const *mkey,
              const char *const *mval, int nmeta, char *err, size_t elen);

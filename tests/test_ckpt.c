@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include "cmd/ckpt.h"
 #include "gpt.h"
+#include "util/util.h"
 #include "test.h"
 
 static void check_roundtrip(void)
@@ -37,7 +38,7 @@ static void check_roundtrip(void)
     p1[n1 - 3] ^= 0x10;
     StFile bad;
     CHECK(!st_parse(&bad, p1, n1, err, sizeof err), "flipped data byte broke the header");
-    CHECK(ckpt_load_weights(&b, &bad, 0, err, sizeof err) && strstr(err, "checksum"),
+    CHECK(st_check_checksum(&bad, err, sizeof err) && strstr(err, "checksum"),
           "flipped data byte not caught: %s", err);
     st_free(&bad);
     /* another config's file names the first tensor that does not fit */
@@ -200,10 +201,210 @@ static void check_wrong_width(void)
                       WIDE_NAME);
 }
 
+/* ---- damaged copies of a real checkpoint ----
+ * A short run's checkpoint, copied 47 times with one byte flipped (in the
+ * header's names, dtypes, shapes, offsets, metadata and checksum, and in
+ * the data) or cut short: every command that reads a checkpoint must
+ * refuse each copy with one line naming it (exit 1). Byte flips in an
+ * optimizer-state name once loaded: the checksum covered the data only. */
+#define DMG_DIR "tests/tmp/ckd"
+#define DMG_DATA "tests/tmp/ckd.txt"
+#define DMG_GOOD DMG_DIR "/run/ckpt-00000002.safetensors"
+#define DMG_TINY "--embed 16 --mlp 24 --heads 2 --layers 1 --context 16 --seq 16 --batch 2 " \
+                 "--eval-batch 2 --eval-every 100"
+#define DMG_COPIES 47
+
+/* A flipped byte: at the first match of needle in the header plus delta;
+ * needle NULL: byte delta of the file; "": delta bytes from the data. The
+ * byte found there must be `was` (0: any, a value the run computed). */
+static const struct damage {
+    const char *what, *needle;
+    long delta;
+    char was;
+} header_flips[] = {
+    {"header length, low byte", NULL, 0, 0},
+    {"header length, second byte", NULL, 1, 0},
+    {"the opening brace", "{\"decode", 0, '{'},
+    {"a weight's name", "token_embedding", 3, 'e'},
+    {"an Adam m tensor's name", "_gpt.adam_m.decode_transformer.blocks.0.compute.2.bias", 20, 'r'},
+    {"an Adam v tensor's name", "_gpt.adam_v.decode_transformer.unembedding.1.weight", 40, 'n'},
+    {"the adam_v prefix", "_gpt.adam_v.", 10, 'v'},
+    {"the onehot buffer's name", "\"onehot\"", 2, 'n'},
+    {"a causal mask's name", "causal_mask", 1, 'a'},
+    {"a dtype's letter", "\"F32\"", 1, 'F'},
+    {"a dtype's digit", "\"F32\"", 2, '3'},
+    {"the dtype key", "\"dtype\"", 2, 't'},
+    {"a shape digit", "\"shape\":[128,16]", 9, '1'},
+    {"an Adam tensor's shape digit",
+     "_gpt.adam_v.decode_transformer.unembedding.0.bias\":{\"dtype\":\"F32\",\"shape\":[1", 76, '6'},
+    {"a begin offset's digit", "\"shape\":[128,128],\"data_offsets\":[", 35, '4'},
+    {"an end offset's digit", "\"data_offsets\":[0,", 18, '8'},
+    {"the last end offset's digit", "\"__metadata__\"", -4, '4'},
+    {"a key's colon", "\"data_offsets\":", 14, ':'},
+    {"a comma between tensors", "]},\"", 2, ','},
+    {"the __metadata__ key", "__metadata__", 2, 'm'},
+    {"the checksum's key", "\"checksum\"", 4, 'c'},
+    {"the checksum's first digit", "\"checksum\":\"", 12, 0},
+    {"the checksum's last digit", "\"checksum\":\"", 27, 0},
+    {"the format key", "\"format\"", 1, 'f'},
+    {"the format's version", "gpt-ckpt-1", 9, '1'},
+    {"the step", "\"step\":\"", 8, '2'},
+    {"the learning rate", "\"lr\":\"", 10, '1'},
+    {"the heads", "\"heads\":\"", 9, '2'},
+    {"the seed", "\"seed\":\"", 8, '1'},
+    {"the prompt", "\"prompt\":\"", 12, 'E'},
+    {"a generator state", "\"rng_data\":\"", 20, 0},
+    {"the data fingerprint", "\"data_fnv1a64\":\"", 16, 0},
+    {"the closing brace", "\"}}", 2, '}'},
+    {"the header's last byte (padding or brace)", "", -1, 0},
+};
+
+static long flip_at(const unsigned char *p, size_t data_off, const struct damage *d)
+{
+    if (!d->needle)
+        return d->delta;
+    if (!*d->needle)
+        return (long)data_off + d->delta;
+    char *hdr = strndup((const char *)p + 8, data_off - 8);
+    char *m = strstr(hdr, d->needle);
+    long at = m ? 8 + (m - hdr) + d->delta : -1;
+    free(hdr);
+    return at;
+}
+
+static void put_file(const char *path, const unsigned char *p, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp && fwrite(p, 1, n, fp) == n && !fclose(fp), "cannot write %s", path);
+}
+
+/* Copy i: p with byte `at` flipped (xor), or its first `cut` bytes. */
+static void put_copy(int i, const unsigned char *p, size_t n, long at, unsigned char xor,
+                     size_t cut, char *path, size_t plen)
+{
+    unsigned char *q = malloc(n);
+    memcpy(q, p, n);
+    if (at >= 0)
+        q[at] ^= xor;
+    snprintf(path, plen, DMG_DIR "/bad-%02d.safetensors", i);
+    put_file(path, q, at >= 0 ? n : cut);
+    free(q);
+}
+
+/* The 47 copies: header flips, data flips spread over the data section
+ * (low and high bits), and truncations. Their paths and what each is. */
+static int make_copies(const unsigned char *p, size_t n, char path[][64], char what[][80])
+{
+    size_t data_off = 8 + (size_t)(p[0] | p[1] << 8 | p[2] << 16), data = n - data_off;
+    size_t cuts[] = {0, 5, 8 + (data_off - 8) / 2, data_off, data_off + data / 2, n - 1};
+    int k = 0, nh = (int)(sizeof header_flips / sizeof *header_flips);
+    for (int i = 0; i < nh; i++, k++) {
+        long at = flip_at(p, data_off, &header_flips[i]);
+        const struct damage *d = &header_flips[i];
+        CHECK(at >= 0 && (!d->was || p[at] == d->was), "%s: '%s' not in the header, or %+ld "
+              "from it is not '%c'", d->what, d->needle, d->delta, d->was);
+        put_copy(k, p, n, at < 0 ? 0 : at, i ? 0x01 : 0x08, 0, path[k], 64);
+        snprintf(what[k], 80, "flip in %s", d->what);
+    }
+    for (int i = 0; i <= 6; i++, k++) {
+        put_copy(k, p, n, (long)(data_off + (data - 1) * (size_t)i / 6), i % 2 ? 0x80 : 0x01, 0,
+                 path[k], 64);
+        snprintf(what[k], 80, "flip in the data, at %d/6 of it", i);
+    }
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++, k++) {
+        put_copy(k, p, n, -1, 0, cuts[i], path[k], 64);
+        snprintf(what[k], 80, "cut to %zu of %zu bytes", cuts[i], n);
+    }
+    return k;
+}
+
+/* The commands that read a checkpoint, each with the file for %s. */
+static const char *const readers[] = {
+    "./gpt sample --ckpt %s --bytes 4",
+    "./gpt eval --ckpt %s --data " DMG_DATA,
+    "./gpt train --resume %s --steps 4 --data " DMG_DATA " --out " DMG_DIR "/resumed",
+    "rm -rf " DMG_DIR "/init && ./gpt train --init %s " DMG_TINY " --steps 1 --data " DMG_DATA " --out " DMG_DIR "/init",
+};
+
+/* Every reader exits with code on path: 1 with one line naming it, or 0. */
+static void check_readers(const char *path, const char *what, int code)
+{
+    char cmd[512], out[65536];
+    for (size_t r = 0; r < sizeof readers / sizeof *readers; r++) {
+        snprintf(cmd, sizeof cmd, readers[r], path);
+        int rc = t_run(cmd, out, sizeof out), lines = 0;
+        for (char *c = out; *c; c++)
+            lines += *c == '\n';
+        CHECK(rc == code && (code == 0 || (lines == 1 && strstr(out, path))),
+              "%s (%s): '%s' gave exit %d (want %d): %s", path, what, cmd, rc, code, out);
+    }
+}
+
+/* --auto-resume passes a damaged newest checkpoint over, saying why, and
+ * resumes the one before it (here at --steps already: done, exit 0). */
+static void check_auto_resume(const unsigned char *good, size_t n, const char *bad, const char *what)
+{
+    char out[65536];
+    size_t nb;
+    unsigned char *b = t_slurp(bad, &nb);
+    t_run("rm -rf " DMG_DIR "/auto && mkdir -p " DMG_DIR "/auto", out, sizeof out);
+    put_file(DMG_DIR "/auto/ckpt-00000002.safetensors", good, n);
+    put_file(DMG_DIR "/auto/ckpt-00000004.safetensors", b, nb);
+    free(b);
+    int rc = t_run("./gpt train --auto-resume --steps 2 --data " DMG_DATA " --out " DMG_DIR "/auto",
+                   out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "auto/ckpt-00000004.safetensors: ") && strstr(out, "passes it over"),
+          "--auto-resume and a newest checkpoint with %s: exit %d: %s", what, rc, out);
+}
+
+/* A file written before the checksum covered the header: its digits are
+ * the data's FNV-1a. Still accepted, and a flipped data byte refused. */
+static void check_old_form(const unsigned char *good, size_t n)
+{
+    unsigned char *p = malloc(n);
+    memcpy(p, good, n);
+    size_t data_off = 8 + (size_t)(p[0] | p[1] << 8 | p[2] << 16);
+    char *hdr = strndup((const char *)p + 8, data_off - 8), sum[17];
+    char *at = strstr(hdr, "\"checksum\":\"") + 12;
+    snprintf(sum, sizeof sum, "%016llx", (unsigned long long)fnv1a64(p + data_off, n - data_off));
+    memcpy(p + 8 + (at - hdr), sum, 16);
+    put_file(DMG_DIR "/old.safetensors", p, n);
+    check_readers(DMG_DIR "/old.safetensors", "the data-only checksum of older files", 0);
+    p[n - 5] ^= 0x01;
+    put_file(DMG_DIR "/old-bad.safetensors", p, n);
+    check_readers(DMG_DIR "/old-bad.safetensors", "an older file, a data byte flipped", 1);
+    free(hdr);
+    free(p);
+}
+
+static void check_damaged_copies(void)
+{
+    char out[4096], path[DMG_COPIES + 8][64], what[DMG_COPIES + 8][80];
+    t_write_words(DMG_DATA, 4000);
+    int rc = t_run("rm -rf " DMG_DIR " && mkdir -p " DMG_DIR " && ./gpt train " DMG_TINY
+                   " --steps 2 --data " DMG_DATA " --out " DMG_DIR "/run", out, sizeof out);
+    CHECK(rc == 0, "a 2-step run to make a checkpoint failed (%d): %s", rc, out);
+    size_t n;
+    unsigned char *good = rc ? NULL : t_slurp(DMG_GOOD, &n);
+    if (!good)
+        return;
+    int k = make_copies(good, n, path, what);
+    CHECK(k == DMG_COPIES, "%d damaged copies, want %d", k, DMG_COPIES);
+    for (int i = 0; i < k; i++)
+        check_readers(path[i], what[i], 1);
+    check_readers(DMG_GOOD, "undamaged", 0);
+    check_auto_resume(good, n, path[4], what[4]);   /* an Adam m name */
+    check_auto_resume(good, n, path[20], what[20]); /* the checksum's key */
+    check_auto_resume(good, n, path[k - 2], what[k - 2]); /* cut mid-data */
+    check_old_form(good, n);
+    free(good);
+}
+
 void test_ckpt(void)
 {
     check_roundtrip();
     check_torch_file();
     check_hostile();
     check_wrong_width();
+    check_damaged_copies();
 }
