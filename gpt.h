@@ -88,6 +88,11 @@ Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
                    Tensor **logits, int with_grad);
 /* The mean loss of a batch, without gradients. */
 float batch_loss(Model *m, Graph *g, const Batch *b);
+/* The mean loss of b, as batch_loss gives it bit for bit, from forward
+ * passes of `chunk` windows at a time (all at once if chunk >= b->B or
+ * chunk < 1); after each, tick (may be NULL) hears the windows done. */
+typedef void (*eval_tick)(int done, int total, void *ctx);
+float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, void *ctx);
 /* Forward, backward and Adam update; returns the batch loss before it. On
  * the xla device with m->ncores > 1 the batch is split over the cores: each
  * computes its shard's gradients, an all-reduce averages them, and every
