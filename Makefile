@@ -19,7 +19,7 @@ MAIN    := cmd/main.c
 KONCE   := kernels/entry.c kernels/isa.c kernels/tensor_ref.c kernels/fused_ref.c kernels/dropout.c kernels/tensor_seg.c \
            kernels/tensor_decode.c kernels/tensor_bf16.c kernels/base.c kernels/bf16_model.c
 SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
-           gpt.c model/accum.c cmd/sample.c model/replicas.c cmd/ckpt.c \
+           gpt.c model/accum.c cmd/sample.c model/replicas.c cmd/ckpt.c cmd/evaluate.c \
            graph.c compiler/graph_side.c compiler/record.c compiler/precision.c compiler/compile.c \
            compiler/trace.c compiler/cache.c compiler/fuse.c compiler/plan.c compiler/lower.c \
            compiler/dump.c compiler/explain.c \
@@ -28,7 +28,7 @@ SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd
            data/batch.c data/data.c data/loader.c data/text.c watch/watch.c \
            safetensors/safetensors.c util/util.c pod/error.c util/rng.c util/fmath.c
 HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
-           cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
+           cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h cmd/evaluate.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
            device/ops.def device/ops.h device/exec.h device/exec_side.h device/board.h device/metrics.h \
            device/allreduce.h kernels/tensor_impl.h \
            kernels/base.h kernels/kernels.def kernels/tensor_ref.h kernels/vec.h cmd/pod.h \

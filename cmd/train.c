@@ -5,6 +5,7 @@
  * run_training loops: a batch, a step, now and then an eval line, a
  * checkpoint, a passage. A signal stops it at a step boundary, with a
  * checkpoint. */
+#include "cmd/evaluate.h"
 #include "cmd/sample.h"
 #include "cmd/ckpt.h"
 #include "cmd/commands.h"
@@ -98,13 +99,48 @@ static void report_rates(struct trainer *tr, int step, float loss)
     tr->rate_step = step + 1;
 }
 
+/* An eval's progress, on stderr when it is a terminal and the eval has
+ * run for more than 2 s: one line, rewritten after each chunk. */
+struct eval_progress {
+    int tty, shown;
+    double t0;
+};
+
+static void eval_tick_line(int done, int total, void *ctx)
+{
+    struct eval_progress *p = ctx;
+    double t = now_seconds() - p->t0;
+    if (!p->tty || t < 2.0)
+        return;
+    fprintf(stderr, "\r\033[Keval %d/%d windows, %.0f s", done, total, t);
+    fflush(stderr);
+    p->shown = 1;
+}
+
+/* The test loss of this host's share of the eval windows, in chunks of a
+ * training micro-batch's windows (--batch, which --grad-accum repeats; a
+ * host's share of it), so that an eval holds no more activations than a
+ * training step. */
+static float test_loss_chunked(struct trainer *tr, double *seconds)
+{
+    const struct settings *s = &tr->s;
+    struct eval_progress p = {.tty = isatty(STDERR_FILENO), .t0 = now_seconds()};
+    Batch share = host_share(&tr->test_batch);
+    int chunk = s->batch / comm_size() > 0 ? s->batch / comm_size() : 1;
+    float loss = eval_loss(&tr->model, tr->g, &share, chunk, eval_tick_line, &p);
+    if (p.shown)
+        fputs("\r\033[K", stderr);
+    *seconds = now_seconds() - p.t0;
+    return pod_mean(loss);
+}
+
 static void eval_line(struct trainer *tr, int step, float train_loss)
 {
     const struct settings *s = &tr->s;
     sample_windows(&tr->test_batch, tr->test, tr->test->n_train,
                    tr->test->n - tr->test->n_train, &tr->rng_eval);
-    Batch share = host_share(&tr->test_batch);
-    float test_loss = pod_mean(batch_loss(&tr->model, tr->g, &share));
+    double eval_s;
+    float test_loss = test_loss_chunked(tr, &eval_s);
     int n = (int)strlen(s->prompt), total = n > s->eval_bytes ? n : s->eval_bytes;
     char *text = xcalloc((size_t)total + 1, 1);
     memcpy(text, s->prompt, (size_t)n);
@@ -114,7 +150,7 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
     model_generate(&tr->model, tr->g, text, n, total, &so, &tr->rng_eval);
     clear_progress(tr);
     if (tr->log)
-        runlog_eval(tr->log, step, train_loss, test_loss, text, (size_t)total);
+        runlog_eval(tr->log, step, train_loss, test_loss, eval_s, text, (size_t)total);
     report_rates(tr, step, train_loss);
     printf("step %6d | train %.4f | test %.4f | ", step, train_loss, test_loss);
     for (int i = 0; i < total; i++)

@@ -7,10 +7,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cmd/evaluate.h"
 #include "safetensors/safetensors.h"
 #include "cmd/sample.h"
+#include "device/metrics.h"
 #include "gpt.h"
 #include "test.h"
+#include "util/rng.h"
 
 static int meta(const StFile *f, const char *key)
 {
@@ -270,8 +273,55 @@ static void check_many_passages(int lazy)
     model_free(&m);
 }
 
+/* The eval loss in chunks (eval_loss) has the bits of one pass over the
+ * whole batch on the eager cpu device (batch_loss, today's path), for
+ * chunks that divide the batch, that leave a padded last chunk, of one
+ * window, and the whole; on the xla device the chunks share one program. */
+static void check_eval_chunks(void)
+{
+    Config c = {.vocab = VOCAB, .context = 13, .embed = 24, .mlp = 40, .heads = 3, .layers = 2};
+    Model m;
+    model_init(&m, &c, 5);
+    Batch b;
+    batch_alloc(&b, 12, 13);
+    Rng r;
+    rng_seed(&r, 3, 1);
+    for (int i = 0; i < b.B * b.T; i++)
+        b.tok[i] = (int32_t)rng_below(&r, VOCAB);
+    batch_finish(&b);
+    Graph *cpu = g_new(), *xla = g_new();
+    g_set_lazy(xla, 1);
+    float whole = batch_loss(&m, cpu, &b);
+    static const int chunks[] = {4, 5, 1, 12, 40};
+    for (int k = 0; k < 5; k++) {
+        long u0 = xs_counter(C_UNCACHED), c0 = xs_counter(C_CACHED);
+        float lazy = eval_loss(&m, xla, &b, chunks[k], NULL, NULL);
+        float eager = eval_loss(&m, cpu, &b, chunks[k], NULL, NULL);
+        CHECK(!memcmp(&lazy, &whole, 4) && !memcmp(&eager, &whole, 4),
+              "eval in chunks of %d: xla %.9g, cpu %.9g, one pass %.9g", chunks[k], lazy,
+              eager, whole);
+        /* 3 chunks: one forward program, compiled and reused twice, and
+         * the xent over all (compiled at 4, cached at 5: the padded last
+         * chunk of 5 has the others' shape) */
+        long want_new = chunks[k] == 4 ? 2 : 1, want_hits = chunks[k] == 4 ? 2 : 3;
+        if (chunks[k] == 4 || chunks[k] == 5)
+            CHECK(xs_counter(C_UNCACHED) - u0 == want_new &&
+                  xs_counter(C_CACHED) - c0 == want_hits,
+                  "eval of 3 chunks of %d: %ld compiles, %ld cache hits (want %ld, %ld)",
+                  chunks[k], xs_counter(C_UNCACHED) - u0, xs_counter(C_CACHED) - c0, want_new,
+                  want_hits);
+    }
+    CHECK(whole > 0 && fabsf(whole - logf((float)VOCAB)) < 1.0f,
+          "an untrained model's loss %g is not near log(vocab)", whole);
+    g_free(cpu);
+    g_free(xla);
+    batch_free(&b);
+    model_free(&m);
+}
+
 void test_model(void)
 {
+    check_eval_chunks();
     check_many_passages(0);
     check_many_passages(1);
     for (int lazy = 0; lazy <= 1; lazy++) {

@@ -53,6 +53,26 @@ static void check_resumed_log(void)
     free(b);
 }
 
+/* Each eval record says how long its loss took (time.eval_s): there,
+ * at least 0 and under the whole run's time; and a chunked eval whose
+ * stderr is no terminal prints no progress line there. */
+static void check_eval_time(void)
+{
+    char out[4096];
+    int rc = t_run("grep '\"kind\":\"eval\"' " WD "/a/metrics.jsonl | "
+                   "sed -n 's/.*\"eval_s\":\\([0-9.]*\\)}}$/\\1/p'", out, sizeof out);
+    int n = 0;
+    double x;
+    for (char *p = out; sscanf(p, "%lf", &x) == 1 && x >= 0 && x < 600; p = strchr(p, '\n') + 1)
+        if (++n == 2 || !strchr(p, '\n'))
+            break;
+    CHECK(rc == 0 && n == 2, "the eval records' eval_s (want 2 of 0..600 s): %s", out);
+    rc = t_run(RUN " --steps 1 --batch 4 --eval-batch 40 --out " WD "/e 2>&1 >/dev/null | "
+               "tr '\\r' R", out, sizeof out);
+    CHECK(rc == 0 && !strchr(out, 'R') && !strstr(out, "eval "),
+          "a chunked eval, stderr no terminal, printed progress there: %s", out);
+}
+
 static int have(const char *what)
 {
     char cmd[256], out[256];
@@ -175,6 +195,7 @@ void test_watch(void)
     t_run("rm -rf " WD " && mkdir -p " WD, out, sizeof out);
     t_write_words(WD "/text.txt", 30000);
     check_resumed_log();
+    check_eval_time();
     check_render(WD "/b/loss.svg");
     check_events();
     check_plot_and_version();

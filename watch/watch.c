@@ -456,8 +456,8 @@ void runlog_step(RunLog *l, const StepFigures *f)
     l->failed |= ferror(l->jsonl) || ferror(l->events);
 }
 
-void runlog_eval(RunLog *l, int step, float train_loss, float test_loss, const char *text,
-                 size_t n)
+void runlog_eval(RunLog *l, int step, float train_loss, float test_loss, double eval_s,
+                 const char *text, size_t n)
 {
     double wall = wall_now();
     char train[32], test[32];
@@ -465,7 +465,7 @@ void runlog_eval(RunLog *l, int step, float train_loss, float test_loss, const c
             "\"continuation\":", step, json_number(train, sizeof train, train_loss),
             json_number(test, sizeof test, test_loss));
     json_string(l->jsonl, text, n);
-    fprintf(l->jsonl, ",\"time\":{\"wall\":%.3f}}\n", wall);
+    fprintf(l->jsonl, ",\"time\":{\"wall\":%.3f,\"eval_s\":%.3f}}\n", wall, eval_s);
     fflush(l->jsonl);
     series_add(&l->test, step, test_loss, wall);
     write_event(l->events, wall, step, NULL, "test/loss", test_loss);
