@@ -89,7 +89,7 @@ static float round_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
 
 /* e^x as vec.h's vexp computes it, one lane: the same clamps, the same
  * split x = n ln2 + r, the same Taylor steps, so the twins that need the
- * kernels' exact bits (GELU's) can have them. */
+ * kernels' exact bits (an activation's, tensor_ref.c) can have them. */
 float exp_lane(float x)
 {
     static const float taylor[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,

@@ -117,7 +117,7 @@ float bf16_epilogue(float y, const float *r1, const float *r2, const float *gate
  * order in double (the twin and every backend share it). */
 float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n);
 /* e^x exactly as one lane of vec.h's vexp: for twins that must give the
- * kernels' bits, not only agree to rounding (GELU's). */
+ * kernels' bits, not only agree to rounding (an activation's). */
 float exp_lane(float x);
 
 #endif

@@ -349,6 +349,24 @@ static void check_unique_names(void)
     CHECK(twice == 0, "nm -l ./gpt: %d function names defined more than once", twice);
 }
 
+/* One op, one place: GELU, the op added to prove it, is named by its
+ * row (ops.def, kernels.def), its builder and derivative (graph.c), its
+ * twin (kernels/tensor_ref.c), its vector kernel (tensor.c), the flag
+ * (cmd/train.c) and the model (gpt.c), and by no other source. */
+static void check_one_op_one_place(void)
+{
+    char out[4096];
+    int rc = t_run("grep -ril gelu --include='*.c' --include='*.h' --include='*.def' "
+                   "cmd model compiler device kernels pod data watch safetensors util "
+                   "gpt.c gpt.h graph.c graph.h xla_sim.c xla_sim.h tensor.c tensor.h | sort",
+                   out, sizeof out);
+    int n = 0;
+    for (const char *p = out; rc == 0 && (p = strchr(p, '\n')); p++)
+        n++;
+    CHECK(rc == 0 && n <= 7, "%d sources name GELU (at most 7: its rows, builder, twin, "
+          "kernel, flag and model):\n%s", n, out);
+}
+
 void test_house(void)
 {
     list_files(".", 0);
@@ -360,6 +378,7 @@ void test_house(void)
     check_down_only();
     check_no_loops();
     check_unique_names();
+    check_one_op_one_place();
     for (int i = 0; i < nfiles; i++)
         free(files[i]);
     nfiles = nplaces = nranks = 0;
