@@ -278,15 +278,17 @@ docs: gpt
 # libgomp, and libc6-dev-arm64-cross), and `make test-arm64` runs the
 # suites under qemu-aarch64-static (Debian: qemu-user-static) through
 # tests/arm64.sh: ARM64_SUITES if set, else all but ARM64_SKIP (two that
-# user-mode qemu cannot pass, and the house suite, which reads the native
-# build; tests/arm64.sh says why), in about 5 minutes.
+# user-mode qemu cannot pass, the house suite, which reads the native
+# build, and two about processes and files rather than arithmetic: the
+# run directory's lock and --config files; tests/arm64.sh says why), in
+# about 5 minutes.
 ARM64_CC     := aarch64-linux-gnu-gcc
 ARM64_NM     := aarch64-linux-gnu-nm
 ARM64_OBJCOPY := aarch64-linux-gnu-objcopy
 ARM64_CFLAGS  = $(CFLAGS) $(WARN) -fopenmp -static
 ARM64_KOBJ   := build/arm64/tensor-neon.o build/arm64/tensor-scalar.o
 ARM64_SUITES ?=
-ARM64_SKIP   ?= cli homework house
+ARM64_SKIP   ?= cli homework house lock config
 build/arm64/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh
 	@mkdir -p build/arm64
 	$(ARM64_CC) $(CFLAGS) $(WARN) -fopenmp $(KFLAGS_$*) -c -o $@ tensor.c

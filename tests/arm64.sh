@@ -19,7 +19,10 @@
 # start, and cli's SIGTERM test waits for the handler in /proc's SigCgt,
 # which qemu itself sets before gpt installs its handler; and house, which
 # reads the native build's objects and binary with nm (the source tree's
-# shape, the same on every architecture, checked by the native make test).
+# shape, the same on every architecture, checked by the native make test);
+# and lock and config, about processes, file locks and flag files rather
+# than arithmetic (the same code on every architecture, checked natively;
+# lock's runs freeze and kill trainers on a clock qemu would stretch).
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 QEMU=${QEMU:-qemu-aarch64-static}
