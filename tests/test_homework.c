@@ -266,7 +266,8 @@ static void check_schedules(void)
     /* the same run at a constant rate compiles the same programs (the step,
      * the eval's, the sampler's): a rate that changed the step's graph
      * would add one */
-    rc = t_run("./gpt train " TINY " --steps 6 --lr 1e-3 --metrics --out tests/tmp/h11c | "
+    rc = t_run("rm -rf tests/tmp/h11c && ./gpt train " TINY " --steps 6 --lr 1e-3 --metrics "
+               "--out tests/tmp/h11c | "
                "grep -A1 UncachedCompile | tail -1", out, sizeof out);
     p = strstr(out, "Value:");
     long constant = p ? strtol(p + 6, NULL, 10) : -1;
