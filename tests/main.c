@@ -98,6 +98,16 @@ int t_run(const char *cmd, char *out, size_t n)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+pid_t t_spawn(const char *cmd)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
 unsigned char *t_slurp(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");

@@ -45,6 +45,8 @@ double max_rel_err(const float *a, const float *b, size_t n, double floor);
 
 /* Runs cmd through the shell; returns its exit code, output in out. */
 int t_run(const char *cmd, char *out, size_t n);
+/* Starts cmd (a shell line) in the background; returns its pid. */
+pid_t t_spawn(const char *cmd);
 /* A whole file in memory, NUL-terminated (NULL if unreadable); *n its size
  * (n may be NULL). */
 unsigned char *t_slurp(const char *path, size_t *n);

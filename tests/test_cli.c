@@ -131,17 +131,6 @@ static void check_refusals(void)
         t_expect_one_line(bad[i].cmd, bad[i].code, bad[i].says);
 }
 
-/* Starts cmd in the background; returns its pid. */
-static pid_t spawn(const char *cmd)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
 /* Has dir a checkpoint (tmp 0), or the temporary file of one being
  * written, which a kill leaves behind (tmp 1)? */
 static int has_ckpt_file(const char *dir, int tmp)
@@ -179,7 +168,7 @@ static void check_kill_resume(void)
     for (int round = 0; round < 8; round++) {
         int from = t_newest_step("tests/tmp/k1");
         at = from + 3 + rand() % 30;
-        pid_t pid = spawn(from ? KILLRUN " --resume" : KILLRUN);
+        pid_t pid = t_spawn(from ? KILLRUN " --resume" : KILLRUN);
         t_wait_for(t_newest_step, "tests/tmp/k1", at, pid);
         usleep((useconds_t)(rand() % 3000));
         kill(pid, SIGKILL);
@@ -220,7 +209,7 @@ static void check_auto_resume(void)
           out, sizeof out);
     int kills = 0, cut = 0, st;
     for (int round = 0; round < 10; round++) {
-        pid_t pid = spawn("exec " AUTORUN " >/dev/null 2>&1");
+        pid_t pid = t_spawn("exec " AUTORUN " >/dev/null 2>&1");
         usleep((useconds_t)(20000 + rand() % 130000));
         kill(pid, SIGKILL);
         waitpid(pid, &st, 0);
@@ -301,7 +290,7 @@ static void check_sigterm(void)
 {
     char out[65536];
     t_run("rm -rf tests/tmp/k2 tests/tmp/k2.err", out, sizeof out);
-    pid_t pid = spawn("exec ./gpt train " SMALL " --steps 400 --out tests/tmp/k2 --threads 2 "
+    pid_t pid = t_spawn("exec ./gpt train " SMALL " --steps 400 --out tests/tmp/k2 --threads 2 "
                       ">/dev/null 2>tests/tmp/k2.err");
     t_wait_for(t_steps_logged, "tests/tmp/k2", 10, pid);
     kill(pid, SIGTERM);

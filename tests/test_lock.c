@@ -22,16 +22,6 @@
 #define RUN "./gpt train --embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 " \
             "--eval-batch 8 --eval-every 10 --threads 1 --data " DIR "/d.txt"
 
-static pid_t spawn(const char *cmd)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
 static int exit_code(pid_t pid)
 {
     int st;
@@ -134,7 +124,7 @@ static void check_race(void)
         snprintf(cmd, sizeof cmd, "while [ ! -e " DIR "/go ]; do sleep 0.01; done; exec " RUN
                  " --seed %d --steps 1500 --final-bytes 30000 --out " DIR "/r > " DIR
                  "/r%d.log 2>&1", i + 1, i);
-        pid[i] = spawn(cmd);
+        pid[i] = t_spawn(cmd);
     }
     t_run("touch " DIR "/go", out, sizeof out);
     int rc[2] = {exit_code(pid[0]), exit_code(pid[1])};
@@ -165,7 +155,7 @@ static void check_race(void)
  * bytes included), probed every 20 ms. */
 static void check_held_then_killed(void)
 {
-    pid_t h = spawn("exec " RUN " --steps 3000 --ckpt-every 50 --out " DIR "/h > " DIR
+    pid_t h = t_spawn("exec " RUN " --steps 3000 --ckpt-every 50 --out " DIR "/h > " DIR
                     "/h1.log 2>&1");
     wait_for_lock(DIR "/h", h);
     check_refused("at its start", DIR "/h", h, 0);
@@ -176,7 +166,7 @@ static void check_held_then_killed(void)
           "the holder was not killed mid-run: exit %d, newest checkpoint %d", rc,
           t_newest_step(DIR "/h"));
     /* its lock file still names it; the kernel dropped the lock with it */
-    h = spawn("exec " RUN " --steps 3000 --ckpt-every 50 --auto-resume --final-bytes 30000 "
+    h = t_spawn("exec " RUN " --steps 3000 --ckpt-every 50 --auto-resume --final-bytes 30000 "
               "--out " DIR "/h > " DIR "/h2.log 2>&1");
     wait_for_lock(DIR "/h", h);
     int probes = 0, found_free = 0;
@@ -200,7 +190,7 @@ static void check_children_do_not_hold(void)
 #define PIPE_RUN RUN " --data 'pipe:(sleep 60 >/dev/null 2>&1 & echo $! >> " DIR "/sleepers); " \
                  "cat " DIR "/sh/train-000000.tar' --test-data " DIR "/d.txt --out " DIR "/p"
     t_run("./gpt shard --out " DIR "/sh " DIR "/d.txt", out, sizeof out);
-    pid_t h = spawn("exec " PIPE_RUN " --steps 3000 > /dev/null 2>&1");
+    pid_t h = t_spawn("exec " PIPE_RUN " --steps 3000 > /dev/null 2>&1");
     t_wait_for(t_steps_logged, DIR "/p", 5, h);
     kill(h, SIGKILL);
     exit_code(h);
@@ -279,7 +269,7 @@ static void check_sweep_waits(void)
     char out[8192];
     t_run("mkdir -p " DIR "/sw", out, sizeof out);
     struct holder h = hold(DIR "/sw/run");
-    pid_t s = spawn("exec ./gpt sweep --steps 5 --data " DIR "/d.txt --out " DIR "/sw > " DIR
+    pid_t s = t_spawn("exec ./gpt sweep --steps 5 --data " DIR "/d.txt --out " DIR "/sw > " DIR
                     "/sw.log 2>&1");
     char *said = NULL;
     for (int ms = 0; ms < 60000 && !has_exited(s) && !(said && strstr(said, "waiting for"));
