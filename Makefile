@@ -31,7 +31,7 @@ HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/fla
            cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h cmd/evaluate.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
            device/ops.def device/ops.h device/exec.h device/exec_side.h device/board.h device/metrics.h \
            device/allreduce.h kernels/tensor_impl.h \
-           kernels/base.h kernels/kernels.def kernels/tensor_ref.h kernels/vec.h cmd/pod.h \
+           kernels/kernels.h kernels/base.h kernels/kernels.def kernels/tensor_ref.h kernels/vec.h cmd/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
            watch/watch.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
@@ -43,7 +43,9 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
 TESTHDR := tests/test.h tests/adam_reference.h tests/gelu_reference.h
 
 # The kernels: tensor.c is written once over the vector layer (vec.h) and
-# compiled once per backend, each object with its own -m flags; the binary
+# compiled once per backend, each object with its own -m flags; each
+# object registers its table with kernels/isa.c before main() (a
+# constructor: link the object and the path is there), and the binary
 # picks one at run time (GPT_ISA lowers the choice). x86-64 gets AVX-512,
 # AVX2 and plain C; arm64 NEON and plain C (make CC=aarch64-linux-gnu-gcc).
 # $(call kernels,DIR,COMPILER AND FLAGS) compiles them into DIR;

@@ -3,11 +3,13 @@
  * This file is compiled once per backend of vec.h (AVX-512, AVX2, NEON,
  * plain C: the Makefile passes -DVEC_AVX512 and the matching -m flags, and
  * so on) and fills one table, `struct kernels` (its rows: kernels/
- * kernels.def), that the k_* entry points of tensor.h (kernels/entry.c)
- * call through. The contract of every kernel, its plain-C twin, is in
- * kernels/tensor_ref.c (the tree's reductions: tensor_seg.c; the bf16
- * kernels: tensor_bf16.c); the tests hold each backend to it. The Makefile
- * gives every function of this file its backend's name (matmul_ex_avx2).
+ * kernels.def), that the k_* entry points of kernels/kernels.h
+ * (kernels/entry.c) call through; a constructor registers the table with
+ * kernels/isa.c, the layer below, which never names this file. The
+ * contract of every kernel, its plain-C twin, is in kernels/tensor_ref.c
+ * (the tree's reductions: tensor_seg.c; the bf16 kernels: tensor_bf16.c);
+ * the tests hold each backend to it. The Makefile gives every function of
+ * this file its backend's name (matmul_ex_avx2).
  *
  * Map, by family, each under a banner "---- name ----":
  *   matmul                      c = epilogue(a @ b + bias), by register tiles
@@ -22,16 +24,16 @@
  *   bf16                        rounding; matmul emulated (every backend)
  *                               and native (vdpbf16ps, AVX-512 only);
  *                               weight gradients on the same tiles
- *   the table
+ *   the table                   and its registration with kernels/isa.c
  *
  * The same bits on every backend: each output element is produced by the
  * same sequence of exactly rounded operations whatever the backend, the
  * thread count or the register tile: tiles of any height or width do the
  * same FMAs in the same order per element, reductions across lanes use
  * vsum's one tree, reductions over rows fixed blocks (ROW_BLOCK) or the
- * leaves and tree of tensor.h. What a backend may choose is only how many
- * elements it works on at once (MR, the V_* widths below), never the
- * order of the operations on one of them. */
+ * leaves and tree of kernels/kernels.h. What a backend may choose is only
+ * how many elements it works on at once (MR, the V_* widths below), never
+ * the order of the operations on one of them. */
 #include "kernels/tensor_impl.h"
 #include "kernels/vec.h"
 #include "util/fmath.h"
@@ -1959,10 +1961,17 @@ static void tn_leaf_bf16(const struct tn_tree *t, float *dst /* [n,q] */, int k0
 #endif
 
 /* .name = name for every row of kernels.def: each names a function of
- * this file. */
-const struct kernels KERNELS = {
+ * this file. Static: no file names a backend's table; it goes down to
+ * the kernel layer by the call below. */
+static const struct kernels KERNELS = {
     .name = VEC_NAME,
 #define KERNEL(name, params, args) .name = name,
 #include "kernels/kernels.def"
     .matmul_bf16_native = MATMUL_BF16_NATIVE,
 };
+
+/* Hands this backend's table to the ISA choice (kernels/isa.c) before
+ * main() runs: every object of this file linked in is a path the binary
+ * can take, and kernels/, the layer below, never names one. (The
+ * Makefile renames this function per backend too: register_table_avx2.) */
+__attribute__((constructor)) static void register_table(void) { kernels_register(&KERNELS); }

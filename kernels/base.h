@@ -7,7 +7,7 @@
  * Nothing outside kernels/ and tensor.c includes it. */
 #ifndef KERNELS_BASE_H
 #define KERNELS_BASE_H
-#include "tensor.h"
+#include "kernels/kernels.h"
 #include <omp.h>
 #include <stddef.h>
 
@@ -42,7 +42,7 @@ static inline void my_share(int n, int *i0, int *i1)
     *i1 = (int)((long)n * (me + 1) / nth);
 }
 
-/* ---- leaves and the tree (the rule is stated in tensor.h) ---- */
+/* ---- leaves and the tree (the rule is stated in kernels.h) ---- */
 
 /* Number of leaves of seg rows over n rows; seg < 1 means one leaf. */
 static inline int leaf_count(int n, int seg)
@@ -78,7 +78,7 @@ static inline int tree_depth(int m)
 
 /* Whether nth threads can each take a whole subtree of the L leaves: the
  * subtrees at depth log2(nth) are then [t*L/nth, (t+1)*L/nth), and the
- * tree over their results is the tree's top (the sharding rule, tensor.h). */
+ * tree over their results is the tree's top (the sharding rule, kernels.h). */
 static inline int leaf_split(int nth, int L)
 {
     return nth > 1 && !(nth & (nth - 1)) && L % nth == 0;

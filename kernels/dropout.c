@@ -1,6 +1,6 @@
 /* kernels/dropout.c: dropout, in plain C only (an experiment's path, not
  * the reference's: vectors would buy little). Which elements survive is
- * a counter hash of (key, site, row, col) (tensor.h states the rule), so
+ * a counter hash of (key, site, row, col) (kernels.h states the rule), so
  * the attention twins ask the same question in the backward pass as in
  * the forward and get the same answer on any thread, core or rank. */
 #include "kernels/tensor_ref.h"

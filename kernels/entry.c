@@ -1,4 +1,4 @@
-/* kernels/entry.c: the k_* entry points of tensor.h. Each calls the
+/* kernels/entry.c: the k_* entry points of kernels.h. Each calls the
  * kernel of the current backend (kernels_now(), isa.c) and has no
  * arithmetic of its own. Those that pass their arguments through are
  * made from kernels.def's KERNEL rows; those that fix some (the

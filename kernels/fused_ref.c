@@ -24,7 +24,7 @@ void k_xent_grad_ref(float *loss /* [1] */, float *dlogits /* [n,v] */,
     k_xent_bwd_ref(dlogits, logits, targets, dloss, n, v);
 }
 
-/* The attention twins with the mask: dropout is plain C (tensor.h). */
+/* The attention twins with the mask: dropout is plain C (kernels.h). */
 void k_attention_drop(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                       const float *qkv /* [B,T,3C] */, const int32_t *rows /* [B*T] */,
                       const int32_t *key /* [2] */, int B, int T, int C, int H, long site,

@@ -3,7 +3,9 @@
  * (isa_set), and whether the bf16 matmul may use vdpbf16ps (bf16_cpu,
  * GPT_BF16, bf16_native); kernels_now() gives the table of the current
  * path to the entry points (entry.c). The tables are the backends'
- * (tensor.c); this file only picks one. */
+ * (tensor.c, the layer above), each handed in by kernels_register()
+ * before main() runs; this file keeps them and picks one, and names
+ * nothing of tensor.c. */
 #include "kernels/tensor_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,19 +19,43 @@ static int isa_current = -1;     /* -1: not chosen yet, means isa_best() */
 #if defined(__x86_64__)
 #define ISA_TOP ISA_AVX512
 static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
-static const struct kernels *const isa_tables[] = {&kernels_scalar, &kernels_avx2,
-                                                   &kernels_avx512};
 #elif defined(__aarch64__)
 #define ISA_TOP ISA_NEON
 static const char *const isa_names[] = {"scalar", "neon"};
-static const struct kernels *const isa_tables[] = {&kernels_scalar, &kernels_neon};
 #else
 #define ISA_TOP ISA_SCALAR
 static const char *const isa_names[] = {"scalar"};
-static const struct kernels *const isa_tables[] = {&kernels_scalar};
 #endif
 
 const char *isa_name(int isa) { return isa >= ISA_SCALAR && isa <= ISA_TOP ? isa_names[isa] : "?"; }
+
+/* Each path's table, as its backend registered it. Written only before
+ * main() (by the constructors of tensor.c's objects), read after. */
+static const struct kernels *isa_tables[ISA_TOP + 1];
+
+void kernels_register(const struct kernels *k)
+{
+    for (int i = ISA_SCALAR; i <= ISA_TOP; i++)
+        if (!strcmp(k->name, isa_name(i))) {
+            isa_tables[i] = k;
+            return;
+        }
+    fprintf(stderr, "gpt: kernels for %s registered, not a path of this architecture\n", k->name);
+    exit(1);
+}
+
+/* Every path of the architecture must have registered its table: a build
+ * that left out one of tensor.c's objects fails at start, whatever the CPU,
+ * not later on the one machine that would pick the missing path. */
+static void check_tables(void)
+{
+    for (int i = ISA_SCALAR; i <= ISA_TOP; i++)
+        if (!isa_tables[i]) {
+            fprintf(stderr, "gpt: no %s kernels in this binary (tensor.c compiled for %s "
+                    "registers them; the Makefile's BACKENDS)\n", isa_name(i), isa_name(i));
+            exit(1);
+        }
+}
 
 int isa_cpu(void)
 {
@@ -81,6 +107,7 @@ int bf16_cpu(void)
  * function has one name in the binary. */
 static __attribute__((noinline)) int isa_decide(void)
 {
+    check_tables();
     int best = env_isa(isa_cpu()); /* a racing second caller computes the same value */
     __atomic_store_n(&isa_best_cached, best, __ATOMIC_RELEASE);
     return best;

@@ -1,4 +1,4 @@
-/* tensor_bf16.c: the bf16 half of the kernels' contract (see tensor.h):
+/* tensor_bf16.c: the bf16 half of the kernels' contract (see kernels.h):
  * the plain-C twins of the bf16 kernels, built on the scalar model of the
  * matrix unit (bf16_model.c): rounding, matmul, weight gradients,
  * attention. tensor_ref.c holds the fp32 twins; a first read of the fp32

@@ -1,13 +1,18 @@
 /* tensor_impl.h: the kernel table, which the backends of tensor.c fill
- * and the entry points (entry.c) call through; no one else includes it.
+ * and register and the entry points (entry.c) call through; no one else
+ * includes it.
  *
  *   tensor.c      the kernels, written once over the vector layer (vec.h)
  *                 and compiled once per backend; each compilation fills
- *                 one `struct kernels` table (kernels_avx512, kernels_avx2,
- *                 kernels_neon, kernels_scalar).
- *   isa.c         which table runs: kernels_now().
- *   entry.c       the k_* entry points of tensor.h, each a call through
+ *                 one `struct kernels` table and hands it to
+ *                 kernels_register() before main() runs.
+ *   isa.c         keeps the registered tables, and says which runs:
  *                 kernels_now().
+ *   entry.c       the k_* entry points of kernels.h, each a call through
+ *                 kernels_now().
+ *
+ * The tables come up by registration, not by name, so that kernels/
+ * names nothing of tensor.c, the layer above it.
  *
  * The tables of all backends compute the same bits. The kernels and what
  * each is called with are listed once, in kernels.def. */
@@ -34,12 +39,10 @@ struct kernels {
     matmul_bf16_emu_kernel *matmul_bf16_native;
 };
 
-extern const struct kernels kernels_scalar;
-#if defined(__x86_64__)
-extern const struct kernels kernels_avx2, kernels_avx512;
-#elif defined(__aarch64__)
-extern const struct kernels kernels_neon;
-#endif
+/* A backend's table, k->name its path ("avx2"; isa_name()). Called once
+ * per backend, from a constructor of tensor.c, before main(); an unknown
+ * name is a build error reported at start. */
+void kernels_register(const struct kernels *k);
 
 /* The table of the current path (isa.c). */
 const struct kernels *kernels_now(void);

@@ -1,4 +1,4 @@
-/* tensor_ref.c: the contract of the compute kernels (see tensor.h): the
+/* tensor_ref.c: the contract of the compute kernels (see kernels.h): the
  * plain-C twins (*_ref) of the fp32 kernels, the readable statement of
  * what each computes (shapes, summation order) and the oracle the tests
  * hold every backend of tensor.c to. Elsewhere, for a later read: the

@@ -1,5 +1,5 @@
 /* kernels/tensor_seg.c: the twins of the reductions over rows done by the
- * tree (see tensor.h, "leaves and the tree"): the tree itself
+ * tree (see kernels.h, "leaves and the tree"): the tree itself
  * (k_tree_sum_ref) and the *_seg twins, which make a sum over rows come
  * out the same on any number of cores. Each leaf is the plain twin of
  * tensor_ref.c over the leaf's rows (rows in order, from 0), and the
