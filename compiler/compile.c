@@ -30,20 +30,41 @@ static const struct pass {
     {"fuse_xent", fuse_xent},                   /* loss and gradient in one pass */
 };
 
+#define NPASSES (int)(sizeof passes / sizeof *passes)
+
+void (*compile_progress_hook)(const struct compile_progress *p);
+
+/* Tells the hook, if one is set, which stage begins (NULL: the end). */
+static void tell(const char *stage, int at, const struct trace *tr, double t0)
+{
+    int live = 0;
+    if (!compile_progress_hook)
+        return;
+    for (int i = 0; i < tr->n; i++)
+        live += !tr->nodes[i].dead;
+    compile_progress_hook(&(struct compile_progress){stage, at, NPASSES + 2, live,
+                                                     now_seconds() - t0});
+}
+
 /* A cache miss: the passes, the memory plan, lowering. */
 static Program *compile(struct compiler *cc, struct trace *tr)
 {
     double t0 = now_seconds();
     cc->last.nodes = tr->n;
     save_graph(cc->ncache, tr, "before", NULL);
-    for (size_t i = 0; i < sizeof passes / sizeof *passes; i++)
+    for (int i = 0; i < NPASSES; i++) {
+        tell(passes[i].name, i + 1, tr, t0);
         passes[i].run(tr);
+    }
     struct plan pl;
+    tell("memory plan", NPASSES + 1, tr, t0);
     plan_memory(tr, &pl);
+    tell("lowering", NPASSES + 2, tr, t0);
     Program *p = lower(&pl);
     record_compile(cc, &pl);
     plan_free(&pl);
     cc->last.ms = (now_seconds() - t0) * 1e3;
+    tell(NULL, NPASSES + 2, tr, t0);
     save_graph(cc->ncache, tr, "after", p);
     return p;
 }
