@@ -30,41 +30,27 @@ static const struct pass {
     {"fuse_xent", fuse_xent},                   /* loss and gradient in one pass */
 };
 
-#define NPASSES (int)(sizeof passes / sizeof *passes)
+#define STAGES (int)(sizeof passes / sizeof *passes + 2) /* the passes, plan, lowering */
 
-void (*compile_progress_hook)(const struct compile_progress *p);
-
-/* Tells the hook, if one is set, which stage begins (NULL: the end). */
-static void tell(const char *stage, int at, const struct trace *tr, double t0)
-{
-    int live = 0;
-    if (!compile_progress_hook)
-        return;
-    for (int i = 0; i < tr->n; i++)
-        live += !tr->nodes[i].dead;
-    compile_progress_hook(&(struct compile_progress){stage, at, NPASSES + 2, live,
-                                                     now_seconds() - t0});
-}
-
-/* A cache miss: the passes, the memory plan, lowering. */
+/* A cache miss: the passes, the memory plan, lowering; each stage told to tell_stage. */
 static Program *compile(struct compiler *cc, struct trace *tr)
 {
     double t0 = now_seconds();
     cc->last.nodes = tr->n;
     save_graph(cc->ncache, tr, "before", NULL);
-    for (int i = 0; i < NPASSES; i++) {
-        tell(passes[i].name, i + 1, tr, t0);
+    for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
+        tell_stage(passes[i].name, (int)i + 1, STAGES, tr, t0);
         passes[i].run(tr);
     }
     struct plan pl;
-    tell("memory plan", NPASSES + 1, tr, t0);
+    tell_stage("memory plan", STAGES - 1, STAGES, tr, t0);
     plan_memory(tr, &pl);
-    tell("lowering", NPASSES + 2, tr, t0);
+    tell_stage("lowering", STAGES, STAGES, tr, t0);
     Program *p = lower(&pl);
     record_compile(cc, &pl);
     plan_free(&pl);
     cc->last.ms = (now_seconds() - t0) * 1e3;
-    tell(NULL, NPASSES + 2, tr, t0);
+    tell_stage(NULL, STAGES, STAGES, tr, t0);
     save_graph(cc->ncache, tr, "after", p);
     return p;
 }

@@ -110,6 +110,8 @@ struct compile_progress {
     double seconds;
 };
 extern void (*compile_progress_hook)(const struct compile_progress *p);
+/* Tells the hook, when one is set, that a stage begins (explain.c). */
+void tell_stage(const char *stage, int at, int stages, const struct trace *tr, double t0);
 
 /* ---- trace.c ---- */
 
