@@ -2,6 +2,7 @@
  * train (train.c) and sweep (sweep.c). */
 #include "cmd/sample.h"
 #include "cmd/ckpt.h"
+#include "cmd/evaluate.h"
 #include "cmd/commands.h"
 #include "cmd/flags.h"
 #include "cmd/pod.h"
@@ -26,8 +27,9 @@
 /* ---- loading a model for sample and eval ---- */
 
 /* Loads a checkpoint; a run's precision, when the caller did not choose
- * one, becomes s->precision (kept in static storage). */
-static void load_model(Model *m, const char *arg, struct settings *s)
+ * one, becomes s->precision (kept in static storage). *batch (may be
+ * NULL): the run's training batch, or 0 if the file does not say. */
+static void load_model(Model *m, const char *arg, struct settings *s, int *batch)
 {
     static char prec[16];
     int heads = s->heads;
@@ -42,7 +44,9 @@ static void load_model(Model *m, const char *arg, struct settings *s)
     model_init(m, &c, 0);
     if (ckpt_load_weights(m, &f, 0, err, sizeof err))
         die(1, "%s: %s", path, err);
-    const char *p = st_meta(&f, "precision");
+    const char *p = st_meta(&f, "precision"), *b = st_meta(&f, "batch");
+    if (batch)
+        *batch = b && atoi(b) > 0 ? atoi(b) : 0;
     if (p && !was_given("precision") && strlen(p) < sizeof prec) {
         snprintf(prec, sizeof prec, "%s", p);
         s->precision = prec;
@@ -96,7 +100,7 @@ int cmd_sample(int argc, char **argv)
     apply_common_flags(&s);
     setup_board(&s, 1);
     Model m;
-    load_model(&m, s.ckpt, &s);
+    load_model(&m, s.ckpt, &s, NULL);
     check_prompt(s.prompt, m.cfg.vocab); /* a vocab-128 model knows only ASCII */
     int ns = s.num_samples, n = (int)strlen(s.prompt), total = n > s.bytes ? n : s.bytes;
     char **text = xcalloc((size_t)ns, sizeof *text); /* [ns] passages */
@@ -131,42 +135,28 @@ int cmd_sample(int argc, char **argv)
 
 /* ---- eval ---- */
 
-/* Mean loss over consecutive windows of the test split, chunk by chunk;
- * chunk means are weighted by their window counts. The last chunk is
- * padded with ignored windows so that every chunk has one shape (one
- * compiled program on the xla device). */
-static double eval_test_split(Model *m, Graph *g, const Data *d, int chunk, long *windows)
+/* The windows of each forward pass: --chunk, else the run's training
+ * batch (the memory of a training step is known to fit), at most --batch. */
+static int eval_chunk_size(int chunk, int trained, int batch)
 {
-    int T = m->cfg.context;
-    long nw = (long)((d->n - d->n_train) / (size_t)T);
-    double sum = 0;
-    Batch b;
-    batch_alloc(&b, (int)(nw < chunk ? nw : chunk), T);
-    for (long w0 = 0; w0 < nw; w0 += b.B) {
-        long real = nw - w0 < b.B ? nw - w0 : b.B;
-        memset(b.tok, 0, sizeof(int32_t) * (size_t)b.B * T);
-        for (long i = 0; i < real * T; i++)
-            b.tok[i] = d->bytes[d->n_train + (size_t)w0 * T + (size_t)i];
-        batch_finish(&b);
-        for (long i = real * T; i < (long)b.B * T; i++)
-            b.tgt[i] = -1;
-        sum += (double)batch_loss(m, g, &b) * (double)real;
-    }
-    batch_free(&b);
-    *windows = nw;
-    return sum / (double)nw;
+    int c = chunk ? chunk : trained ? trained : batch;
+    return c < batch ? c : batch;
 }
 
 int cmd_eval(int argc, char **argv)
 {
     struct settings s = defaults;
     s.batch = 256;
+    int chunk = 0, trained;
     const struct opt o[] = {
         {"ckpt", O_STR, &s.ckpt, "checkpoint file, or a directory (newest ckpt-*)"},
         {"data", O_STR, &s.data, "a text file; the last 20% is the test split"},
         {"test-data", O_STR, &s.test_data, "a test set, whole: a file, DIR, glob, shards or "
          "pipe:CMD (instead of --data's split)"},
-        {"batch", O_INT, &s.batch, "windows per forward pass"},
+        {"batch", O_INT, &s.batch, "windows per partial mean (the loss's last bits depend on "
+         "it); each goes through the model --chunk windows at a time"},
+        {"chunk", O_INT, &chunk, "windows per forward pass, at most --batch (0: the "
+         "checkpoint's training --batch, a training step's memory)"},
         {"heads", O_INT, &s.heads, "heads, for files without our metadata"},
         {"device", O_STR, &s.device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s.metrics, "print the XLA metrics and kernel profile at the end"},
@@ -179,18 +169,24 @@ int cmd_eval(int argc, char **argv)
     if (!is_master())
         return 0; /* in a pod the master alone evaluates */
     need(s.batch >= 1 && s.batch <= 65536, "--batch must be 1..65536, got %d", s.batch);
+    need(chunk >= 0 && chunk <= 65536, "--chunk must be 0..65536, got %d", chunk);
     apply_common_flags(&s);
     setup_board(&s, 1);
     Model m;
     Data d;
     long windows;
-    load_model(&m, s.ckpt, &s);
+    load_model(&m, s.ckpt, &s, &trained);
     if (s.test_data)
         load_corpus(&d, s.test_data, m.cfg.context, m.cfg.vocab);
     else
         load_data(&d, s.data, m.cfg.context, m.cfg.vocab, 1);
     Graph *g = new_graph(&s);
-    double loss = eval_test_split(&m, g, &d, s.batch, &windows);
+    int tty = progress_on_stderr("auto");
+    struct eval_progress p = {.on = tty, .t0 = now_seconds()};
+    watch_compiles(tty, 1.0);
+    double loss = eval_split(&m, g, &d, s.batch, eval_chunk_size(chunk, trained, s.batch),
+                             &windows, &p);
+    eval_progress_clear(&p);
     printf("loss %.6f bpb %.4f (%ld windows of %d bytes)\n", loss, loss / log(2.0),
            windows, m.cfg.context);
     report_metrics(&s);

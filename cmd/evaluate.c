@@ -7,11 +7,18 @@
  * of them then gives the loss with the bits of the single pass: a row's
  * logits do not depend on the other rows in its pass, and xent sums its
  * rows' losses in row order (kernels/base.c mean_loss), which partial
- * sums per chunk would reorder. */
+ * sums per chunk would reorder.
+ *
+ * Below: gpt eval's loss over a whole test split (eval_split), and the
+ * lines a person at a terminal sees while an eval or a compile runs. */
 #include "cmd/evaluate.h"
+#include "cmd/pod.h"
+#include "compiler/compiler.h"
 #include "util/util.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Windows [w0, w0 + c->B) of b into c; past b's end, copies of its last. */
 static void eval_chunk(Batch *c, const Batch *b, int w0)
@@ -50,4 +57,122 @@ float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, v
     float loss = *(const float *)g_read(g, g_xent(g, all, shard_leaf(g, b, b->tgt)));
     free(logits);
     return loss;
+}
+
+/* ---- an eval's progress line ---- */
+
+void eval_progress_tick(int done, int total, void *ctx)
+{
+    struct eval_progress *p = ctx;
+    double t = now_seconds() - p->t0;
+    if (!p->on || t < 2.0)
+        return;
+    fprintf(stderr, "\r\033[Keval %ld/%ld windows, %.0f s", p->before + done,
+            p->total ? p->total : total, t);
+    fflush(stderr);
+    p->shown = 1;
+}
+
+void eval_progress_clear(struct eval_progress *p)
+{
+    if (p->shown)
+        fputs("\r\033[K", stderr);
+    p->shown = 0;
+}
+
+/* ---- gpt eval: a whole test split ---- */
+
+/* Windows [w0, w0 + b->B) of the test split into b; past its end,
+ * windows of zeros whose targets are ignored (-1). */
+static void split_batch(Batch *b, const Data *d, long w0, long real)
+{
+    size_t T = (size_t)b->T;
+    memset(b->tok, 0, sizeof(int32_t) * (size_t)b->B * T);
+    for (size_t i = 0; i < (size_t)real * T; i++)
+        b->tok[i] = d->bytes[d->n_train + (size_t)w0 * T + i];
+    batch_finish(b);
+    for (size_t i = (size_t)real * T; i < (size_t)b->B * T; i++)
+        b->tgt[i] = -1;
+}
+
+double eval_split(Model *m, Graph *g, const Data *d, int batch, int chunk, long *windows,
+                  struct eval_progress *p)
+{
+    int T = m->cfg.context;
+    long nw = (long)((d->n - d->n_train) / (size_t)T);
+    double sum = 0;
+    Batch b;
+    batch_alloc(&b, (int)(nw < batch ? nw : batch), T);
+    if (p)
+        p->total = nw;
+    for (long w0 = 0; w0 < nw; w0 += b.B) {
+        long real = nw - w0 < b.B ? nw - w0 : b.B;
+        split_batch(&b, d, w0, real);
+        if (p)
+            p->before = w0;
+        sum += (double)eval_loss(m, g, &b, chunk, p ? eval_progress_tick : NULL, p) *
+               (double)real;
+    }
+    batch_free(&b);
+    *windows = nw;
+    return sum / (double)nw;
+}
+
+/* ---- terminals ---- */
+
+int progress_on_stderr(const char *live)
+{
+    const char *term = getenv("TERM");
+    if (strcmp(live, "auto"))
+        return !strcmp(live, "on");
+    if (!isatty(STDERR_FILENO) || (term && !strcmp(term, "dumb")))
+        return 0;
+    /* a rank's stderr under Open MPI is a pseudo-terminal even into a file */
+    return !getenv("OMPI_COMM_WORLD_SIZE") || stdout_reaches_terminal();
+}
+
+/* ---- a compile's progress line and its log line ---- */
+
+static int compile_transient, compile_shown;
+static double compile_log_after;
+
+/* n with a comma every three digits, as people read counts. */
+static void grouped(long n, char *out, size_t size)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%ld", n), o = 0;
+    for (int i = 0; i < len && o + 2 < (int)size; i++) {
+        if (i > 0 && digits[i - 1] != '-' && (len - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = 0;
+}
+
+static void compile_line(const struct compile_progress *p)
+{
+    char nodes[40];
+    grouped(p->nodes, nodes, sizeof nodes);
+    if (p->stage) {
+        if (!compile_transient)
+            return;
+        fprintf(stderr, "\r\033[Kcompiling: %s (stage %d of %d), %s nodes, %.1f s", p->stage,
+                p->at, p->stages, nodes, p->seconds);
+        fflush(stderr);
+        compile_shown = 1;
+        return;
+    }
+    if (compile_shown)
+        fputs("\r\033[K", stderr);
+    compile_shown = 0;
+    if (p->seconds >= compile_log_after)
+        fprintf(stderr, "gpt: compiled a program of %s nodes in %.1f s\n", nodes, p->seconds);
+    fflush(stderr);
+}
+
+void watch_compiles(int transient, double log_after_s)
+{
+    compile_transient = transient;
+    compile_log_after = log_after_s;
+    compile_progress_hook = compile_line;
 }

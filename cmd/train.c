@@ -52,6 +52,7 @@ struct trainer {
     Batch train, test_batch;
     Rng rng_data, rng_eval;
     int tty, start;          /* start: the first step to run (resume) */
+    int progress;            /* eval and compile progress lines on stderr */
     uint64_t data_hash;
     double t_start, t_steps; /* wall clock; seconds spent in training steps */
 };
@@ -99,24 +100,6 @@ static void report_rates(struct trainer *tr, int step, float loss)
     tr->rate_step = step + 1;
 }
 
-/* An eval's progress, on stderr when it is a terminal and the eval has
- * run for more than 2 s: one line, rewritten after each chunk. */
-struct eval_progress {
-    int tty, shown;
-    double t0;
-};
-
-static void eval_tick_line(int done, int total, void *ctx)
-{
-    struct eval_progress *p = ctx;
-    double t = now_seconds() - p->t0;
-    if (!p->tty || t < 2.0)
-        return;
-    fprintf(stderr, "\r\033[Keval %d/%d windows, %.0f s", done, total, t);
-    fflush(stderr);
-    p->shown = 1;
-}
-
 /* The test loss of this host's share of the eval windows, in chunks of a
  * training micro-batch's windows (--batch, which --grad-accum repeats; a
  * host's share of it), so that an eval holds no more activations than a
@@ -124,12 +107,11 @@ static void eval_tick_line(int done, int total, void *ctx)
 static float test_loss_chunked(struct trainer *tr, double *seconds)
 {
     const struct settings *s = &tr->s;
-    struct eval_progress p = {.tty = isatty(STDERR_FILENO), .t0 = now_seconds()};
+    struct eval_progress p = {.on = tr->progress, .t0 = now_seconds()};
     Batch share = host_share(&tr->test_batch);
     int chunk = s->batch / comm_size() > 0 ? s->batch / comm_size() : 1;
-    float loss = eval_loss(&tr->model, tr->g, &share, chunk, eval_tick_line, &p);
-    if (p.shown)
-        fputs("\r\033[K", stderr);
+    float loss = eval_loss(&tr->model, tr->g, &share, chunk, eval_progress_tick, &p);
+    eval_progress_clear(&p);
     *seconds = now_seconds() - p.t0;
     return pod_mean(loss);
 }
@@ -829,6 +811,9 @@ static void run_training(struct trainer *tr)
     batch_alloc(&tr->test_batch, s->eval_batch, s->seq);
     tr->g = new_graph(s);
     tr->tty = want_live_line(s->live);
+    tr->progress = is_master() && progress_on_stderr(s->live);
+    if (is_master()) /* a compile of GPT-2's size takes seconds: say so */
+        watch_compiles(tr->progress, 1.0);
     printf("gpt: %zu parameters, %s device, %s, %s kernels, %d threads, ", tr->model.nw,
            s->device, s->precision, isa_name(isa_get()), omp_get_max_threads());
     if (!tr->spec.text)

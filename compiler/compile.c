@@ -30,20 +30,27 @@ static const struct pass {
     {"fuse_xent", fuse_xent},                   /* loss and gradient in one pass */
 };
 
-/* A cache miss: the passes, the memory plan, lowering. */
+#define STAGES (int)(sizeof passes / sizeof *passes + 2) /* the passes, plan, lowering */
+
+/* A cache miss: the passes, the memory plan, lowering; each stage told to tell_stage. */
 static Program *compile(struct compiler *cc, struct trace *tr)
 {
     double t0 = now_seconds();
     cc->last.nodes = tr->n;
     save_graph(cc->ncache, tr, "before", NULL);
-    for (size_t i = 0; i < sizeof passes / sizeof *passes; i++)
+    for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
+        tell_stage(passes[i].name, (int)i + 1, STAGES, tr, t0);
         passes[i].run(tr);
+    }
     struct plan pl;
+    tell_stage("memory plan", STAGES - 1, STAGES, tr, t0);
     plan_memory(tr, &pl);
+    tell_stage("lowering", STAGES, STAGES, tr, t0);
     Program *p = lower(&pl);
     record_compile(cc, &pl);
     plan_free(&pl);
     cc->last.ms = (now_seconds() - t0) * 1e3;
+    tell_stage(NULL, STAGES, STAGES, tr, t0);
     save_graph(cc->ncache, tr, "after", p);
     return p;
 }

@@ -98,6 +98,21 @@ struct compiler {
 Program *compile_cut(struct compiler *cc, Node *nodes, int n_nodes, int n_tensors,
                      Tensor *const *roots, int nroots, const char *why, struct trace *tr);
 
+/* A compile's progress, for a person waiting at a terminal: the stage
+ * beginning (a pass's name, "memory plan", "lowering"; NULL when the
+ * compile is done), its number `at` of `stages`, the trace's live nodes,
+ * the seconds since the compile began. The compiler calls the hook when
+ * one is set; the program (cmd/) sets it, as the compiler must not call
+ * up into it. */
+struct compile_progress {
+    const char *stage;
+    int at, stages, nodes;
+    double seconds;
+};
+extern void (*compile_progress_hook)(const struct compile_progress *p);
+/* Tells the hook, when one is set, that a stage begins (explain.c). */
+void tell_stage(const char *stage, int at, int stages, const struct trace *tr, double t0);
+
 /* ---- trace.c ---- */
 
 /* The pending work of the record nodes[0..n_nodes) that the roots need,

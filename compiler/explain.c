@@ -152,3 +152,18 @@ void record_compile(struct compiler *cc, const struct plan *pl)
     cc->last.kernels = pl->nk;
     cc->last.arena = pl->arena;
 }
+
+/* A compile's progress: the hook the program sets (compiler.h), told
+ * the trace's live nodes as each stage begins and when the compile ends. */
+void (*compile_progress_hook)(const struct compile_progress *p);
+
+void tell_stage(const char *stage, int at, int stages, const struct trace *tr, double t0)
+{
+    int live = 0;
+    if (!compile_progress_hook)
+        return;
+    for (int i = 0; i < tr->n; i++)
+        live += !tr->nodes[i].dead;
+    compile_progress_hook(&(struct compile_progress){stage, at, stages, live,
+                                                     now_seconds() - t0});
+}

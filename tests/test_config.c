@@ -135,7 +135,8 @@ static void check_shipped(void)
     }
     if (d)
         closedir(d);
-    CHECK(n >= 2, "configs/ holds %d .conf files (want reference.conf, gpt2-small.conf)", n);
+    CHECK(n >= 4, "configs/ holds %d .conf files (want reference.conf, gpt2-small.conf, "
+          "gpt2-small-b8.conf, gpt2-small-b64.conf)", n);
 }
 
 /* configs/reference.conf is the defaults spelled out: the same run as no
@@ -171,6 +172,40 @@ static void check_gpt2_small_says(void)
                       "--seq must be 2..--context (1024), got 2000");
     t_expect_one_line("./gpt train --config configs/gpt2-small.conf --heads 7", 2,
                       "--heads 7 must be >= 1 and divide --embed 768");
+}
+
+/* configs/gpt2-small-b8.conf and -b64.conf: GPT-2 small's rows of the
+ * memory table, at batch 8 and 64 of seq 1024 in one micro-batch, 3 steps,
+ * an eval of 8 windows at step 0 alone, the metrics printed. A tiny shape
+ * trained from each records the file's batch and eval; its seq shows in
+ * the refusal of a context shorter than it. */
+static void check_table_configs(void)
+{
+    static const char *const batch[] = {"8", "64"};
+    char cmd[1024], out[65536];
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "./gpt train --config configs/gpt2-small-b%s.conf --embed 16 "
+                 "--mlp 32 --heads 2 --layers 1 --context 32 --seq 32 " GUARD " --data " TMP
+                 "/d.txt --out " TMP "/b%s", batch[i], batch[i]);
+        int rc = t_run(cmd, out, sizeof out);
+        CHECK(rc == 0 && strstr(out, "saved " TMP) && strstr(out, "ckpt-00000003") &&
+                  strstr(out, "Metric: CompileTime") && !strstr(out, "step      1 |"),
+              "'%s': want 3 steps, one eval line, a checkpoint at the end and the metrics "
+              "(%d): %s", cmd, rc, out);
+        snprintf(out, sizeof out, TMP "/b%s", batch[i]);
+        char *log = recorded_config(out), want[64];
+        snprintf(want, sizeof want, "\"batch\":\"%s\"", batch[i]);
+        const char *keys[] = {want, "\"eval-batch\":\"8\"", "\"eval-every\":\"1000000\"",
+                              "\"vocab\":\"256\"", "\"activation\":\"gelu\""};
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            CHECK(log && strstr(log, keys[k]) && !strstr(log, "grad-accum"),
+                  "gpt2-small-b%s.conf's run records no %s (or a grad-accum): %s", batch[i],
+                  keys[k], log ? log : "(no log)");
+        free(log);
+        snprintf(cmd, sizeof cmd, "./gpt train --config configs/gpt2-small-b%s.conf "
+                 "--context 512", batch[i]);
+        t_expect_one_line(cmd, 2, "--seq must be 2..--context (512), got 1024");
+    }
 }
 
 /* Each bad file: exit 2, one line naming FILE:LINE and what was wanted. */
@@ -223,5 +258,6 @@ void test_config(void)
     }
     check_shipped();
     check_gpt2_small_says();
+    check_table_configs();
     check_reference();
 }
