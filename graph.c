@@ -73,6 +73,7 @@ void g_free(Graph *g)
     arena_free(&g->data);
     free(g->nodes);
     free(g->grads);
+    free(g->regions);
     free(g);
 }
 
@@ -80,6 +81,9 @@ void g_reset(Graph *g)
 {
     g->n_nodes = 0;
     g->n_tensors = 0;
+    g->n_regions = 0;
+    g->region = 0;
+    g->phase = PHASE_FORWARD;
     if (g->grads)
         memset(g->grads, 0, sizeof *g->grads * g->cap_grads);
     arena_rewind(&g->meta);
@@ -411,6 +415,97 @@ static void backward_node(Graph *g, Node n, Tensor *dy)
     }
 }
 
+/* Node i's rule, with the gradient its first output has gathered. */
+static void backward_one(Graph *g, int i)
+{
+    Tensor *out = g->nodes[i].out[KOUT_FIRST];
+    if (!g->nodes[i].nout || !out->requires_grad)
+        return;
+    Tensor *d = *grad_slot(g, out);
+    if (d)
+        backward_node(g, g->nodes[i], d);
+}
+
+/* ---- rematerialization (--remat) ---- */
+
+void g_set_remat(Graph *g, int on) { g->remat = on; }
+
+void g_remat_begin(Graph *g)
+{
+    assert(!g->region); /* regions do not nest */
+    if (g->n_regions == g->cap_regions) {
+        g->cap_regions = g->cap_regions ? 2 * g->cap_regions : 16;
+        g->regions = xrealloc(g->regions, sizeof *g->regions * (size_t)g->cap_regions);
+    }
+    g->regions[g->n_regions++] = (struct remat_region){.begin = g->n_nodes, .end = -1};
+    g->region = g->n_regions;
+}
+
+void g_remat_end(Graph *g)
+{
+    assert(g->region == g->n_regions);
+    g->regions[g->n_regions - 1].end = g->n_nodes;
+    g->region = 0;
+}
+
+/* Records node i again, its inputs made inside the region replaced by
+ * their recomputed twins (clone[], by tensor id); its outputs' twins go
+ * into clone[]. The same op, attributes and inputs' values give the same
+ * bits; dropout's mask too, which is drawn from the step's key, the row
+ * and the site, all inputs or attributes. */
+static void recompute_node(Graph *g, int i, Tensor **clone)
+{
+    Node o = g->nodes[i]; /* a copy: new_node may move the array */
+    Tensor *in[KMAX_IN] = {0};
+    for (int k = 0; k < o.nin; k++)
+        in[k] = o.in[k] && clone[o.in[k]->id] ? clone[o.in[k]->id] : o.in[k];
+    Node *n = new_node(g, o.op, in);
+    n->attr = o.attr;
+    for (int k = 0; k < o.nout; k++) {
+        const Tensor *t = o.out[k];
+        Tensor *c = add_out(g, n, t->dtype, t->rows, t->cols, 0);
+        c->requires_grad = t->requires_grad;
+        clone[t->id] = c;
+    }
+    run_node(g, n);
+}
+
+/* Region r's forward recorded again, just before its backward: the
+ * gradients later nodes gave its values move to their twins, whose rules
+ * then run (in reverse), so the gradients reach the region's inputs
+ * through the twins and no rule reads a value of the first forward. */
+static void backward_recomputed(Graph *g, const struct remat_region *r)
+{
+    int n_orig = g->n_tensors, first = g->n_nodes;
+    Tensor **clone = xcalloc((size_t)n_orig, sizeof *clone);
+    g->phase = PHASE_RECOMPUTE;
+    for (int i = r->begin; i < r->end; i++)
+        recompute_node(g, i, clone);
+    g->phase = PHASE_BACKWARD;
+    int last = g->n_nodes;
+    for (int i = r->begin; i < r->end; i++)
+        for (int k = 0; k < g->nodes[i].nout; k++) {
+            const Tensor *t = g->nodes[i].out[k];
+            Tensor *d = *grad_slot(g, t);
+            if (d)
+                *grad_slot(g, clone[t->id]) = d;
+        }
+    free(clone);
+    for (int i = last - 1; i >= first; i--)
+        backward_one(g, i);
+}
+
+/* The remat region ending at node i that g_backward recomputes, or NULL;
+ * *r walks down the regions as i does. */
+static const struct remat_region *region_ending(const Graph *g, int i, int *r)
+{
+    while (*r >= 0 && g->regions[*r].end - 1 > i) /* after y, or y inside: as usual */
+        (*r)--;
+    if (!g->remat || *r < 0 || g->regions[*r].end - 1 != i)
+        return NULL;
+    return &g->regions[(*r)--];
+}
+
 void g_backward(Graph *g, Tensor *y, Tensor *dy)
 {
     if (!dy) {
@@ -418,14 +513,18 @@ void g_backward(Graph *g, Tensor *y, Tensor *dy)
         dy = g_fill(g, 1.0f, 1, 1);
     }
     *grad_slot(g, y) = dy;
+    g->phase = PHASE_BACKWARD;
+    int r = g->n_regions - 1;
     for (int i = y->node; i >= 0; i--) {
-        Tensor *out = g->nodes[i].out[KOUT_FIRST];
-        if (!g->nodes[i].nout || !out->requires_grad)
-            continue;
-        Tensor *d = *grad_slot(g, out);
-        if (d)
-            backward_node(g, g->nodes[i], d);
+        const struct remat_region *reg = region_ending(g, i, &r);
+        if (reg) {
+            backward_recomputed(g, reg);
+            i = reg->begin; /* the region's nodes are done */
+        } else {
+            backward_one(g, i);
+        }
     }
+    g->phase = PHASE_FORWARD;
 }
 
 Tensor *g_grad(Graph *g, Tensor *t)

@@ -983,6 +983,8 @@ int cmd_train(int argc, char **argv)
         {"cores", O_INT, &s->cores, "simulated cores, data parallel (power of two; 0 = --tpu's or 1)"},
         {"hbm", O_STR, &s->hbm, "HBM per core, e.g. 16G or 8M (default: --tpu's, or 16G)"},
         {"precision", O_STR, &s->precision, "fp32, bf16 (matrix-unit inputs) or bf16-pure (XLA_USE_BF16)"},
+        {"remat", O_FLAG, &s->remat, "recompute each block's activations in the backward pass "
+         "instead of keeping them (less HBM, more compute; the same bits)"},
     };
     parse_opts("train", "Trains the model and writes a checkpoint.", argc, argv, o,
                (int)(sizeof o / sizeof *o), NULL);

@@ -50,6 +50,7 @@ static inline long out_index(struct ref r) { return (long)r.at * KMAX_OUT + r.ou
 
 struct tnode {
     int op, nin, nout, dead;
+    int region, phase; /* the Node's: its remat region and enum phase */
     union kattr attr;
     struct ref in[KMAX_IN];
     int rows[KMAX_OUT], cols[KMAX_OUT];
@@ -153,6 +154,7 @@ struct plan {
     struct value *by_size; /* [nval] the values placed: biggest first, with offsets */
     long *off_of;          /* [nval] the offset of val[i] */
     size_t arena;          /* bytes */
+    size_t remat_arena;    /* an estimate of the arena with --remat, 0: none (plan.c) */
 };
 
 void plan_memory(const struct trace *tr, struct plan *pl);
@@ -174,7 +176,7 @@ int debug_on(void); /* GPT_XLA_DEBUG */
 void explain_miss(const struct compiler *cc, const struct key *k, const char *why);
 /* A program that does not fit --hbm: one line naming its biggest buffers, exit 1. */
 _Noreturn void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena,
-                          size_t resident);
+                          size_t resident, size_t remat_arena);
 void explain_compile(const struct compiler *cc, const Program *p, uint64_t hash,
                      const char *why);
 void check_rates(struct compiler *cc);

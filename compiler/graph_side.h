@@ -51,6 +51,7 @@ void g_set_precision(Graph *g, int precision);
 struct compile_stats {
     int nodes, kernels;       /* traced nodes in, kernels out */
     size_t arena, buffers;    /* planned arena bytes vs the sum of buffers */
+    size_t remat_arena;       /* the arena --remat would need, estimated; 0: none */
     double ms;
 };
 struct plan_buf {

@@ -110,6 +110,8 @@ Node *new_node(Graph *g, int op, Tensor *const *in)
     memset(n, 0, sizeof *n);
     n->op = op;
     n->nin = nin;
+    n->region = g->region;
+    n->phase = g->phase;
     for (int i = 0; i < nin; i++)
         n->in[i] = in[i];
     return n;

@@ -20,6 +20,12 @@ struct arena {
     struct chunk *head, *cur;
 };
 
+/* Nodes [begin, end) of the record: one block's forward, which --remat
+ * records again in the backward pass instead of keeping its values. */
+struct remat_region {
+    int begin, end; /* end -1: still open */
+};
+
 struct Graph {
     /* the record */
     Node *nodes; /* [cap_nodes] */
@@ -31,6 +37,13 @@ struct Graph {
     /* how ops are recorded */
     int seg;  /* rows per example for backward reductions, 0: off */
     int prec; /* enum precision */
+    int phase;  /* enum phase of the nodes recorded now */
+    int region; /* the open remat region's number (1..), 0: none */
+    /* rematerialization: the regions marked, and whether g_backward
+     * recomputes them (g_set_remat) */
+    struct remat_region *regions; /* [n_regions] in recording order */
+    int n_regions, cap_regions;
+    int remat;
     /* the device */
     int lazy;  /* record only; cuts compile and run */
     int cores; /* simulated cores a cut runs on */
