@@ -20,7 +20,7 @@ KONCE   := kernels/entry.c kernels/isa.c kernels/tensor_ref.c kernels/fused_ref.
            kernels/tensor_decode.c kernels/tensor_bf16.c kernels/base.c kernels/bf16_model.c
 SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
            gpt.c model/accum.c cmd/sample.c model/replicas.c cmd/ckpt.c cmd/evaluate.c \
-           graph.c compiler/graph_side.c compiler/record.c compiler/precision.c compiler/compile.c \
+           graph.c compiler/graph_side.c compiler/remat.c compiler/record.c compiler/precision.c compiler/compile.c \
            compiler/trace.c compiler/cache.c compiler/fuse.c compiler/plan.c compiler/lower.c \
            compiler/dump.c compiler/explain.c \
            xla_sim.c device/exec.c device/exec_side.c device/allreduce.c device/metrics.c device/board.c device/ops.c \

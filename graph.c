@@ -37,9 +37,9 @@
  * the arenas are still growing in the first step.
  *
  * The layer's other rooms, below this file: compiler/record.c (tensors,
- * new_node, add_out, run_node; the arenas; as_stored, the bf16 roundings)
- * and compiler/graph_side.c (second-read builders: data parallelism,
- * dropout, inference-only attention). */
+ * new_node, add_out, run_node; the arenas; as_stored, the bf16 roundings),
+ * compiler/graph_side.c (second-read builders: data parallelism,
+ * dropout, inference-only attention) and compiler/remat.c (--remat). */
 #include "compiler/record.h"
 #include "util/util.h"
 #include <assert.h>
@@ -333,24 +333,6 @@ void g_set_lazy(Graph *g, int lazy) { g->lazy = lazy; }
 
 /* ---- reverse-mode autodiff ---- */
 
-static Tensor **grad_slot(Graph *g, const Tensor *t)
-{
-    if (t->id >= g->cap_grads) {
-        int cap = g->cap_grads ? g->cap_grads : 1024;
-        while (cap <= t->id)
-            cap *= 2;
-        Tensor **ng = realloc(g->grads, sizeof *ng * cap);
-        if (!ng) {
-            fprintf(stderr, "gpt: out of memory (gradients)\n");
-            exit(1);
-        }
-        memset(ng + g->cap_grads, 0, sizeof *ng * (cap - g->cap_grads));
-        g->grads = ng;
-        g->cap_grads = cap;
-    }
-    return &g->grads[t->id];
-}
-
 /* A tensor used by several nodes gets the sum of their gradients. */
 static void accumulate(Graph *g, Tensor *t, Tensor *d)
 {
@@ -418,92 +400,9 @@ static void backward_node(Graph *g, Node n, Tensor *dy)
 /* Node i's rule, with the gradient its first output has gathered. */
 static void backward_one(Graph *g, int i)
 {
-    Tensor *out = g->nodes[i].out[KOUT_FIRST];
-    if (!g->nodes[i].nout || !out->requires_grad)
-        return;
-    Tensor *d = *grad_slot(g, out);
-    if (d)
+    Tensor *out = g->nodes[i].out[KOUT_FIRST], *d;
+    if (g->nodes[i].nout && out->requires_grad && (d = *grad_slot(g, out)))
         backward_node(g, g->nodes[i], d);
-}
-
-/* ---- rematerialization (--remat) ---- */
-
-void g_set_remat(Graph *g, int on) { g->remat = on; }
-
-void g_remat_begin(Graph *g)
-{
-    assert(!g->region); /* regions do not nest */
-    if (g->n_regions == g->cap_regions) {
-        g->cap_regions = g->cap_regions ? 2 * g->cap_regions : 16;
-        g->regions = xrealloc(g->regions, sizeof *g->regions * (size_t)g->cap_regions);
-    }
-    g->regions[g->n_regions++] = (struct remat_region){.begin = g->n_nodes, .end = -1};
-    g->region = g->n_regions;
-}
-
-void g_remat_end(Graph *g)
-{
-    assert(g->region == g->n_regions);
-    g->regions[g->n_regions - 1].end = g->n_nodes;
-    g->region = 0;
-}
-
-/* Records node i again, its inputs made inside the region replaced by
- * their recomputed twins (clone[], by tensor id); its outputs' twins go
- * into clone[]. The same op, attributes and inputs' values give the same
- * bits; dropout's mask too, which is drawn from the step's key, the row
- * and the site, all inputs or attributes. */
-static void recompute_node(Graph *g, int i, Tensor **clone)
-{
-    Node o = g->nodes[i]; /* a copy: new_node may move the array */
-    Tensor *in[KMAX_IN] = {0};
-    for (int k = 0; k < o.nin; k++)
-        in[k] = o.in[k] && clone[o.in[k]->id] ? clone[o.in[k]->id] : o.in[k];
-    Node *n = new_node(g, o.op, in);
-    n->attr = o.attr;
-    for (int k = 0; k < o.nout; k++) {
-        const Tensor *t = o.out[k];
-        Tensor *c = add_out(g, n, t->dtype, t->rows, t->cols, 0);
-        c->requires_grad = t->requires_grad;
-        clone[t->id] = c;
-    }
-    run_node(g, n);
-}
-
-/* Region r's forward recorded again, just before its backward: the
- * gradients later nodes gave its values move to their twins, whose rules
- * then run (in reverse), so the gradients reach the region's inputs
- * through the twins and no rule reads a value of the first forward. */
-static void backward_recomputed(Graph *g, const struct remat_region *r)
-{
-    int n_orig = g->n_tensors, first = g->n_nodes;
-    Tensor **clone = xcalloc((size_t)n_orig, sizeof *clone);
-    g->phase = PHASE_RECOMPUTE;
-    for (int i = r->begin; i < r->end; i++)
-        recompute_node(g, i, clone);
-    g->phase = PHASE_BACKWARD;
-    int last = g->n_nodes;
-    for (int i = r->begin; i < r->end; i++)
-        for (int k = 0; k < g->nodes[i].nout; k++) {
-            const Tensor *t = g->nodes[i].out[k];
-            Tensor *d = *grad_slot(g, t);
-            if (d)
-                *grad_slot(g, clone[t->id]) = d;
-        }
-    free(clone);
-    for (int i = last - 1; i >= first; i--)
-        backward_one(g, i);
-}
-
-/* The remat region ending at node i that g_backward recomputes, or NULL;
- * *r walks down the regions as i does. */
-static const struct remat_region *region_ending(const Graph *g, int i, int *r)
-{
-    while (*r >= 0 && g->regions[*r].end - 1 > i) /* after y, or y inside: as usual */
-        (*r)--;
-    if (!g->remat || *r < 0 || g->regions[*r].end - 1 != i)
-        return NULL;
-    return &g->regions[(*r)--];
 }
 
 void g_backward(Graph *g, Tensor *y, Tensor *dy)
@@ -513,18 +412,14 @@ void g_backward(Graph *g, Tensor *y, Tensor *dy)
         dy = g_fill(g, 1.0f, 1, 1);
     }
     *grad_slot(g, y) = dy;
-    g->phase = PHASE_BACKWARD;
-    int r = g->n_regions - 1;
-    for (int i = y->node; i >= 0; i--) {
-        const struct remat_region *reg = region_ending(g, i, &r);
-        if (reg) {
-            backward_recomputed(g, reg);
-            i = reg->begin; /* the region's nodes are done */
-        } else {
+    g->phase = PHASE_BACKWARD; /* until g_reset */
+    for (int i = y->node, r = g->n_regions - 1; i >= 0; i--) {
+        const struct remat_region *reg = remat_region_ending(g, i, &r); /* compiler/remat.c */
+        if (reg)
+            i = remat_backward(g, reg, backward_one); /* the region's nodes are done */
+        else
             backward_one(g, i);
-        }
     }
-    g->phase = PHASE_FORWARD;
 }
 
 Tensor *g_grad(Graph *g, Tensor *t)

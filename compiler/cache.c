@@ -10,9 +10,8 @@
 
 /* ---- the cache key: structure only, never pointers or data ----
  * Layout: node count, slot count, root count; 4 words per slot; then per
- * node its op, whether it is recomputed (--remat), operand counts,
- * attributes and operand references, and the shapes of its outputs; last,
- * the roots. */
+ * node its op, operand counts, attributes and operand references, and the
+ * shapes of its outputs; last, the roots. */
 
 static void key_put(struct key *k, int64_t x)
 {
@@ -37,7 +36,7 @@ static void key_node(struct key *k, const struct tnode *t)
     int64_t words[sizeof(union kattr) / sizeof(int64_t)];
     memcpy(words, &t->attr, sizeof words);
     key_put(k, t->op);
-    key_put(k, t->phase == PHASE_RECOMPUTE); /* CSE's barrier: a remat program is another */
+    key_put(k, t->phase == PHASE_RECOMPUTE); /* --remat's recompute: another program */
     key_put(k, t->nin);
     key_put(k, t->nout);
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)

@@ -154,13 +154,19 @@ struct plan {
     struct value *by_size; /* [nval] the values placed: biggest first, with offsets */
     long *off_of;          /* [nval] the offset of val[i] */
     size_t arena;          /* bytes */
-    size_t remat_arena;    /* an estimate of the arena with --remat, 0: none (plan.c) */
 };
 
 void plan_memory(const struct trace *tr, struct plan *pl);
 void plan_free(struct plan *pl);
 /* The value an operand reads, or -1 (none, or a slot bound in place). */
 long value_of(const struct plan *pl, struct ref r);
+
+/* ---- remat.c: what --remat would save ---- */
+
+/* The arena plan e would need with --remat, estimated from e's values
+ * (not planned again); 0 when e has no marked blocks or no backward pass,
+ * or recomputes already. */
+size_t remat_estimate(const struct plan *e);
 
 /* ---- lower.c ---- */
 
@@ -176,7 +182,7 @@ int debug_on(void); /* GPT_XLA_DEBUG */
 void explain_miss(const struct compiler *cc, const struct key *k, const char *why);
 /* A program that does not fit --hbm: one line naming its biggest buffers, exit 1. */
 _Noreturn void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena,
-                          size_t resident, size_t remat_arena);
+                          size_t resident);
 void explain_compile(const struct compiler *cc, const Program *p, uint64_t hash,
                      const char *why);
 void check_rates(struct compiler *cc);

@@ -114,7 +114,7 @@ static void value_name(char *buf, size_t n, const struct plan *e, const struct v
              t->cols[v->ref.out], sz);
 }
 
-/* What to try, for refuse_hbm: --remat when its estimated arena (plan.c's
+/* What to try, for refuse_hbm: --remat when its estimated arena (remat.c's
  * remat_estimate) fits, else a smaller --batch with --grad-accum, whose
  * micro-batches shrink the activations in proportion. */
 static void hbm_advice(char *buf, size_t n, size_t resident, size_t remat_arena)
@@ -134,10 +134,9 @@ static void hbm_advice(char *buf, size_t n, size_t resident, size_t remat_arena)
 /* The RESOURCE_EXHAUSTED error of a program that does not fit a core's
  * HBM (plan.c's check_hbm), naming the biggest buffers as XLA's does, and
  * what would fit (hbm_advice). */
-void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena, size_t resident,
-                size_t remat_arena)
+void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena, size_t resident)
 {
-    size_t hbm = xs_hbm();
+    size_t hbm = xs_hbm(), remat_arena = remat_estimate(e);
     char need[32], a[32], r[32], have[32], big[3][96] = {"", "", ""}, advice[160];
     hbm_advice(advice, sizeof advice, resident, remat_arena);
     fmt_bytes(need, sizeof need, (double)(arena + resident));
@@ -171,5 +170,5 @@ void record_compile(struct compiler *cc, const struct plan *pl)
         cc->kernels[pl->tr->nodes[pl->order[k]].op]++;
     cc->last.kernels = pl->nk;
     cc->last.arena = pl->arena;
-    cc->last.remat_arena = pl->remat_arena;
+    cc->last.remat_arena = remat_estimate(pl);
 }

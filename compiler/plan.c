@@ -4,8 +4,7 @@
  * that reads it; values alive at the same time get disjoint offsets of one
  * arena. plan_memory, in order: the surviving nodes in run order,
  * collect_values (each value and when it lives), place_values (its
- * offset), remat_estimate (what --remat would need), check_hbm (the arena
- * and the resident buffers fit a core). */
+ * offset), check_hbm (the arena and the resident buffers fit a core). */
 #include "compiler/compiler.h"
 #include <stdlib.h>
 #include <string.h>
@@ -117,63 +116,6 @@ static size_t place_values(struct value *v, int n)
     return high;
 }
 
-/* The values each block's forward keeps for the backward pass, by
- * region (kept[1..nreg]): made by a forward node in the region, alive
- * when the backward pass starts (instruction kb), and not read by a
- * forward node outside the region (the block's output, which the next
- * block reads, stays alive with --remat too). */
-static void kept_by_region(const struct plan *e, int kb, long *kept)
-{
-    const struct trace *tr = e->tr;
-    char *exported = xcalloc((size_t)e->nval, 1);
-    for (int k = 0; k < e->nk; k++) {
-        const struct tnode *t = &tr->nodes[e->order[k]];
-        for (int i = 0; i < KMAX_IN && t->phase == PHASE_FORWARD; i++) {
-            long vi = value_of(e, t->in[i]);
-            if (vi >= 0 && is_out(t->in[i]) && tr->nodes[t->in[i].at].region != t->region)
-                exported[vi] = 1;
-        }
-    }
-    for (int i = 0; i < e->nval; i++) {
-        const struct value *v = &e->val[i];
-        const struct tnode *p = is_out(v->ref) ? &tr->nodes[v->ref.at] : NULL;
-        if (p && p->phase == PHASE_FORWARD && p->region && !exported[i] && v->first < kb &&
-            v->last >= kb)
-            kept[p->region] += v->bytes;
-    }
-    free(exported);
-}
-
-/* The arena --remat would need, estimated from this plan rather than
- * planned again (the trace has no recompute to plan): the values the
- * blocks keep for the backward pass die in the forward instead, and the
- * backward holds one block's recompute at a time, the biggest block's.
- * 0 when there is nothing to estimate: no blocks marked, no backward
- * pass, or the program recomputes already. */
-static size_t remat_estimate(const struct plan *e)
-{
-    const struct trace *tr = e->tr;
-    int kb = -1, nreg = 0;
-    for (int k = e->nk - 1; k >= 0; k--) {
-        const struct tnode *t = &tr->nodes[e->order[k]];
-        if (t->phase == PHASE_RECOMPUTE)
-            return 0;
-        if (t->phase == PHASE_BACKWARD)
-            kb = k;
-        nreg = t->region > nreg ? t->region : nreg;
-    }
-    if (kb < 0 || !nreg)
-        return 0;
-    long *kept = xcalloc((size_t)nreg + 1, sizeof *kept), all = 0, most = 0;
-    kept_by_region(e, kb, kept);
-    for (int r = 1; r <= nreg; r++) {
-        all += kept[r];
-        most = kept[r] > most ? kept[r] : most;
-    }
-    free(kept);
-    return e->arena - (size_t)all + (size_t)most;
-}
-
 /* XLA refuses at compile time a program whose buffers do not fit a core's
  * HBM; so do we (explain.c's refuse_hbm says what did not fit). Resident
  * buffers (weights, optimizer state) count too. */
@@ -184,7 +126,7 @@ static void check_hbm(const struct plan *e, const struct value *by_size, size_t 
         if (e->tr->slot[s]->kind != TK_INPUT)
             resident += (size_t)e->tr->slot[s]->numel * 4;
     if (hbm && arena + resident > hbm)
-        refuse_hbm(e, by_size, arena, resident, e->remat_arena);
+        refuse_hbm(e, by_size, arena, resident);
 }
 
 /* The plan for the trace's surviving nodes: each value's offset in one
@@ -206,7 +148,6 @@ void plan_memory(const struct trace *tr, struct plan *pl)
     pl->off_of = xcalloc((size_t)pl->nval, sizeof *pl->off_of);
     for (int i = 0; i < pl->nval; i++)
         pl->off_of[pl->by_size[i].id] = pl->by_size[i].off;
-    pl->remat_arena = remat_estimate(pl);
     check_hbm(pl, pl->by_size, pl->arena);
 }
 

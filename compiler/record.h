@@ -63,6 +63,8 @@ Node *new_node(Graph *g, int op, Tensor *const *in);
 Tensor *add_out(Graph *g, Node *n, int dtype, int rows, int cols, int diff);
 /* Runs n at once on the eager device; records only on the lazy one. */
 void run_node(Graph *g, Node *n);
+/* The gradient slot of t: autodiff's (graph.c) and --remat's (remat.c). */
+Tensor **grad_slot(Graph *g, const Tensor *t);
 void shape_fail(const char *op, const Tensor *a, const Tensor *b);
 /* a + b, unrounded. */
 Tensor *build_add(Graph *g, Tensor *a, Tensor *b);
@@ -81,5 +83,15 @@ int is_rounded(const Graph *g, const Tensor *x);
 
 /* The backward of g_attention_drop node att. */
 Tensor *build_attention_drop_bwd(Graph *g, const Node *att, Tensor *dy);
+
+/* ---- remat.c: --remat's recompute, below graph.c ---- */
+
+/* The remat region ending at node i that g_backward is to recompute, or
+ * NULL; *r, the region to look at (n_regions - 1 at first), walks down
+ * as i does. */
+const struct remat_region *remat_region_ending(const Graph *g, int i, int *r);
+/* Records region r's forward again and runs rule (autodiff's, for one
+ * node) on the recompute, last node first; returns r->begin. */
+int remat_backward(Graph *g, const struct remat_region *r, void (*rule)(Graph *, int));
 
 #endif
