@@ -822,6 +822,21 @@ static void open_run_log(struct trainer *tr)
         die(1, "%s", err);
 }
 
+/* --metrics: the memory plan's peak, the biggest program's arena per
+ * core (the training step's), and what --remat does or would do to it. */
+static void report_plan_peak(const struct trainer *tr)
+{
+    struct compile_stats st;
+    if (!tr->s.metrics || !g_compile_stats(tr->g, &st))
+        return;
+    printf("gpt: memory plan: peak arena %.2f MiB per core, --remat %s", st.peak_arena / 1048576.0,
+           tr->s.remat ? "on\n" : "off");
+    if (!tr->s.remat && st.peak_remat_arena)
+        printf(" (with it, an estimated %.2f MiB)\n", st.peak_remat_arena / 1048576.0);
+    else if (!tr->s.remat)
+        putchar('\n');
+}
+
 static void run_training(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
@@ -866,6 +881,7 @@ static void run_training(struct trainer *tr)
         printf("%.2f ms/step over %d steps; the steps waited %.4f ms/step for data\n",
                tr->t_steps * 1e3 / steps, steps, tr->t_data * 1e3 / steps);
     report_metrics(s);
+    report_plan_peak(tr);
     char err[1024];
     if (runlog_close(tr->log, err, sizeof err))
         die(1, "%s", err);

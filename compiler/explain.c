@@ -171,4 +171,8 @@ void record_compile(struct compiler *cc, const struct plan *pl)
     cc->last.kernels = pl->nk;
     cc->last.arena = pl->arena;
     cc->last.remat_arena = remat_estimate(pl);
+    if (pl->arena > cc->last.peak_arena) {
+        cc->last.peak_arena = pl->arena;
+        cc->last.peak_remat_arena = cc->last.remat_arena;
+    }
 }

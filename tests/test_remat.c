@@ -215,11 +215,34 @@ static void check_hbm(void)
           "--hbm 3M: want a refusal that says --remat does not fit either (rc %d): %s", rc, out);
 }
 
+/* The arena --metrics reports for a run, in MiB (-1: no such line). */
+static double reported_peak(const char *flags)
+{
+    char cmd[1024], out[65536];
+    snprintf(cmd, sizeof cmd, RUN "--layers 4 --embed 64 --context 128 --seq 128 --batch 2 "
+             "--steps 1 --eval-batch 2 --metrics %s", flags);
+    const char *at = t_run(cmd, out, sizeof out) ? NULL : strstr(out, "memory plan: peak arena ");
+    double mib = -1;
+    if (at)
+        sscanf(at, "memory plan: peak arena %lf", &mib);
+    return mib;
+}
+
+/* --metrics shows the plan's peak: lower with --remat. */
+static void check_metrics(void)
+{
+    double plain = reported_peak("--out tests/tmp/rm-m1"),
+           remat = reported_peak("--out tests/tmp/rm-m2 --remat");
+    CHECK(plain > 0 && remat > 0 && remat < plain, "--metrics' peak arena: %.2f MiB plain, "
+          "%.2f MiB with --remat (-1: no line)", plain, remat);
+}
+
 void test_remat(void)
 {
     check_bits();
     check_plan();
     check_cache();
     check_cli();
+    check_metrics();
     check_hbm();
 }
