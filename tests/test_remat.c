@@ -163,7 +163,8 @@ static void check_cache(void)
 #define CK(dir, step) "tests/tmp/" dir "/ckpt-0000000" #step ".safetensors"
 
 /* The command line: the same checkpoints with and without --remat, on
- * one core and on a v3-8 with dropout and gradient accumulation; a run
+ * one core, at the default model's flags, and on a v3-8 with dropout and
+ * gradient accumulation; a run
  * saved with --remat resumes without it, and one saved without resumes
  * with it; --remat in a --config file; the cpu device refuses it. */
 static void check_cli(void)
@@ -175,6 +176,11 @@ static void check_cli(void)
                    RUN "--batch 4 --steps 4 --out tests/tmp/rm-b --remat", out, sizeof out);
     CHECK(rc == 0 && t_same_tensors(CK("rm-a", 4), CK("rm-b", 4)),
           "one core: --remat changed the checkpoint (rc %d): %s", rc, out);
+    rc = t_run("./gpt train --data tests/tmp/remat.txt --steps 2 --eval-batch 8 --live off "
+               "--out tests/tmp/rm-def1 && ./gpt train --data tests/tmp/remat.txt --steps 2 "
+               "--eval-batch 8 --live off --out tests/tmp/rm-def2 --remat", out, sizeof out);
+    CHECK(rc == 0 && t_same_tensors(CK("rm-def1", 2), CK("rm-def2", 2)),
+          "the default model: --remat changed the checkpoint (rc %d): %s", rc, out);
     rc = t_run(RUN "--batch 8 --steps 3 --tpu v3-8 --dropout 0.2 --grad-accum 2 "
                "--out tests/tmp/rm-c && "
                RUN "--batch 8 --steps 3 --tpu v3-8 --dropout 0.2 --grad-accum 2 "
