@@ -170,6 +170,7 @@ static void check_cache(void)
 static void check_cli(void)
 {
     char out[65536];
+    t_run("mkdir -p tests/tmp", out, sizeof out); /* a fresh tree has none */
     t_write_words("tests/tmp/remat.txt", 60000);
     int rc = t_run("rm -rf tests/tmp/rm-* && "
                    RUN "--batch 4 --steps 4 --out tests/tmp/rm-a && "
