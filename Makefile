@@ -20,7 +20,7 @@ KONCE   := kernels/entry.c kernels/isa.c kernels/tensor_ref.c kernels/fused_ref.
            kernels/tensor_decode.c kernels/tensor_bf16.c kernels/base.c kernels/bf16_model.c
 SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
            gpt.c model/accum.c cmd/sample.c model/replicas.c cmd/ckpt.c cmd/evaluate.c \
-           graph.c compiler/graph_side.c compiler/record.c compiler/precision.c compiler/compile.c \
+           graph.c compiler/graph_side.c compiler/remat.c compiler/record.c compiler/precision.c compiler/compile.c \
            compiler/trace.c compiler/cache.c compiler/fuse.c compiler/plan.c compiler/lower.c \
            compiler/dump.c compiler/explain.c \
            xla_sim.c device/exec.c device/exec_side.c device/allreduce.c device/metrics.c device/board.c device/ops.c \
@@ -40,7 +40,7 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
            tests/test_loader.c tests/test_watch.c tests/test_homework.c tests/test_fmath.c \
            tests/test_golden.c tests/test_numbers.c tests/test_optim.c \
            tests/test_house.c tests/test_lock.c tests/test_config.c \
-           tests/test_progress.c
+           tests/test_progress.c tests/test_remat.c
 TESTHDR := tests/test.h tests/adam_reference.h tests/gelu_reference.h
 
 # The kernels: tensor.c is written once over the vector layer (vec.h) and

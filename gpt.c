@@ -342,7 +342,9 @@ static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const B
     for (int l = 0; l < m->cfg.layers; l++) {
         a.layer = l;
         a.last = l == m->cfg.layers - 1 ? last : NULL;
+        g_remat_begin(g); /* a block: what --remat recomputes in the backward pass */
         x = stack_step(g, &m->cfg, &L->block[l], x, &a); /* [n,C] ([k,C] last) */
+        g_remat_end(g);
     }
     return unembed(g, L, x);
 }

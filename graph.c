@@ -37,9 +37,9 @@
  * the arenas are still growing in the first step.
  *
  * The layer's other rooms, below this file: compiler/record.c (tensors,
- * new_node, add_out, run_node; the arenas; as_stored, the bf16 roundings)
- * and compiler/graph_side.c (second-read builders: data parallelism,
- * dropout, inference-only attention). */
+ * new_node, add_out, run_node; the arenas; as_stored, the bf16 roundings),
+ * compiler/graph_side.c (second-read builders: data parallelism,
+ * dropout, inference-only attention) and compiler/remat.c (--remat). */
 #include "compiler/record.h"
 #include "util/util.h"
 #include <assert.h>
@@ -73,6 +73,7 @@ void g_free(Graph *g)
     arena_free(&g->data);
     free(g->nodes);
     free(g->grads);
+    free(g->regions);
     free(g);
 }
 
@@ -80,6 +81,9 @@ void g_reset(Graph *g)
 {
     g->n_nodes = 0;
     g->n_tensors = 0;
+    g->n_regions = 0;
+    g->region = 0;
+    g->phase = PHASE_FORWARD;
     if (g->grads)
         memset(g->grads, 0, sizeof *g->grads * g->cap_grads);
     arena_rewind(&g->meta);
@@ -329,24 +333,6 @@ void g_set_lazy(Graph *g, int lazy) { g->lazy = lazy; }
 
 /* ---- reverse-mode autodiff ---- */
 
-static Tensor **grad_slot(Graph *g, const Tensor *t)
-{
-    if (t->id >= g->cap_grads) {
-        int cap = g->cap_grads ? g->cap_grads : 1024;
-        while (cap <= t->id)
-            cap *= 2;
-        Tensor **ng = realloc(g->grads, sizeof *ng * cap);
-        if (!ng) {
-            fprintf(stderr, "gpt: out of memory (gradients)\n");
-            exit(1);
-        }
-        memset(ng + g->cap_grads, 0, sizeof *ng * (cap - g->cap_grads));
-        g->grads = ng;
-        g->cap_grads = cap;
-    }
-    return &g->grads[t->id];
-}
-
 /* A tensor used by several nodes gets the sum of their gradients. */
 static void accumulate(Graph *g, Tensor *t, Tensor *d)
 {
@@ -411,6 +397,14 @@ static void backward_node(Graph *g, Node n, Tensor *dy)
     }
 }
 
+/* Node i's rule, with the gradient its first output has gathered. */
+static void backward_one(Graph *g, int i)
+{
+    Tensor *out = g->nodes[i].out[KOUT_FIRST], *d;
+    if (g->nodes[i].nout && out->requires_grad && (d = *grad_slot(g, out)))
+        backward_node(g, g->nodes[i], d);
+}
+
 void g_backward(Graph *g, Tensor *y, Tensor *dy)
 {
     if (!dy) {
@@ -418,13 +412,13 @@ void g_backward(Graph *g, Tensor *y, Tensor *dy)
         dy = g_fill(g, 1.0f, 1, 1);
     }
     *grad_slot(g, y) = dy;
-    for (int i = y->node; i >= 0; i--) {
-        Tensor *out = g->nodes[i].out[KOUT_FIRST];
-        if (!g->nodes[i].nout || !out->requires_grad)
-            continue;
-        Tensor *d = *grad_slot(g, out);
-        if (d)
-            backward_node(g, g->nodes[i], d);
+    g->phase = PHASE_BACKWARD; /* until g_reset */
+    for (int i = y->node, r = g->n_regions - 1; i >= 0; i--) {
+        const struct remat_region *reg = remat_region_ending(g, i, &r); /* compiler/remat.c */
+        if (reg)
+            i = remat_backward(g, reg, backward_one); /* the region's nodes are done */
+        else
+            backward_one(g, i);
     }
 }
 

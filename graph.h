@@ -40,6 +40,15 @@ Tensor *g_fill(Graph *g, float value, int rows, int cols);
 /* Records the backward pass of y. dy is the upstream gradient (same shape
  * as y), or NULL when y is a scalar loss (seed 1). */
 void g_backward(Graph *g, Tensor *y, Tensor *dy);
+/* Rematerialization (--remat): the nodes recorded between g_remat_begin
+ * and g_remat_end are a region (the model marks each block). With
+ * g_set_remat on, g_backward does not read the region's values: on
+ * reaching the region it records the region's forward again, from the
+ * region's inputs, and derives the gradients from that recompute, so the
+ * forward's values die after their forward use. Regions do not nest. */
+void g_remat_begin(Graph *g);
+void g_remat_end(Graph *g);
+void g_set_remat(Graph *g, int on);
 /* The gradient recorded for t by g_backward, or NULL. */
 Tensor *g_grad(Graph *g, Tensor *t);
 /* Adam step on p with gradient grad; p, m, v are updated in place; t is an

@@ -356,6 +356,10 @@ void check_train_flags(const struct settings *s)
     need(s->shuffle_buffer >= 1 && s->shuffle_buffer <= 1 << 24, "--shuffle-buffer must be "
          "1..16777216 windows, got %d", s->shuffle_buffer);
     need(s->profile_steps >= 1, "--profile-steps must be >= 1, got %d", s->profile_steps);
+    /* the eager device keeps every value of a step until the step ends:
+     * recomputing a block would cost time and save no memory */
+    need(!s->remat || strcmp(s->device, "cpu"), "--remat needs --device xla (the eager cpu "
+         "device keeps every value until the step ends, so recomputing saves nothing)");
 }
 
 int precision_of(const char *name)
@@ -417,6 +421,7 @@ Graph *new_graph(const struct settings *s)
     Graph *g = g_new();
     g_set_lazy(g, !strcmp(s->device, "xla"));
     g_set_precision(g, precision_of(s->precision));
+    g_set_remat(g, s->remat);
     return g;
 }
 

@@ -804,6 +804,21 @@ static void open_run_log(struct trainer *tr)
         die(1, "%s", err);
 }
 
+/* --metrics: the memory plan's peak, the biggest program's arena per
+ * core (the training step's), and what --remat does or would do to it. */
+static void report_plan_peak(const struct trainer *tr)
+{
+    struct compile_stats st;
+    if (!tr->s.metrics || !g_compile_stats(tr->g, &st))
+        return;
+    printf("gpt: memory plan: peak arena %.2f MiB per core, --remat %s", st.peak_arena / 1048576.0,
+           tr->s.remat ? "on\n" : "off");
+    if (!tr->s.remat && st.peak_remat_arena)
+        printf(" (with it, an estimated %.2f MiB)\n", st.peak_remat_arena / 1048576.0);
+    else if (!tr->s.remat)
+        putchar('\n');
+}
+
 static void run_training(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
@@ -851,6 +866,7 @@ static void run_training(struct trainer *tr)
         printf("%.2f ms/step over %d steps; the steps waited %.4f ms/step for data\n",
                tr->t_steps * 1e3 / steps, steps, tr->t_data * 1e3 / steps);
     report_metrics(s);
+    report_plan_peak(tr);
     char err[1024];
     if (runlog_close(tr->log, err, sizeof err))
         die(1, "%s", err);
@@ -968,6 +984,8 @@ int cmd_train(int argc, char **argv)
         {"cores", O_INT, &s->cores, "simulated cores, data parallel (power of two; 0 = --tpu's or 1)"},
         {"hbm", O_STR, &s->hbm, "HBM per core, e.g. 16G or 8M (default: --tpu's, or 16G)"},
         {"precision", O_STR, &s->precision, "fp32, bf16 (matrix-unit inputs) or bf16-pure (XLA_USE_BF16)"},
+        {"remat", O_FLAG, &s->remat, "recompute each block's activations in the backward pass "
+         "instead of keeping them (less HBM, more compute; the same bits)"},
     };
     parse_opts("train", "Trains the model and writes a checkpoint.", argc, argv, o,
                (int)(sizeof o / sizeof *o), NULL);

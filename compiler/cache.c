@@ -36,6 +36,7 @@ static void key_node(struct key *k, const struct tnode *t)
     int64_t words[sizeof(union kattr) / sizeof(int64_t)];
     memcpy(words, &t->attr, sizeof words);
     key_put(k, t->op);
+    key_put(k, t->phase == PHASE_RECOMPUTE); /* --remat's recompute: another program */
     key_put(k, t->nin);
     key_put(k, t->nout);
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)

@@ -50,6 +50,7 @@ static inline long out_index(struct ref r) { return (long)r.at * KMAX_OUT + r.ou
 
 struct tnode {
     int op, nin, nout, dead;
+    int region, phase; /* the Node's: its remat region and enum phase */
     union kattr attr;
     struct ref in[KMAX_IN];
     int rows[KMAX_OUT], cols[KMAX_OUT];
@@ -174,6 +175,13 @@ void plan_memory(const struct trace *tr, struct plan *pl);
 void plan_free(struct plan *pl);
 /* The value an operand reads, or -1 (none, or a slot bound in place). */
 long value_of(const struct plan *pl, struct ref r);
+
+/* ---- remat.c: what --remat would save ---- */
+
+/* The arena plan e would need with --remat, estimated from e's values
+ * (not planned again); 0 when e has no marked blocks or no backward pass,
+ * or recomputes already. */
+size_t remat_estimate(const struct plan *e);
 
 /* ---- lower.c ---- */
 

@@ -114,12 +114,31 @@ static void value_name(char *buf, size_t n, const struct plan *e, const struct v
              t->cols[v->ref.out], sz);
 }
 
+/* What to try, for refuse_hbm: --remat when its estimated arena (remat.c's
+ * remat_estimate) fits, else a smaller --batch with --grad-accum, whose
+ * micro-batches shrink the activations in proportion. */
+static void hbm_advice(char *buf, size_t n, size_t resident, size_t remat_arena)
+{
+    char est[32];
+    fmt_bytes(est, sizeof est, (double)(remat_arena + resident));
+    if (!remat_arena)
+        snprintf(buf, n, "a smaller --batch (with --grad-accum to keep the step's size) or "
+                 "--eval-batch would need less");
+    else if (remat_arena + resident <= xs_hbm())
+        snprintf(buf, n, "with --remat it would fit (an estimated %s per core)", est);
+    else
+        snprintf(buf, n, "with --remat it would still not fit (an estimated %s per core); "
+                 "a smaller --batch with --grad-accum would need less", est);
+}
+
 /* The RESOURCE_EXHAUSTED error of a program that does not fit a core's
- * HBM (plan.c's check_hbm), naming the biggest buffers as XLA's does. */
+ * HBM (plan.c's check_hbm), naming the biggest buffers as XLA's does, and
+ * what would fit (hbm_advice). */
 void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena, size_t resident)
 {
-    size_t hbm = xs_hbm();
-    char need[32], a[32], r[32], have[32], big[3][96] = {"", "", ""};
+    size_t hbm = xs_hbm(), remat_arena = remat_estimate(e);
+    char need[32], a[32], r[32], have[32], big[3][96] = {"", "", ""}, advice[160];
+    hbm_advice(advice, sizeof advice, resident, remat_arena);
     fmt_bytes(need, sizeof need, (double)(arena + resident));
     fmt_bytes(a, sizeof a, (double)arena);
     fmt_bytes(r, sizeof r, (double)resident);
@@ -128,8 +147,8 @@ void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena,
         value_name(big[i], sizeof big[i], e, &by_size[i]);
     fprintf(stderr, "gpt: RESOURCE_EXHAUSTED: compiling a program of %d kernels: it needs "
             "%s of HBM per core (%s arena + %s weights and state), %s has %s per core "
-            "(--hbm); largest buffers: %s; %s; %s\n", e->nk, need, a, r,
-            xs_device_name(), have, big[0], big[1], big[2]);
+            "(--hbm); largest buffers: %s; %s; %s; %s\n", e->nk, need, a, r,
+            xs_device_name(), have, big[0], big[1], big[2], advice);
     exit(1);
 }
 
@@ -151,6 +170,11 @@ void record_compile(struct compiler *cc, const struct plan *pl)
         cc->kernels[pl->tr->nodes[pl->order[k]].op]++;
     cc->last.kernels = pl->nk;
     cc->last.arena = pl->arena;
+    cc->last.remat_arena = remat_estimate(pl);
+    if (pl->arena > cc->last.peak_arena) {
+        cc->last.peak_arena = pl->arena;
+        cc->last.peak_remat_arena = cc->last.remat_arena;
+    }
 }
 
 /* A compile's progress: the hook the program sets (compiler.h), told

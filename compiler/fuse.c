@@ -7,9 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A recomputed node (--remat) is never the same as a node recorded
+ * otherwise, however equal: merging the recompute back into the forward
+ * would undo rematerialization (the barrier XLA needed for PyTorch/XLA's
+ * gradient checkpointing). */
+static int recomputed(const struct tnode *t) { return t->phase == PHASE_RECOMPUTE; }
+
 static int same_node(const struct tnode *a, const struct tnode *b)
 {
     return a->op == b->op && a->nin == b->nin && a->nout == b->nout &&
+           recomputed(a) == recomputed(b) &&
            !memcmp(&a->attr, &b->attr, sizeof a->attr) && !memcmp(a->in, b->in, sizeof a->in);
 }
 

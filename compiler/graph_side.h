@@ -51,6 +51,9 @@ void g_set_precision(Graph *g, int precision);
 struct compile_stats {
     int nodes, kernels;       /* traced nodes in, kernels out */
     size_t arena, buffers;    /* planned arena bytes vs the sum of buffers */
+    size_t remat_arena;       /* the arena --remat would need, estimated; 0: none */
+    size_t peak_arena;        /* the biggest arena of any program compiled so far */
+    size_t peak_remat_arena;  /* that program's remat_arena */
     double ms;
 };
 struct plan_buf {

@@ -35,7 +35,15 @@ typedef struct Node {
     Tensor *in[KMAX_IN];
     Tensor *out[KMAX_OUT];
     int done; /* lazy mode: already executed by an earlier cut */
+    int region; /* the remat region (a block) it was recorded in, 1..; 0: none */
+    int phase;  /* enum phase: when it was recorded */
 } Node;
+
+/* When a node was recorded: the forward pass, the backward pass, or, in
+ * the backward pass, a region's forward recorded again (--remat). A
+ * recomputed node is a barrier to CSE: merged with its forward original
+ * it would keep the forward's activations alive after all. */
+enum phase { PHASE_FORWARD, PHASE_BACKWARD, PHASE_RECOMPUTE };
 
 typedef struct Graph Graph;
 

@@ -99,17 +99,14 @@ Node *new_node(Graph *g, int op, Tensor *const *in)
     int nin = kop_info(op)->nin;
     if (g->n_nodes == g->cap_nodes) {
         g->cap_nodes = g->cap_nodes ? 2 * g->cap_nodes : 256;
-        Node *nn = realloc(g->nodes, sizeof *nn * g->cap_nodes);
-        if (!nn) {
-            fprintf(stderr, "gpt: out of memory (graph nodes)\n");
-            exit(1);
-        }
-        g->nodes = nn;
+        g->nodes = xrealloc(g->nodes, sizeof *g->nodes * (size_t)g->cap_nodes);
     }
     Node *n = &g->nodes[g->n_nodes++];
     memset(n, 0, sizeof *n);
     n->op = op;
     n->nin = nin;
+    n->region = g->region;
+    n->phase = g->phase;
     for (int i = 0; i < nin; i++)
         n->in[i] = in[i];
     return n;
@@ -128,6 +125,18 @@ Tensor *add_out(Graph *g, Node *n, int dtype, int rows, int cols, int diff)
             t->requires_grad = 1;
     n->out[n->nout++] = t;
     return t;
+}
+
+/* Autodiff's table: the gradient of tensor t, by id (NULL: none yet). */
+Tensor **grad_slot(Graph *g, const Tensor *t)
+{
+    if (t->id >= g->cap_grads) {
+        int cap = 2 * t->id + 1024; /* room to grow */
+        g->grads = xrealloc(g->grads, sizeof *g->grads * (size_t)cap);
+        memset(g->grads + g->cap_grads, 0, sizeof *g->grads * (size_t)(cap - g->cap_grads));
+        g->cap_grads = cap;
+    }
+    return &g->grads[t->id];
 }
 
 void shape_fail(const char *op, const Tensor *a, const Tensor *b)

@@ -20,6 +20,12 @@ struct arena {
     struct chunk *head, *cur;
 };
 
+/* Nodes [begin, end) of the record: one block's forward, which --remat
+ * records again in the backward pass instead of keeping its values. */
+struct remat_region {
+    int begin, end; /* end -1: still open */
+};
+
 struct Graph {
     /* the record */
     Node *nodes; /* [cap_nodes] */
@@ -31,6 +37,13 @@ struct Graph {
     /* how ops are recorded */
     int seg;  /* rows per example for backward reductions, 0: off */
     int prec; /* enum precision */
+    int phase;  /* enum phase of the nodes recorded now */
+    int region; /* the open remat region's number (1..), 0: none */
+    /* rematerialization: the regions marked, and whether g_backward
+     * recomputes them (g_set_remat) */
+    struct remat_region *regions; /* [n_regions] in recording order */
+    int n_regions, cap_regions;
+    int remat;
     /* the device */
     int lazy;  /* record only; cuts compile and run */
     int cores; /* simulated cores a cut runs on */
@@ -50,6 +63,8 @@ Node *new_node(Graph *g, int op, Tensor *const *in);
 Tensor *add_out(Graph *g, Node *n, int dtype, int rows, int cols, int diff);
 /* Runs n at once on the eager device; records only on the lazy one. */
 void run_node(Graph *g, Node *n);
+/* The gradient slot of t: autodiff's (graph.c) and --remat's (remat.c). */
+Tensor **grad_slot(Graph *g, const Tensor *t);
 void shape_fail(const char *op, const Tensor *a, const Tensor *b);
 /* a + b, unrounded. */
 Tensor *build_add(Graph *g, Tensor *a, Tensor *b);
@@ -68,5 +83,15 @@ int is_rounded(const Graph *g, const Tensor *x);
 
 /* The backward of g_attention_drop node att. */
 Tensor *build_attention_drop_bwd(Graph *g, const Node *att, Tensor *dy);
+
+/* ---- remat.c: --remat's recompute, below graph.c ---- */
+
+/* The remat region ending at node i that g_backward is to recompute, or
+ * NULL; *r, the region to look at (n_regions - 1 at first), walks down
+ * as i does. */
+const struct remat_region *remat_region_ending(const Graph *g, int i, int *r);
+/* Records region r's forward again and runs rule (autodiff's, for one
+ * node) on the recompute, last node first; returns r->begin. */
+int remat_backward(Graph *g, const struct remat_region *r, void (*rule)(Graph *, int));
 
 #endif

@@ -55,6 +55,8 @@ static void trace_node(struct trace *tr, const Node *n, const int *local, int *s
     tn->nin = n->nin;
     tn->nout = n->nout;
     tn->attr = n->attr;
+    tn->region = n->region;
+    tn->phase = n->phase;
     for (int k = 0; k < KMAX_IN; k++)
         tn->in[k] = k < n->nin ? ref_of(tr, n->in[k], local, slot_by_id, nodes) : no_ref();
     for (int k = 0; k < n->nout; k++) {

@@ -246,6 +246,7 @@ static const struct {
     {"lock", test_lock},
     {"config", test_config},
     {"progress", test_progress},
+    {"remat", test_remat},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */

@@ -90,5 +90,6 @@ void test_numbers(void);
 void test_optim(void);
 void test_config(void);
 void test_progress(void);
+void test_remat(void);
 
 #endif
