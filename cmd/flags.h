@@ -31,6 +31,7 @@ struct settings {
     int auto_resume;  /* train: --resume when --out holds a checkpoint, else a fresh run */
     const char *live; /* train: the live line, auto (where a person watches), on or off */
     int grad_accum;   /* train: micro-batches of --batch windows an optimizer step */
+    int shard_optimizer; /* train: Adam's moments split over the pod's cores (ZeRO-1) */
 };
 
 /* Windows an optimizer step takes, all hosts together: --batch x --grad-accum. */

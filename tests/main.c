@@ -245,6 +245,7 @@ static const struct {
     {"house", test_house},
     {"lock", test_lock},
     {"config", test_config},
+    {"shard", test_shard},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */

@@ -89,5 +89,6 @@ void test_golden(void);
 void test_numbers(void);
 void test_optim(void);
 void test_config(void);
+void test_shard(void);
 
 #endif
