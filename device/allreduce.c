@@ -1,7 +1,10 @@
 /* device/allreduce.c: the all-reduce of the simulated cores and of a
  * pod's processes: each board's cores summed in a fixed tree, the boards'
  * sums across processes, then the mean on every core. xla_sim.c hands it
- * a stretch of consecutive all-reduces with their operands resolved. */
+ * a stretch of consecutive all-reduces with their operands resolved. With
+ * --shard-optimizer the same sums become a reduce-scatter (each core gets
+ * the mean of its own shard alone) and, after Adam, an all-gather of the
+ * updated weights; how the shards are split is below. */
 #include "device/allreduce.h"
 #include "device/metrics.h"
 #include "pod/comm.h"

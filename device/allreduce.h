@@ -1,7 +1,8 @@
 /* device/allreduce.h: the all-reduce: a board's cores summed in a fixed
  * tree, the sum across the processes of a pod (pod/comm.c) and the mean.
  * xla_sim.c's run_all_reduces resolves each one's operands and calls
- * all_reduce_stretch. */
+ * all_reduce_stretch (or, for --shard-optimizer's all-gathers,
+ * all_gather_stretch). */
 #ifndef DEVICE_ALLREDUCE_H
 #define DEVICE_ALLREDUCE_H
 #include "device/ops.h"

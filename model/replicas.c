@@ -1,7 +1,8 @@
 /* replicas.c: data parallelism. On n simulated cores each core holds a
  * replica of the weights and Adam state (Model.rep) and runs the step on
- * its own B/n windows of the batch. The model (gpt.c) asks for its leaves
- * here and never sees the cores. */
+ * its own B/n windows of the batch; with --shard-optimizer each core of
+ * the pod keeps only its shard of the Adam state (ZeRO-1, below). The
+ * model (gpt.c) asks for its leaves here and never sees the cores. */
 #include "model/model.h"
 #include "device/allreduce.h"
 #include "pod/comm.h"
