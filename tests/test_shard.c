@@ -200,6 +200,9 @@ static void check_pods(void)
         printf("  pod of %d %s: the master sent %ld bytes in 10 steps unsharded, %ld sharded\n",
                pods[i].np, pods[i].flags, sent[0], sent[1]);
     }
+    rc = train(2, "--steps 10 --device cpu --shard-optimizer", "s-pod-eager", out, sizeof out);
+    CHECK(rc == 0 && t_same_file(CKPT("s-one", "10"), CKPT("s-pod-eager", "10")),
+          "a sharded pod of 2 on the eager device differs from one process (rc %d): %s", rc, out);
     rc = train(2, "--steps 10 --shard-optimizer", "s-pr", out, sizeof out);
     rc |= t_run("./gpt train " TINY " --steps 20 --cores 4 --shard-optimizer --resume --out "
                 "tests/tmp/s-pr", out, sizeof out);
