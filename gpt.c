@@ -173,15 +173,10 @@ float *model_param(Model *m, const char *name)
 }
 
 /* Data parallelism (model/replicas.c): n cores, each with a copy of core
- * 0's weights and Adam state. */
+ * 0's weights and Adam state (with --shard-optimizer, its shard of it). */
 void model_set_cores(Model *m, int n)
 {
-    free(m->rep);
-    m->ncores = n;
-    m->rep = n > 1 ? xcalloc((size_t)(n - 1) * REPLICA_BLOCKS * m->nw, sizeof(float)) : NULL;
-    for (int c = 1; c < n; c++)
-        for (int k = REPLICA_W; k <= REPLICA_V; k++)
-            memcpy(model_replica(m, c, k), model_replica(m, 0, k), m->nw * sizeof(float));
+    alloc_replicas(m, n);
     alloc_accum(m); /* a partial sum a core */
 }
 
@@ -408,6 +403,8 @@ static void adam_update(Model *m, Graph *g, Tensor **leaf, Tensor **grad, float 
     m->lr = lr;
     Tensor *t = g_leaf(g, TK_STATE, DT_I32, &m->t, 1, 1);
     Tensor *rate = g_leaf(g, TK_INPUT, DT_F32, &m->lr, 1, 1); /* data, so a schedule never recompiles */
+    if (adam_shards(m, g, leaf, grad, t, rate))
+        return; /* --shard-optimizer: each core its shard (model/replicas.c) */
     for (int i = 0; i < m->np; i++) {
         /* rows x cols, as the parameter */
         Tensor *mm = moment_leaf(m, g, REPLICA_M, &m->p[i]);
@@ -449,9 +446,10 @@ static float update(Model *m, Graph *g, Tensor **leaf, Tensor **sum, float lr)
 {
     Tensor *grad[MAX_PARAMS];
     for (int i = 0; i < m->np; i++)
-        grad[i] = g_all_reduce_micro(g, sum[i], micro_batches(m));
-    Tensor *loss = g_all_reduce_micro(g, sum[m->np], micro_batches(m));
+        grad[i] = reduce_sum(m, g, sum[i], i, micro_batches(m));
+    Tensor *loss = reduce_sum(m, g, sum[m->np], m->np, micro_batches(m));
     adam_update(m, g, leaf, grad, lr);
+    gather_shards(m, g, leaf, loss);
     g_mark_step(g, &loss, 1); /* one graph: forward, backward, update */
     float l = *(const float *)g_read(g, loss);
     g_set_cores(g, 1);

@@ -69,9 +69,10 @@ static void *resolve(const struct place *pl, unsigned char *arena, void *const *
     }
 }
 
-static struct kinstr bind(const struct pinstr *pi, unsigned char *arena, void *const *slots)
+static struct kinstr bind(const struct pinstr *pi, unsigned char *arena, void *const *slots,
+                          int core)
 {
-    struct kinstr k = {.op = pi->op, .attr = pi->attr};
+    struct kinstr k = {.op = pi->op, .core = core, .attr = pi->attr};
     for (int j = 0; j < KMAX_IN; j++)
         k.in[j] = resolve(&pi->in[j], arena, slots);
     for (int j = 0; j < KMAX_OUT; j++)
@@ -84,7 +85,7 @@ static void run_instrs(const Program *p, int i0, int i1, int core, unsigned char
                        void *const *slots)
 {
     for (int i = i0; i < i1; i++) {
-        struct kinstr k = bind(&p->ins[i], arena, slots);
+        struct kinstr k = bind(&p->ins[i], arena, slots, core);
         exec_on_core(&k, core);
     }
 }
@@ -113,26 +114,27 @@ static void transfer_all(const Program *p, int n, unsigned char **arena,
     xs_metric_add(to_device ? M_TO_DEVICE : M_FROM_DEVICE, now_seconds() - t0);
 }
 
-/* The consecutive all-reduces from i0, all at once, as one collective
- * (device/allreduce.c): each one's operands on every core. Returns the
- * index after the stretch. */
+/* The consecutive all-reduces from i0 alike (or all-gathers: is_collective),
+ * all at once, as one collective (device/allreduce.c): each one's operands
+ * on every core. Returns the index after the stretch. */
 static int run_all_reduces(const Program *p, int i0, int n, unsigned char **arena,
                            void *const *const *slots)
 {
-    int i1 = i0;
-    while (i1 < p->n && p->ins[i1].op == KOP_ALL_REDUCE)
+    int i1 = i0, gather = p->ins[i0].op == KOP_ALL_GATHER;
+    while (i1 < p->n &&
+           same_collective(&p->ins[i1].attr, p->ins[i1].op, &p->ins[i0].attr, p->ins[i0].op))
         i1++;
     struct board_reduce *r = xcalloc((size_t)(i1 - i0), sizeof *r);
     for (int i = i0; i < i1; i++) {
         const struct pinstr *pi = &p->ins[i];
-        r[i - i0].len = pi->attr.all_reduce.n;
-        r[i - i0].scale = all_reduce_scale(&pi->attr.all_reduce);
+        const struct place *y = gather ? &pi->in[ALL_GATHER_IN_X] : &pi->out[ALL_REDUCE_OUT_Y];
+        r[i - i0] = board_reduce_of(pi->op, &pi->attr.all_reduce);
         for (int c = 0; c < n; c++) {
             r[i - i0].in[c] = resolve(&pi->in[ALL_REDUCE_IN_X], arena[c], slots[c]);
-            r[i - i0].out[c] = resolve(&pi->out[ALL_REDUCE_OUT_Y], arena[c], slots[c]);
+            r[i - i0].out[c] = resolve(y, arena[c], slots[c]);
         }
     }
-    all_reduce_stretch(r, i1 - i0, n);
+    (gather ? all_gather_stretch : all_reduce_stretch)(r, i1 - i0, n);
     free(r);
     return i1;
 }
@@ -168,7 +170,7 @@ void xs_run_replicated(const Program *p, int n, void *const *const *slots)
     double t0 = now_seconds();
     for (int i = 0; i < p->n;) {
         int j = i;
-        while (j < p->n && p->ins[j].op != KOP_ALL_REDUCE)
+        while (j < p->n && !is_collective(p->ins[j].op))
             j++;
         if (j > i)
             run_stretch(p, i, j, n, arena, slots);

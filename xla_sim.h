@@ -65,7 +65,8 @@ void program_free(Program *p);
  * slot i; inputs and outputs are transferred and timed in the metrics. The
  * cores run concurrently (OpenMP across them, each core's kernels on one
  * thread; one core alone gives its kernels every thread) and meet only at
- * KOP_ALL_REDUCE instructions, which continue across processes. */
+ * KOP_ALL_REDUCE and KOP_ALL_GATHER instructions, which continue across
+ * processes. */
 void xs_run_replicated(const Program *p, int n, void *const *const *slots);
 
 #endif

@@ -42,13 +42,31 @@ static void put_params(StWriter *w, const Model *m, const float *base, const cha
     }
 }
 
-void ckpt_put(StWriter *w, const Model *m)
+/* --shard-optimizer: a file holds the whole state, so that a run resumes
+ * with any number of cores and hosts, sharded or not; its bytes are an
+ * unsharded run's. */
+float *ckpt_gather_moments(const Model *m)
 {
+    if (m->shards <= 1)
+        return NULL;
+    float *mv = xcalloc(2 * m->nw, sizeof(float));
+    model_full_moments(m, mv, mv + m->nw);
+    return mv;
+}
+
+void ckpt_put_moments(StWriter *w, const Model *m, const float *moments)
+{
+    if (m->shards > 1 && !moments) {
+        fprintf(stderr, "gpt: internal error: a sharded model saved without its moments\n");
+        abort();
+    }
     put_params(w, m, m->w, "");
     put_buffers(w, &m->cfg);
-    put_params(w, m, m->m, "_gpt.adam_m.");
-    put_params(w, m, m->v, "_gpt.adam_v.");
+    put_params(w, m, moments ? moments : m->m, "_gpt.adam_m.");
+    put_params(w, m, moments ? moments + m->nw : m->v, "_gpt.adam_v.");
 }
+
+void ckpt_put(StWriter *w, const Model *m) { ckpt_put_moments(w, m, NULL); }
 
 int ckpt_save(const Model *m, const char *path, const char *const *mkey,
               const char *const *mval, int nmeta, char *err, size_t elen)

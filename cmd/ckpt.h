@@ -16,6 +16,12 @@ int ckpt_config(const StFile *f, Config *c, int heads);
 /* The model's tensors (weights, buffers, Adam state) into a writer, for a
  * caller that adds tensors of its own (train.c's data loader state). */
 void ckpt_put(StWriter *w, const Model *m);
+/* A sharded model's (--shard-optimizer) moments whole, m's then v's [2 nw],
+ * gathered from every core and host: a collective, every process calls it;
+ * NULL when the model holds them whole. ckpt_put_moments writes them in
+ * place of the model's own (moments NULL: the model's). */
+float *ckpt_gather_moments(const Model *m);
+void ckpt_put_moments(StWriter *w, const Model *m, const float *moments);
 int ckpt_load_weights(Model *m, const StFile *f, int with_state, char *err, size_t elen);
 
 #endif

@@ -32,6 +32,7 @@ struct settings {
     const char *live; /* train: the live line, auto (where a person watches), on or off */
     int grad_accum;   /* train: micro-batches of --batch windows an optimizer step */
     int remat;        /* train: recompute each block's activations in the backward pass */
+    int shard_optimizer; /* train: Adam's moments split over the pod's cores (ZeRO-1) */
 };
 
 /* Windows an optimizer step takes, all hosts together: --batch x --grad-accum. */

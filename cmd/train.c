@@ -255,8 +255,10 @@ static void save_checkpoint(struct trainer *tr, int steps_done)
     char path[4096], err[512];
     size_t stream_bytes = 0;
     unsigned char *streams = !tr->spec.text ? gather_streams(tr, &stream_bytes) : NULL;
+    float *moments = ckpt_gather_moments(&tr->model); /* NULL unless sharded */
     if (!is_master()) {
         free(streams);
+        free(moments);
         return;
     }
     run_meta(tr, &m);
@@ -272,13 +274,15 @@ static void save_checkpoint(struct trainer *tr, int steps_done)
         val[i] = m.val[i];
     ckpt_name(path, sizeof path, tr->s.out, steps_done);
     StWriter w = {{0}, {0}};
-    ckpt_put(&w, &tr->model);
+    ckpt_put_moments(&w, &tr->model, moments);
     if (streams) /* where every data stream is: a resume continues mid-part */
         st_add(&w, "_gpt.loader", ST_U8, 2,
                (int64_t[]){tr->s.streams, (int64_t)loader_state_size(&tr->spec)}, streams,
                stream_bytes);
     free(streams);
-    if (st_write(&w, path, m.key, val, m.n, err, sizeof err))
+    int failed = st_write(&w, path, m.key, val, m.n, err, sizeof err);
+    free(moments);
+    if (failed)
         die(1, "%s", err);
     prune_ckpts(tr->s.out, tr->s.keep, steps_done);
     clear_progress(tr);
@@ -917,6 +921,7 @@ static int start_run(struct trainer *tr)
     if (auto_resumed_done(tr, &rf, rpath))
         return 0;
     round_to_precision(&tr->model, s);
+    tr->model.shard_optimizer = s->shard_optimizer;
     model_set_cores(&tr->model, xs_cores());
     model_set_accum(&tr->model, s->grad_accum);
     start_loader(tr, s->resume ? &rf : NULL, rpath);
@@ -986,6 +991,8 @@ int cmd_train(int argc, char **argv)
         {"precision", O_STR, &s->precision, "fp32, bf16 (matrix-unit inputs) or bf16-pure (XLA_USE_BF16)"},
         {"remat", O_FLAG, &s->remat, "recompute each block's activations in the backward pass "
          "instead of keeping them (less HBM, more compute; the same bits)"},
+        {"shard-optimizer", O_FLAG, &s->shard_optimizer, "each core of the pod keeps only its "
+         "shard of Adam's state (ZeRO-1); the same bits"},
     };
     parse_opts("train", "Trains the model and writes a checkpoint.", argc, argv, o,
                (int)(sizeof o / sizeof *o), NULL);

@@ -136,18 +136,21 @@ static void hbm_advice(char *buf, size_t n, size_t resident, size_t remat_arena)
  * what would fit (hbm_advice). */
 void refuse_hbm(const struct plan *e, const struct value *by_size, size_t arena, size_t resident)
 {
-    size_t hbm = xs_hbm(), remat_arena = remat_estimate(e);
+    size_t hbm = xs_hbm(), remat_arena = remat_estimate(e), state = 0;
+    for (int s = 0; s < e->tr->nslots; s++) /* Adam's moments (the shard alone, sharded), step, sums */
+        if (e->tr->slot[s]->kind == TK_STATE)
+            state += (size_t)e->tr->slot[s]->numel * 4;
     char need[32], a[32], r[32], have[32], big[3][96] = {"", "", ""}, advice[160];
     hbm_advice(advice, sizeof advice, resident, remat_arena);
     fmt_bytes(need, sizeof need, (double)(arena + resident));
     fmt_bytes(a, sizeof a, (double)arena);
-    fmt_bytes(r, sizeof r, (double)resident);
+    fmt_bytes(r, sizeof r, (double)(resident - state));
     fmt_bytes(have, sizeof have, (double)hbm);
     for (int i = 0; i < 3 && i < e->nval; i++)
         value_name(big[i], sizeof big[i], e, &by_size[i]);
     fprintf(stderr, "gpt: RESOURCE_EXHAUSTED: compiling a program of %d kernels: it needs "
-            "%s of HBM per core (%s arena + %s weights and state), %s has %s per core "
-            "(--hbm); largest buffers: %s; %s; %s; %s\n", e->nk, need, a, r,
+            "%s of HBM per core (%s arena + %s weights + %zu bytes optimizer state), %s has "
+            "%s per core (--hbm); largest buffers: %s; %s; %s; %s\n", e->nk, need, a, r, state,
             xs_device_name(), have, big[0], big[1], big[2], advice);
     exit(1);
 }

@@ -46,6 +46,40 @@ Tensor *g_all_reduce_micro(Graph *g, Tensor *x, int micro)
     return as_stored(g, y);
 }
 
+Tensor *g_reduce_scatter(Graph *g, Tensor *x, int micro, long at, long total)
+{
+    Node *n = new_node(g, KOP_ALL_REDUCE, IN(x));
+    n->attr.all_reduce = (struct all_reduce_attr){.n = x->numel, .cores = g->cores,
+                                                  .micro = micro, .shard = 1, .at = at,
+                                                  .total = total};
+    Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 0);
+    run_node(g, n);
+    return as_stored(g, y);
+}
+
+void g_adam_shard(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v, Tensor *t,
+                  Tensor *lr, float b1, float b2, float eps, long at, long total)
+{
+    if (grad->numel != p->numel || m->numel != v->numel)
+        shape_fail("adam (sharded)", p, grad);
+    Node *n = new_node(g, KOP_ADAM_SHARD,
+                       IN([ADAM_SHARD_IN_P] = p, [ADAM_SHARD_IN_GRAD] = grad,
+                          [ADAM_SHARD_IN_M] = m, [ADAM_SHARD_IN_V] = v,
+                          [ADAM_SHARD_IN_STEP] = t, [ADAM_SHARD_IN_LR] = lr));
+    n->attr.adam = (struct adam_attr){.n = p->numel, .bf16_state = g->prec == PREC_BF16_PURE,
+                                      .beta1 = b1, .beta2 = b2, .eps = eps,
+                                      .shard_cores = g->cores, .at = at, .total = total};
+    run_node(g, n);
+}
+
+void g_all_gather(Graph *g, Tensor *x, long at, long total)
+{
+    Node *n = new_node(g, KOP_ALL_GATHER, IN(x));
+    n->attr.all_reduce = (struct all_reduce_attr){.n = x->numel, .cores = g->cores,
+                                                  .shard = 1, .at = at, .total = total};
+    run_node(g, n);
+}
+
 /* a + b for two partial sums of a batch reduction (gradient accumulation):
  * like the tree inside a kernel, kept in fp32 until the all-reduce. */
 Tensor *g_add_partial(Graph *g, Tensor *a, Tensor *b)

@@ -37,6 +37,18 @@ Tensor *g_all_reduce(Graph *g, Tensor *x);
 /* The same for x the sum of micro micro-batches' values (gradient
  * accumulation): the mean is over the micro-batches too. */
 Tensor *g_all_reduce_micro(Graph *g, Tensor *x, int micro);
+/* --shard-optimizer (ZeRO-1). x is the floats [at, at + numel) of a flat
+ * layout of `total` (the step's gradients, then its loss) that the pod's
+ * ordinals split by device/allreduce.h's shard_lo. g_reduce_scatter: as
+ * g_all_reduce_micro, but each core's result holds only its own shard's
+ * part of the mean (the rest is undefined). g_adam_shard: g_adam on that
+ * part alone, m and v being each core's shard of the moments (any
+ * length, the largest shard's). g_all_gather: every core's x, in place,
+ * gets each shard from the core that owns it. */
+Tensor *g_reduce_scatter(Graph *g, Tensor *x, int micro, long at, long total);
+void g_adam_shard(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v, Tensor *t,
+                  Tensor *lr, float b1, float b2, float eps, long at, long total);
+void g_all_gather(Graph *g, Tensor *x, long at, long total);
 /* Writes x into dst, a TK_STATE leaf, in place (as Adam writes its state):
  * a value kept on the device from one step's graph to the next. */
 void g_store(Graph *g, Tensor *dst, Tensor *x);

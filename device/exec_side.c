@@ -36,6 +36,14 @@ void exec_round_bf16(const struct kinstr *k)
  * (A compiled program's all-reduces run apart: run_all_reduces.) */
 void exec_all_reduce(const struct kinstr *k)
 {
+    const struct all_reduce_attr *ar = &k->attr.all_reduce;
+    if (ar->shard) { /* a reduce-scatter, this process's one core its shard */
+        struct board_reduce r = {.in = {k->in[ALL_REDUCE_IN_X]}, .out = {k->out[ALL_REDUCE_OUT_Y]},
+                                 .len = ar->n, .scale = all_reduce_scale(ar), .shard = 1,
+                                 .at = (size_t)ar->at, .total = (size_t)ar->total};
+        all_reduce_stretch(&r, 1, 1);
+        return;
+    }
     long n = k->attr.all_reduce.n;
     float *y = k->out[ALL_REDUCE_OUT_Y];
     float scale = all_reduce_scale(&k->attr.all_reduce);
@@ -44,6 +52,41 @@ void exec_all_reduce(const struct kinstr *k)
         cross_host_sum(&y, &n, 1);
     for (long i = 0; i < n; i++)
         y[i] *= scale;
+}
+
+/* --shard-optimizer's Adam: the core updates only the part of the
+ * parameter its pod ordinal owns (allreduce.c's shard_piece), M and V
+ * being its shard of the moments alone (element j of the layout at j -
+ * the shard's start); that part as exec_adam updates a whole parameter. */
+void exec_adam_shard(const struct kinstr *k)
+{
+    const struct adam_attr *ad = &k->attr.adam;
+    int cores = (int)ad->shard_cores, shards = cores * xs_hosts(), o = xs_host() * cores + k->core;
+    size_t lo, hi;
+    shard_piece((size_t)ad->at, (size_t)ad->n, (size_t)ad->total, o, shards, &lo, &hi);
+    if (hi == lo)
+        return; /* none of this parameter is ours */
+    size_t in_m = (size_t)ad->at + lo - shard_lo((size_t)ad->total, o, shards), n = hi - lo;
+    float *p = (float *)k->in[ADAM_SHARD_IN_P] + lo, *m = (float *)k->in[ADAM_SHARD_IN_M] + in_m;
+    float *v = (float *)k->in[ADAM_SHARD_IN_V] + in_m;
+    const float *grad = (const float *)k->in[ADAM_SHARD_IN_GRAD] + lo;
+    float lr = *(const float *)k->in[ADAM_SHARD_IN_LR];
+    k_adam(p, m, v, grad, n, lr, ad->beta1, ad->beta2, ad->eps,
+           *(const int32_t *)k->in[ADAM_SHARD_IN_STEP]);
+    if (ad->bf16_state) {
+        k_round_bf16(p, p, n);
+        k_round_bf16(m, m, n);
+        k_round_bf16(v, v, n);
+    }
+}
+
+/* The eager device's all-gather: one core, so only across processes. */
+void exec_all_gather(const struct kinstr *k)
+{
+    const struct all_reduce_attr *ar = &k->attr.all_reduce;
+    struct board_reduce r = {.out = {k->in[ALL_GATHER_IN_X]}, .len = ar->n, .shard = 1,
+                             .at = (size_t)ar->at, .total = (size_t)ar->total};
+    all_gather_stretch(&r, 1, 1);
 }
 
 void exec_store(const struct kinstr *k)

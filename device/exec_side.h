@@ -8,6 +8,8 @@ void exec_attention_step(const struct kinstr *k);
 void exec_attention_last(const struct kinstr *k);
 void exec_round_bf16(const struct kinstr *k);
 void exec_all_reduce(const struct kinstr *k);
+void exec_all_gather(const struct kinstr *k);
+void exec_adam_shard(const struct kinstr *k);
 void exec_store(const struct kinstr *k);
 void exec_dropout(const struct kinstr *k);
 void exec_attention_drop(const struct kinstr *k);

@@ -179,7 +179,8 @@ static const char *const metric_names[M_COUNT] = {
     "CrossHostAllReduceTime", "TransferToDeviceTime", "TransferFromDeviceTime"};
 static const char *const counter_names[C_COUNTERS] = {
     "CachedCompile", "UncachedCompile", "MarkStep", "HostReadCut", "AllReduce",
-    "AllReduceBytes", "CrossHostAllReduceBytes", "CrossHostSentBytes", "CrossHostReceivedBytes"};
+    "AllReduceBytes", "CrossHostAllReduceBytes", "CrossHostSentBytes", "CrossHostReceivedBytes",
+    "OptimizerStateBytesPerCore", "OptimizerStateBytesPerHost"};
 
 void xs_metric_add(int m, double seconds)
 {
@@ -206,6 +207,7 @@ void xs_counter_add(int c, long n)
     if (c == C_MARK_STEP || c == C_HOST_READ)
         tl_host(counter_names[c], 0);
 }
+void xs_counter_set(int c, long n) { counters[c] = n; }
 long xs_counter(int c) { return counters[c]; }
 long xs_metric_samples(int m) { return metrics[m].n; }
 double xs_metric_sum(int m) { return metrics[m].sum; }

@@ -21,9 +21,13 @@ enum xs_metric { M_COMPILE, M_EXECUTE, M_EXECUTE_REPLICATED, M_ALL_REDUCE, M_HOS
                  M_TO_DEVICE, M_FROM_DEVICE, M_COUNT };
 enum xs_counter { C_CACHED, C_UNCACHED, C_MARK_STEP, C_HOST_READ, C_ALL_REDUCE,
                   C_ALL_REDUCE_BYTES, C_HOST_ALL_REDUCE_BYTES, C_HOST_SENT_BYTES,
-                  C_HOST_RECEIVED_BYTES, C_COUNTERS };
+                  C_HOST_RECEIVED_BYTES, C_STATE_CORE_BYTES, C_STATE_HOST_BYTES, C_COUNTERS };
+/* C_STATE_*_BYTES: the optimizer's moments each core and each host holds
+ * (model_set_cores sets them; --shard-optimizer divides them by the
+ * pod's cores): gauges, set rather than added to. */
 void xs_metric_add(int metric, double seconds);
 void xs_counter_add(int counter, long n);
+void xs_counter_set(int counter, long n);
 long xs_counter(int counter);
 long xs_metric_samples(int metric);
 double xs_metric_sum(int metric); /* seconds in all */

@@ -70,7 +70,9 @@ static double flops_elementwise(const struct kinstr *k) { return (double)k->attr
 #define ATTRS_fill {L(fill, n), F(fill, value)}
 #define ATTRS_adam \
     {L(adam, n), L(adam, bf16_state), F(adam, beta1), F(adam, beta2), F(adam, eps)}
-#define ATTRS_all_reduce {L(all_reduce, n), L(all_reduce, cores), L(all_reduce, micro)}
+#define ATTRS_all_reduce \
+    {L(all_reduce, n), L(all_reduce, cores), L(all_reduce, micro), L(all_reduce, shard), \
+     L(all_reduce, at), L(all_reduce, total)}
 #define ATTRS_dropout {L(dropout, n), L(dropout, c), L(dropout, site), F(dropout, p)}
 #define ATTRS_attention_drop                                                                \
     {L(attention_drop, B), L(attention_drop, T), L(attention_drop, C), L(attention_drop, H), \

@@ -65,13 +65,22 @@ struct attention_attr { long B, T, C, H, bf16; };
 struct decode_attr { long nb, tmax, C, H; };
 struct xent_attr { long n, v; };
 struct fill_attr { long n; float value; };
+/* adam_shard's (--shard-optimizer, ZeRO-1): shard_cores (the board's
+ * cores) and the parameter's place, floats [at, at + n) of a flat layout
+ * of `total`, the step's gradients in table order then its loss, split
+ * over the pod's ordinals by shard_lo (device/allreduce.h); a core updates
+ * only its own part, its moments M, V holding its shard alone. */
 struct adam_attr {
     long n;
     long bf16_state; /* p, m, v stored as bf16 (XLA_USE_BF16) */
     float beta1, beta2, eps; /* the rate is an input: it may change every step */
+    long shard_cores, at, total;
 };
-/* micro: micro-batches summed into x (--grad-accum), 1 without */
-struct all_reduce_attr { long n, cores, micro; };
+/* micro: micro-batches summed into x (--grad-accum), 1 without. With
+ * shard (a reduce-scatter; all_gather's always), x is the floats [at, at +
+ * n) of the flat layout of `total` that adam_attr describes, and each core
+ * receives only its own shard of it. */
+struct all_reduce_attr { long n, cores, micro, shard, at, total; };
 /* site: which of the model's dropouts (its masks differ); p: drop probability */
 struct dropout_attr { long n, c, site; float p; };
 struct attention_drop_attr { long B, T, C, H, site; float p; }; /* B..H as attention_attr */
@@ -105,7 +114,8 @@ union kattr {
 /* An instruction at the device: op, attributes, and its operands as
  * pointers (level 4 of 4; graph.c's head comment shows the other three). */
 struct kinstr {
-    int op; /* enum kop */
+    int op;   /* enum kop */
+    int core; /* the board's core that runs it (a sharded Adam's shard) */
     union kattr attr;
     void *in[KMAX_IN];
     void *out[KMAX_OUT];

@@ -47,13 +47,16 @@ typedef struct Model {
     uint64_t seed;      /* the run's seed, from model_init: dropout's keys */
     int32_t drop_key[2]; /* the recorded step's dropout key (its leaf reads it) */
     int ncores;         /* simulated cores holding a replica (w, m, v: core 0's) */
-    float *rep;         /* [ncores-1][REPLICA_BLOCKS][nw]: the other cores' w, m, v */
+    int shard_optimizer; /* --shard-optimizer: model_set_cores splits m and v */
+    int shards;         /* the pod's cores the moments are split over (1: none) */
+    size_t mlen;        /* floats in each core's m and v: nw, or the largest shard */
+    float *rep;         /* [ncores-1][nw + 2 mlen]: the other cores' w, m, v */
     int accum;          /* micro-batches a step (--grad-accum), 1: none */
     float *acc;         /* [levels][ncores][nw+1] their partial sums of gradients
                          * and loss, on the device between micro-batches */
 } Model;
 
-/* Core c's weights, Adam m or v (which: enum replica_block): [nw]. */
+/* Core c's weights [nw], Adam m or v [mlen] (which: enum replica_block). */
 enum replica_block { REPLICA_W = 0, REPLICA_M = 1, REPLICA_V = 2, REPLICA_BLOCKS = 3 };
 float *model_replica(const Model *m, int core, int which);
 
@@ -66,6 +69,29 @@ Tensor *per_core_leaf(Graph *g, int kind, int dtype, void *const *base, size_t o
 void replica_bases(const Model *m, const Graph *g, int which, void **base);
 /* Parameter p's Adam moment (REPLICA_M or REPLICA_V) on every core. */
 Tensor *moment_leaf(const Model *m, Graph *g, int which, const Param *p);
+/* --shard-optimizer (ZeRO-1; replicas.c says how the moments are split).
+ * The flat layout's length: every parameter, then the loss. */
+long shard_total(const Model *m);
+/* Splits core 0's whole m and v over the pod's m->shards ordinals, each
+ * core keeping its own shard alone (m->m, m->v become core 0's). */
+void shard_moments(Model *m);
+/* Every core's and host's shards into mm and vv [nw], on every host: a
+ * collective, every process calls it. */
+void model_full_moments(const Model *m, float *mm, float *vv);
+/* Puts the moments back whole on core 0 (a collective). */
+void unshard_moments(Model *m);
+/* n cores' replicas of core 0's weights and Adam state, or of the weights
+ * and each core's shard of the state (--shard-optimizer). */
+void alloc_replicas(Model *m, int n);
+/* The step's all-reduce of x, parameter i's gradient summed over micro
+ * micro-batches (i = np: the loss), or its reduce-scatter when sharded. */
+Tensor *reduce_sum(Model *m, Graph *g, Tensor *x, int i, int micro);
+/* Sharded, records Adam on each core's shard of every parameter and
+ * returns 1; else 0, recording nothing. */
+int adam_shards(Model *m, Graph *g, Tensor **leaf, Tensor **grad, Tensor *t, Tensor *rate);
+/* Sharded, the all-gather of the updated weights and the loss; else
+ * nothing. */
+void gather_shards(Model *m, Graph *g, Tensor **leaf, Tensor *loss);
 /* Each core's shard of a batch column (tok, pos, tgt or row): its B/cores
  * windows. */
 Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col);

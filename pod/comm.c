@@ -26,6 +26,8 @@ int comm_size(void) { return 1; }
 const char *comm_name(void) { return "single process"; }
 void comm_allgather(const void *mine, void *all, size_t bytes) { memmove(all, mine, bytes); }
 void comm_all_reduce(float *buf, size_t len, struct comm_traffic *moved) {}
+void comm_reduce_scatter(float *buf, const size_t *bound, struct comm_traffic *moved) {}
+void comm_gather_shards(float *buf, const size_t *bound, struct comm_traffic *moved) {}
 void comm_broadcast(void *buf, size_t bytes, int root) {}
 void comm_barrier(void) {}
 _Noreturn void comm_abort(int code) { exit(code); }
@@ -266,15 +268,15 @@ void comm_allgather(const void *mine, void *all, size_t bytes)
 
 static size_t shard_at(size_t len, int j) { return len * (size_t)j / (size_t)size; }
 
-/* Scatter: rank r gets shard r of buf; inbox [size][mine] gets every
- * rank's copy of ours. */
-static void reduce_scatter(struct phase *ph, float *buf, size_t len, float *inbox)
+/* Scatter: rank r gets shard r of buf, [bound[r], bound[r + 1]); inbox
+ * [size][mine] gets every rank's copy of ours. */
+static void reduce_scatter(struct phase *ph, float *buf, const size_t *bound, float *inbox)
 {
-    size_t lo = shard_at(len, rank), mine = shard_at(len, rank + 1) - lo;
+    size_t lo = bound[rank], mine = bound[rank + 1] - lo;
     const float *parts[COMM_MAX_RANKS];
     for (int k = 1; k < size; k++) {
         int r = (rank + k) % size;
-        size_t at = shard_at(len, r), theirs = shard_at(len, r + 1) - at;
+        size_t at = bound[r], theirs = bound[r + 1] - at;
         post(ph, inbox + (size_t)r * mine, sizeof(float) * mine, r, TAG_SCATTER, 0);
         post(ph, buf + at, sizeof(float) * theirs, r, TAG_SCATTER, 1);
     }
@@ -285,13 +287,13 @@ static void reduce_scatter(struct phase *ph, float *buf, size_t len, float *inbo
     k_tree_sum(buf + lo, parts, size, mine); /* buf is none of the parts */
 }
 
-/* Every rank's summed shard to every rank. */
-static void gather_shards(struct phase *ph, float *buf, size_t len)
+/* Every rank's shard [bound[r], bound[r + 1]) to every rank. */
+static void gather_shards(struct phase *ph, float *buf, const size_t *bound)
 {
-    size_t lo = shard_at(len, rank), mine = shard_at(len, rank + 1) - lo;
+    size_t lo = bound[rank], mine = bound[rank + 1] - lo;
     for (int k = 1; k < size; k++) {
         int r = (rank + k) % size;
-        size_t at = shard_at(len, r), theirs = shard_at(len, r + 1) - at;
+        size_t at = bound[r], theirs = bound[r + 1] - at;
         post(ph, buf + at, sizeof(float) * theirs, r, TAG_GATHER, 0);
         post(ph, buf + lo, sizeof(float) * mine, r, TAG_GATHER, 1);
     }
@@ -316,7 +318,10 @@ void comm_all_reduce(float *buf, size_t len, struct comm_traffic *moved)
 {
     if (size == 1)
         return;
-    size_t bytes = sizeof(float) * len, mine = shard_at(len, rank + 1) - shard_at(len, rank);
+    size_t bytes = sizeof(float) * len, bound[COMM_MAX_RANKS + 1];
+    for (int r = 0; r <= size; r++)
+        bound[r] = shard_at(len, r);
+    size_t mine = bound[rank + 1] - bound[rank];
     /* with 2 ranks both move the buffer once each way: one exchange is faster */
     int small = bytes < SMALL_ALL_REDUCE_BYTES || size == 2;
     float *scratch = scratch_floats((small ? len : mine) * (size_t)size);
@@ -331,9 +336,45 @@ void comm_all_reduce(float *buf, size_t len, struct comm_traffic *moved)
             parts[r] = scratch + (size_t)r * len;
         k_tree_sum(buf, parts, size, len);
     } else {
-        reduce_scatter(&ph, buf, len, scratch);
-        gather_shards(&ph, buf, len);
+        reduce_scatter(&ph, buf, bound, scratch);
+        gather_shards(&ph, buf, bound);
     }
+    if (moved) {
+        moved->sent += ph.sent;
+        moved->received += ph.received;
+    }
+    phase_free(&ph);
+}
+
+/* The two halves of the all-reduce apart, for --shard-optimizer: rank r
+ * owns [bound[r], bound[r + 1]) of buf (bound has size + 1 entries). */
+void comm_reduce_scatter(float *buf, const size_t *bound, struct comm_traffic *moved)
+{
+    size_t most = 0;
+    struct phase ph;
+    if (size == 1)
+        return;
+    for (int r = 0; r < size; r++)
+        most = bound[r + 1] - bound[r] > most ? bound[r + 1] - bound[r] : most;
+    float *scratch = scratch_floats(most * (size_t)size);
+    if (!scratch)
+        lost("a reduce-scatter", "out of memory");
+    phase_alloc(&ph, "a reduce-scatter", sizeof(float) * most);
+    reduce_scatter(&ph, buf, bound, scratch);
+    if (moved) {
+        moved->sent += ph.sent;
+        moved->received += ph.received;
+    }
+    phase_free(&ph);
+}
+
+void comm_gather_shards(float *buf, const size_t *bound, struct comm_traffic *moved)
+{
+    struct phase ph;
+    if (size == 1)
+        return;
+    phase_alloc(&ph, "an all-gather", sizeof(float) * (bound[size] - bound[0]));
+    gather_shards(&ph, buf, bound);
     if (moved) {
         moved->sent += ph.sent;
         moved->received += ph.received;

@@ -42,6 +42,14 @@ struct comm_traffic {
  * one all-gather of the whole buffers, (N - 1) x 4 len bytes. Adds what it
  * moved to *moved (may be NULL). */
 void comm_all_reduce(float *buf, size_t len, struct comm_traffic *moved);
+/* The all-reduce's two halves apart (--shard-optimizer), each rank r
+ * owning [bound[r], bound[r + 1]) of buf, bound[size] its length. The
+ * reduce-scatter leaves rank r's own part the sum over ranks, in the same
+ * fixed tree as comm_all_reduce (so the same bits); the gather sends each
+ * rank's part to every rank. Together they move what one all-reduce of
+ * the large path moves. Each adds what it moved to *moved (may be NULL). */
+void comm_reduce_scatter(float *buf, const size_t *bound, struct comm_traffic *moved);
+void comm_gather_shards(float *buf, const size_t *bound, struct comm_traffic *moved);
 /* Root's buf[0..bytes) on every rank. */
 void comm_broadcast(void *buf, size_t bytes, int root);
 void comm_barrier(void);

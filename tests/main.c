@@ -247,6 +247,7 @@ static const struct {
     {"config", test_config},
     {"progress", test_progress},
     {"remat", test_remat},
+    {"shard", test_shard},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */

@@ -91,5 +91,6 @@ void test_optim(void);
 void test_config(void);
 void test_progress(void);
 void test_remat(void);
+void test_shard(void);
 
 #endif
