@@ -39,11 +39,7 @@ static unsigned char *device_arena(int core, size_t bytes)
 {
     if (bytes > dev_arena_cap[core]) {
         free(dev_arena[core]);
-        dev_arena[core] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-        if (!dev_arena[core]) {
-            fprintf(stderr, "gpt: out of memory (xla:%d arena of %zu bytes)\n", core, bytes);
-            exit(1);
-        }
+        dev_arena[core] = xaligned_alloc(bytes);
         dev_arena_cap[core] = bytes;
         xs_arena_grew(core, bytes);
     }

@@ -107,11 +107,7 @@ void cache_insert(struct compiler *cc, struct key *k, Program *p)
 {
     if (cc->ncache == cc->capcache) {
         cc->capcache = cc->capcache ? 2 * cc->capcache : 16;
-        cc->cache = realloc(cc->cache, sizeof *cc->cache * (size_t)cc->capcache);
-        if (!cc->cache) {
-            fprintf(stderr, "gpt: out of memory (compile cache)\n");
-            exit(1);
-        }
+        cc->cache = xrealloc(cc->cache, sizeof *cc->cache * (size_t)cc->capcache);
     }
     cc->cache[cc->ncache++] = (struct cache_entry){k->hash, k->v, k->n, p};
     k->v = NULL;

@@ -49,11 +49,7 @@ static void tl_add(int track, const struct tl_event *ev)
     struct tl_track *t = &tl_track[track];
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 4096;
-        t->e = realloc(t->e, sizeof *t->e * (size_t)t->cap);
-        if (!t->e) {
-            fputs("gpt: out of memory (--profile)\n", stderr);
-            exit(1);
-        }
+        t->e = xrealloc(t->e, sizeof *t->e * (size_t)t->cap);
     }
     t->e[t->n++] = *ev;
 }
@@ -187,11 +183,7 @@ void xs_metric_add(int m, double seconds)
     struct metric *s = &metrics[m];
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 256;
-        s->v = realloc(s->v, sizeof *s->v * (size_t)s->cap);
-        if (!s->v) {
-            fprintf(stderr, "gpt: out of memory (metrics)\n");
-            exit(1);
-        }
+        s->v = xrealloc(s->v, sizeof *s->v * (size_t)s->cap);
     }
     s->last = now_seconds();
     if (!s->n)

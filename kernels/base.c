@@ -9,16 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "util/fmath.h"
+#include "util/util.h"
 
-void *kmalloc(size_t bytes)
-{
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64 * !bytes);
-    if (!p) {
-        fprintf(stderr, "gpt: out of memory (%zu bytes of kernel scratch)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
+void *kmalloc(size_t bytes) { return xaligned_alloc(bytes); }
 
 /* ---- leaves and the tree ---- */
 

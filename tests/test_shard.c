@@ -5,7 +5,8 @@
  * reduce-scatter adds in the all-reduce's tree), on simulated cores and on
  * a pod's ranks; the state a core holds and plans is 1/N of it; a pod
  * moves no more bytes a step than the all-reduce did; a checkpoint holds
- * the whole state, so a run resumes sharded or not with any N. */
+ * the whole state, so a run resumes sharded or not with any N. With
+ * --remat too, the bytes are still the plain run's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,12 @@ static void check_same_bits(void)
         snprintf(fb, sizeof fb, "tests/tmp/%s/ckpt-00000010.safetensors", b);
         CHECK(rc == 0 && t_same_file(fa, fb),
               "%s: --shard-optimizer changed the checkpoint (rc %d): %s", runs[i][0], rc, out);
+        snprintf(flags, sizeof flags, "--steps 10 %s --shard-optimizer --remat", runs[i][0]);
+        snprintf(b, sizeof b, "s-%s-sr", runs[i][1]);
+        rc = train(0, flags, b, out, sizeof out);
+        snprintf(fb, sizeof fb, "tests/tmp/%s/ckpt-00000010.safetensors", b);
+        CHECK(rc == 0 && t_same_file(fa, fb), "%s: --shard-optimizer with --remat changed the "
+              "checkpoint (rc %d): %s", runs[i][0], rc, out);
     }
 }
 
@@ -199,6 +206,12 @@ static void check_pods(void)
               "all-reduce %ld", pods[i].np, pods[i].flags, sent[1], sent[0]);
         printf("  pod of %d %s: the master sent %ld bytes in 10 steps unsharded, %ld sharded\n",
                pods[i].np, pods[i].flags, sent[0], sent[1]);
+    }
+    for (int np = 2; np <= 4; np += 2) { /* both flags on a pod: still one process's bytes */
+        rc = train(np, "--steps 10 --shard-optimizer --remat", "s-pod-sr", out, sizeof out);
+        CHECK(rc == 0 && t_same_file(CKPT("s-one", "10"), CKPT("s-pod-sr", "10")),
+              "a pod of %d with --shard-optimizer --remat differs from one process (rc %d): %s",
+              np, rc, out);
     }
     rc = train(2, "--steps 10 --device cpu --shard-optimizer", "s-pod-eager", out, sizeof out);
     CHECK(rc == 0 && t_same_file(CKPT("s-one", "10"), CKPT("s-pod-eager", "10")),

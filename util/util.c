@@ -35,6 +35,16 @@ void *xrealloc(void *p, size_t n)
 
 void *xmalloc(size_t n) { return xrealloc(NULL, n); }
 
+/* Cache-line aligned (64 bytes), for the vector kernels' loads; the size
+ * rounded up to whole lines, as aligned_alloc requires. */
+void *xaligned_alloc(size_t n)
+{
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64 + 64 * !n);
+    if (!p)
+        alloc_failed(1, n);
+    return p;
+}
+
 char *tmp_path(const char *path)
 {
     size_t n = strlen(path) + sizeof ".tmp";

@@ -11,6 +11,7 @@
 void *xcalloc(size_t n, size_t size);
 void *xmalloc(size_t n);
 void *xrealloc(void *p, size_t n);
+void *xaligned_alloc(size_t n); /* 64-byte aligned */
 
 /* Atomic saves: a file is written whole under its temporary name
  * (tmp_path: PATH.tmp, beside it), then commit_tmp renames it over PATH
