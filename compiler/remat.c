@@ -121,10 +121,38 @@ static void kept_by_region(const struct plan *e, int kb, long *kept)
     free(exported);
 }
 
+static int is_update(int op)
+{
+    return op == KOP_ALL_REDUCE || op == KOP_ADAM || op == KOP_ADAM_SHARD;
+}
+
+/* The most bytes alive at once in the update, from its first all-reduce
+ * or Adam on: the gradients waiting for it. Remat does not change
+ * them; on several cores the all-reduces run as one collective
+ * (plan.c's widen_collectives), so every gradient and its reduced twin
+ * are alive together there: twice the weights' bytes, a floor no
+ * recompute lowers. */
+static long alive_in_update(const struct plan *e)
+{
+    long most = 0;
+    int k0 = 0;
+    while (k0 < e->nk && !is_update(e->tr->nodes[e->order[k0]].op))
+        k0++;
+    for (int k = k0; k < e->nk; k++) {
+        long sum = 0;
+        for (int i = 0; i < e->nval; i++)
+            if (e->val[i].first <= k && k <= e->val[i].last)
+                sum += e->val[i].bytes;
+        most = sum > most ? sum : most;
+    }
+    return most;
+}
+
 /* An estimate from plan e, not a second plan (the trace holds no
  * recompute to plan): the values the blocks keep for the backward pass
  * die in the forward instead, and the backward holds one block's
- * recompute at a time, the biggest block's. 0 when there is nothing to
+ * recompute at a time, the biggest block's; but never below what is
+ * alive after the backward pass (alive_in_update). 0 when there is nothing to
  * estimate: no blocks marked, no backward pass, or a recompute already. */
 size_t remat_estimate(const struct plan *e)
 {
@@ -147,5 +175,6 @@ size_t remat_estimate(const struct plan *e)
         most = kept[r] > most ? kept[r] : most;
     }
     free(kept);
-    return e->arena - (size_t)all + (size_t)most;
+    long est = (long)e->arena - all + most, floor = alive_in_update(e);
+    return (size_t)(est > floor ? est : floor);
 }

@@ -135,6 +135,31 @@ static void check_plan(void)
     model_free(&b);
 }
 
+/* On 2 cores at one window a core the update keeps every gradient and
+ * its all-reduced twin alive at once (the all-reduces are one
+ * collective): a floor remat does not lower. The --hbm refusal's
+ * estimate must see it: within 25% of the remat plan's arena. */
+static void check_estimate_cores(void)
+{
+    struct way w = {.c = {.vocab = VOCAB, .context = 128, .embed = 64, .mlp = 256, .heads = 4,
+                          .layers = 4},
+                    .cores = 2, .accum = 1, .B = 2, .T = 128, .steps = 1};
+    struct compile_stats plain, remat;
+    Model a, b;
+    Graph *ga = g_new(), *gb = g_new();
+    train(&a, ga, &w, 0);
+    g_compile_stats(ga, &plain);
+    train(&b, gb, &w, 1);
+    g_compile_stats(gb, &remat);
+    double err = ((double)plain.remat_arena - (double)remat.arena) / (double)remat.arena;
+    CHECK(plain.remat_arena > 0 && err > -0.25 && err < 0.25, "2 cores: the plain plan "
+          "estimates %zu bytes with --remat; its plan has %zu", plain.remat_arena, remat.arena);
+    g_free(ga);
+    g_free(gb);
+    model_free(&a);
+    model_free(&b);
+}
+
 /* A remat program is another program: turning remat on compiles anew,
  * and the next step finds it in the cache. */
 static void check_cache(void)
@@ -248,6 +273,7 @@ void test_remat(void)
 {
     check_bits();
     check_plan();
+    check_estimate_cores();
     check_cache();
     check_cli();
     check_metrics();
