@@ -207,12 +207,15 @@ static void check_pods(void)
         printf("  pod of %d %s: the master sent %ld bytes in 10 steps unsharded, %ld sharded\n",
                pods[i].np, pods[i].flags, sent[0], sent[1]);
     }
-    for (int np = 2; np <= 4; np += 2) { /* both flags on a pod: still one process's bytes */
-        rc = train(np, "--steps 10 --shard-optimizer --remat", "s-pod-sr", out, sizeof out);
-        CHECK(rc == 0 && t_same_file(CKPT("s-one", "10"), CKPT("s-pod-sr", "10")),
-              "a pod of %d with --shard-optimizer --remat differs from one process (rc %d): %s",
-              np, rc, out);
-    }
+    static const char *const with_remat[] = {"--remat", "--shard-optimizer --remat"};
+    for (int np = 2; np <= 4; np += 2) /* remat on a pod, alone and sharded: one process's bytes */
+        for (int w = 0; w < 2; w++) {
+            snprintf(flags, sizeof flags, "--steps 10 %s", with_remat[w]);
+            rc = train(np, flags, "s-pod-sr", out, sizeof out);
+            CHECK(rc == 0 && t_same_file(CKPT("s-one", "10"), CKPT("s-pod-sr", "10")),
+                  "a pod of %d with %s differs from one process (rc %d): %s", np, with_remat[w],
+                  rc, out);
+        }
     rc = train(2, "--steps 10 --device cpu --shard-optimizer", "s-pod-eager", out, sizeof out);
     CHECK(rc == 0 && t_same_file(CKPT("s-one", "10"), CKPT("s-pod-eager", "10")),
           "a sharded pod of 2 on the eager device differs from one process (rc %d): %s", rc, out);
