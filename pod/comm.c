@@ -288,7 +288,7 @@ static void reduce_scatter(struct phase *ph, float *buf, const size_t *bound, fl
 }
 
 /* Every rank's shard [bound[r], bound[r + 1]) to every rank. */
-static void gather_shards(struct phase *ph, float *buf, const size_t *bound)
+static void send_shard_to_all(struct phase *ph, float *buf, const size_t *bound)
 {
     size_t lo = bound[rank], mine = bound[rank + 1] - lo;
     for (int k = 1; k < size; k++) {
@@ -337,7 +337,7 @@ void comm_all_reduce(float *buf, size_t len, struct comm_traffic *moved)
         k_tree_sum(buf, parts, size, len);
     } else {
         reduce_scatter(&ph, buf, bound, scratch);
-        gather_shards(&ph, buf, bound);
+        send_shard_to_all(&ph, buf, bound);
     }
     if (moved) {
         moved->sent += ph.sent;
@@ -374,7 +374,7 @@ void comm_gather_shards(float *buf, const size_t *bound, struct comm_traffic *mo
     if (size == 1)
         return;
     phase_alloc(&ph, "an all-gather", sizeof(float) * (bound[size] - bound[0]));
-    gather_shards(&ph, buf, bound);
+    send_shard_to_all(&ph, buf, bound);
     if (moved) {
         moved->sent += ph.sent;
         moved->received += ph.received;
