@@ -163,9 +163,12 @@ BLAS = $(shell if printf '\043include <cblas.h>\nint main(void){cblas_sgemm(0,0,
 bench/bench: $(OBJ) $(KOBJ) $(HDR) bench/bench.c
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(OBJ) bench/bench.c $(KOBJ) $(BLAS) $(LDLIBS)
 
+# With clang, libomp and mimalloc there, both builds are made first, so
+# bench/bench's flavours section can time clang's step against gcc's
+# (make bench-flavours times three layouts).
 bench: bench/bench
+	if [ -n "$(HAVE_LLVM)" ]; then $(MAKE) --no-print-directory gpt-llvm bench/gpt-gcc; fi
 	./bench/bench $(BENCH_FLAGS)
-	if [ -n "$(HAVE_LLVM)" ]; then $(MAKE) --no-print-directory bench-flavours; fi
 
 # Both builds side by side (when clang, libomp and mimalloc are there).
 HAVE_LLVM = $(shell printf '\043include <omp.h>\n\043include <mimalloc.h>\nint main(void){return omp_get_max_threads() < 0;}\n' | \
