@@ -1367,13 +1367,17 @@ static void projection(const struct best *best, double eval_ms, double gen_ms)
 
 /* ---- the PyTorch reference, alternating with gpt ---- */
 
+/* Steps of each contender: torch_ref.py drops its first 10 as warm-up,
+ * so --quick's 12 leave it 2 to time, seconds rather than a minute. */
+static int torch_steps(void) { return opt.quick ? 12 : 60; }
+
 /* torch_ref.py's median ms/step, or -1 if it failed; report gets its
  * parenthesized details, or its last line when it failed. */
 static double torch_ms(char *report, size_t n)
 {
     char cmd[3 * PATH_MAX];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' --steps 60 --threads %d --data '%s' 2>&1",
-             opt.torch, opt.threads, opt.data);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' --steps %d --threads %d --data '%s' 2>&1",
+             opt.torch, torch_steps(), opt.threads, opt.data);
     FILE *p = popen(cmd, "r");
     double ms = -1;
     char line[512];
@@ -1406,7 +1410,7 @@ static void torch_table(void)
     for (int r = 0; r < rounds; r++) {
         omp_set_num_threads(opt.threads);
         t[r] = torch_ms(report, sizeof report);
-        g[r] = variant_run(&v, 60);
+        g[r] = variant_run(&v, torch_steps());
         if (t[r] < 0) {
             printf("PyTorch reference: bench/torch_ref.py failed (%s)\n\n", report);
             variant_free(&v);
@@ -1416,8 +1420,11 @@ static void torch_table(void)
     double tm = median_of(t, rounds), gm = median_of(g, rounds);
     printf("PyTorch reference vs gpt (xla, 1 core, fp32), same config, %d threads, "
            "median of %d alternations\n", opt.threads, rounds);
-    printf("  %-56s %9.2f ms/step  %s\n", "PyTorch: bench/torch_ref.py --steps 60", tm, report);
-    printf("  %-56s %9.2f ms/step  gpt is %.1fx faster\n\n", "gpt: 60 steps", gm, tm / gm);
+    char label[64];
+    snprintf(label, sizeof label, "PyTorch: bench/torch_ref.py --steps %d", torch_steps());
+    printf("  %-56s %9.2f ms/step  %s\n", label, tm, report);
+    snprintf(label, sizeof label, "gpt: %d steps", torch_steps());
+    printf("  %-56s %9.2f ms/step  gpt is %.1fx faster\n\n", label, gm, tm / gm);
     record("torch", "PyTorch step", tm, "ms", NULL, 0);
     record("torch", "gpt step (xla, 1 core, fp32)", gm, "ms", NULL, 0);
     record("torch", "gpt over PyTorch", tm / gm, "x", NULL, 0);
