@@ -533,17 +533,21 @@ static void q_block_transpose(float *qt /* [hs,16] */, const float *q0 /* query 
     zero_cols(qt, VL, hs, w, VL);
 }
 
-/* vt[d,j] = channel d of value j, channels padded with zeros to a multiple
- * of 8, so the output can be summed PV_G channels at a time. */
-static void v_transpose(float *vt /* [round8(hs),tp] */,
-                        const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp)
-{
-    vtranspose(vt, (size_t)tp, qkv + 2 * hs, 3 * (size_t)C, T, hs);
-    zero_cols(vt, (size_t)tp, hs, T, tp);
-    zero_cols(vt + (size_t)hs * tp, (size_t)tp, (hs + 7) / 8 * 8 - hs, 0, tp);
-}
-
 /* -- attention: forward, 16 queries at a time, one per lane -- */
+
+/* Asks for the head's q, k and v of rows r0..r1-1 (3hs floats from x in
+ * each, rows ld apart) to be brought into cache. The forward touches a row
+ * first when its block of queries starts; asking one block ahead lets the
+ * memory work while the current block computes. */
+static void prefetch_rows(const float *x, size_t ld, int r0, int r1, int hs)
+{
+    for (int r = r0; r < r1; r++) {
+        const float *row = x + (size_t)r * ld;
+        for (int c = 0; c < 3 * hs; c += 16) /* a 64-byte line a step */
+            __builtin_prefetch(row + c);
+        __builtin_prefetch(row + 3 * hs - 1);
+    }
+}
 
 /* ot[g, r] = acc[g][r] / l[r]: nd channels of the block's queries, still
  * a channel a row (the block's output is transposed once at its end). */
@@ -556,10 +560,13 @@ UNROLL(8)
 }
 
 /* PV_G output channels of a block of queries: the sum over keys of
- * probability times value, in PV_G independent accumulators. vt's rows
- * past hs are zero, so a partial group costs time but no care. */
-VINLINE void pv_group(float *ot /* [nd,16], from channel d0 */, const float *p /* [nk,16] */,
-                      const float *vt /* [PV_G,tp], from d0 */, int tp, int nk, vf l, int nd)
+ * probability times value, in PV_G independent accumulators. The values
+ * are read where they are, a key's channels d0.. in one row of qkv (the
+ * rows the scores' keys came from, so still in cache); a partial group
+ * (nd < PV_G) reads only its own channels. */
+VINLINE void pv_group(float *ot /* [nd,16] */, const float *p /* [nk,16] */,
+                      const float *v /* value 0's channel d0, rows ld apart */, size_t ld, int nk,
+                      vf l, int nd)
 {
     vf acc[PV_G];
 UNROLL(8)
@@ -567,45 +574,35 @@ UNROLL(8)
         acc[g] = vzero();
     for (int j = 0; j < nk; j++) {
         vf pj = vload(p + VL * j);
+        const float *vj = v + (size_t)j * ld; /* [nd] */
 UNROLL(8)
         for (int g = 0; g < PV_G; g++)
-            acc[g] = vfma(pj, vset(vt[(size_t)g * tp + j]), acc[g]);
+            if (g < nd)
+                acc[g] = vfma(pj, vset(vj[g]), acc[g]);
     }
     pv_store(ot, acc, l, nd);
 }
 
-/* One key of pv_first: its probabilities, into the sum and the
- * accumulators. Keys before the block (masked = 0) are seen by all its
- * queries, so only the block's own keys pay for the lane mask. */
-VINLINE void pv_key(float *p /* [nk,16] */, const float *vt /* [PV_G,tp] */, int tp, int j,
-                    vf mx, int i0, int masked, vf *l, vf *acc /* [PV_G] */)
+/* The softmax's numerators and their sum, for the block's 16 queries:
+ * p_j = 2^(s_j - mx), summed in key order. Keys before the block (i0 of
+ * them) are seen by all its queries, so only the block's own keys pay
+ * for the lane mask. A pass of its own, apart from P V, so that neither
+ * loop runs out of registers (AVX2 has 16, a vf takes two). Scores and
+ * mx are in base 2. Returns the sum. */
+VINLINE vf softmax_exp(float *p /* [nk,16] */, int nk, vf mx, int i0)
 {
-    vf pj = vexp2(vsub(vload(p + VL * j), mx));
-    if (masked)
+    vf l = vzero();
+    for (int j = 0; j < i0; j++) {
+        vf pj = vexp2(vsub(vload(p + VL * j), mx));
+        vstore(p + VL * j, pj);
+        l = vadd(l, pj);
+    }
+    for (int j = i0; j < nk; j++) {
+        vf pj = vexp2(vsub(vload(p + VL * j), mx));
         pj = vkeep(vmnot(vlanes(j - i0)), pj); /* queries before key j do not see it */
-    vstore(p + VL * j, pj);
-    *l = vadd(*l, pj);
-UNROLL(8)
-    for (int g = 0; g < PV_G; g++)
-        acc[g] = vfma(pj, vset(vt[(size_t)g * tp + j]), acc[g]);
-}
-
-/* The softmax's exp and sum, with the first PV_G channels of P V summed in
- * the same pass (one pass over the scores instead of two); the
- * probabilities are left in p for the other channels. Scores and mx are in
- * base 2. Returns the sum. */
-VINLINE vf pv_first(float *ot /* [nd,16] */, float *p /* [nk,16] */,
-                    const float *vt /* [PV_G,tp] */, int tp, int nk, vf mx, int i0, int nd)
-{
-    vf acc[PV_G], l = vzero();
-UNROLL(8)
-    for (int g = 0; g < PV_G; g++)
-        acc[g] = vzero();
-    for (int j = 0; j < i0; j++)
-        pv_key(p, vt, tp, j, mx, i0, 0, &l, acc);
-    for (int j = i0; j < nk; j++)
-        pv_key(p, vt, tp, j, mx, i0, 1, &l, acc);
-    pv_store(ot, acc, l, nd);
+        vstore(p + VL * j, pj);
+        l = vadd(l, pj);
+    }
     return l;
 }
 
@@ -639,14 +636,13 @@ UNROLL(4)
 
 VINLINE void attention_body(float *o /* [T,C], head's col */, float *lse /* [T] */,
                             const float *qkv /* [T,3C], head's q col */, int T, int C, int hs,
-                            float *qt /* [hs,16] */, float *vt /* [round8(hs),tp] */,
-                            float *sc /* [tp,16] */, int tp)
+                            float *qt /* [hs,16] */, float *sc /* [tp,16] */)
 {
     const size_t ld = 3 * (size_t)C;
     const vf scale2 = vset(LOG2E / sqrtf((float)hs)), ninf = vset(-INFINITY);
-    v_transpose(vt, qkv, T, C, hs, tp);
     for (int i0 = 0; i0 < T; i0 += VL) {
         int w = min_int(VL, T - i0), nk = i0 + w; /* queries i0.., keys 0..nk-1 */
+        prefetch_rows(qkv, ld, nk, min_int(T, nk + VL), hs); /* the next block's */
         q_block_transpose(qt, qkv + i0 * ld, ld, w, hs);
         for (int d = 0; d < hs; d++)
             vstore(qt + VL * d, vmul(vload(qt + VL * d), scale2));
@@ -668,9 +664,9 @@ UNROLL_BY(8)
         }
         /* qt is done with once the scores are in: it takes the output,
          * a channel a row, transposed into o at the end */
-        vf l = pv_first(qt, sc, vt, tp, nk, mx, i0, min_int(PV_G, hs));
-        for (int d0 = PV_G; d0 < hs; d0 += PV_G)
-            pv_group(qt + VL * d0, sc, vt + (size_t)d0 * tp, tp, nk, l, min_int(PV_G, hs - d0));
+        vf l = softmax_exp(sc, nk, mx, i0);
+        for (int d0 = 0; d0 < hs; d0 += PV_G)
+            pv_group(qt + VL * d0, sc, qkv + 2 * hs + d0, ld, nk, l, min_int(PV_G, hs - d0));
         vtranspose(o + (size_t)i0 * C, (size_t)C, qt, VL, hs, w);
         vstore_n(lse + i0, vadd(vmul(mx, vset(LN2)), vlog(l)), w); /* back to base e */
     }
@@ -679,12 +675,12 @@ UNROLL_BY(8)
 /* hs = 8 (the default model's head) gets its own copy with the channel
  * loops unrolled. */
 static void attention_head(float *o, float *lse, const float *qkv, int T, int C, int hs, float *qt,
-                           float *vt, float *sc, int tp)
+                           float *sc)
 {
     if (hs == 8)
-        attention_body(o, lse, qkv, T, C, 8, qt, vt, sc, tp);
+        attention_body(o, lse, qkv, T, C, 8, qt, sc);
     else
-        attention_body(o, lse, qkv, T, C, hs, qt, vt, sc, tp);
+        attention_body(o, lse, qkv, T, C, hs, qt, sc);
 }
 
 /* -- attention: backward -- */
@@ -923,14 +919,13 @@ static const float *round_block(float *s, int *have, int b, const float *x, size
 static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                       const float *qkv /* [B,T,3C] */, int B, int T, int C, int H, int bf16)
 {
-    int hs = C / H, tp = key_stride(T), hs8 = (hs + 7) / 8 * 8;
+    int hs = C / H, tp = key_stride(T);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
-        size_t nqt = VL * (size_t)hs, nvt = (size_t)hs8 * tp, nsc = VL * (size_t)tp;
+        size_t nqt = VL * (size_t)hs, nsc = VL * (size_t)tp;
         size_t nr = bf16 ? (size_t)T * 3 * C : 0;
-        float *qt = kmalloc(sizeof(float) * (nqt + nvt + nsc + nr)); /* [hs,16] */
-        float *vt = qt + nqt;                                        /* [hs8,tp] */
-        float *sc = vt + nvt; /* [tp,16] scores, then probabilities */
+        float *qt = kmalloc(sizeof(float) * (nqt + nsc + nr)); /* [hs,16] */
+        float *sc = qt + nqt; /* [tp,16] scores, then probabilities */
         float *rq = sc + nsc; /* [T,3C] batch b's rounded q, k, v */
         int have = -1;
 #pragma omp for schedule(static)
@@ -940,8 +935,11 @@ static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
             const float *x = qkv + b * blk + 3 * hs * h; /* head's q col */
             if (bf16)
                 x = round_block(rq, &have, b, qkv + b * blk, blk) + 3 * hs * h;
+            else if (bh + 1 < B * H) /* the next head's first block, as prefetch_rows says */
+                prefetch_rows(qkv + (bh + 1) / H * blk + 3 * hs * ((bh + 1) % H), 3 * (size_t)C, 0,
+                              min_int(T, VL), hs);
             attention_head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T, x, T, C, hs, qt,
-                           vt, sc, tp);
+                           sc);
         }
         free(qt);
     }
