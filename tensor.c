@@ -59,7 +59,7 @@
 #define MR 6          /* 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
 #define MM_V 1
 #define PV_G 4
-#define KV_G 6         /* 6x2 accumulators + 2 weights + 1 broadcast = 15 of 16 ymm */
+#define KV_G 6        /* 6x2 accumulators + 2 weights + 1 broadcast = 15 of 16 ymm */
 #define Q_W 4         /* 4x2 accumulators + 2 keys + 1 broadcast (a divisor of 16) */
 #define BF_H 6, 6, 6, 6 /* as MR: no tracker registers (the hardware flushes) */
 #define BF_V 1
@@ -801,11 +801,17 @@ VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [
     const float *p0 = pr + VL * (size_t)k0, *s0 = ds + (size_t)k0 * tp + k0; /* row k0's */
     const float *g0 = dout + (size_t)k0 * C, *q0 = qkv + k0 * ld3;           /* row k0's */
     const float scale = 1.0f / sqrtf((float)hs);
-    int d0 = 0;
-    for (; d0 + KV_G <= hs; d0 += KV_G) { /* nd a constant: no test per channel */
-        bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, KV_G, 1.0f);
-        bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, KV_G, scale);
-    }
+    /* hs = 8 where KV_G is 6 (AVX2): two passes of 4, not 6 and 2; a pass
+     * of 2 channels has too few chains to hide the FMA's latency */
+    int gs = hs == 8 && KV_G < 8 ? 4 : KV_G, d0 = 0;
+    for (; d0 + gs <= hs; d0 += gs) /* nd a constant: no test per channel */
+        if (gs == 4) {
+            bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, 4, 1.0f);
+            bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, 4, scale);
+        } else {
+            bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, KV_G, 1.0f);
+            bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, KV_G, scale);
+        }
     if (d0 < hs) {
         bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, hs - d0, 1.0f);
         bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, hs - d0, scale);
