@@ -51,6 +51,7 @@
 #define MM_V 4
 #define PV_G 8        /* attention: channels summed in one pass over the keys */
 #define KV_G 8        /* attention backward: channels of dK or dV per pass */
+#define Q_W 8         /* attention backward: queries of dQ per pass, 16 channels each */
 #define BF_H 12, 8, 6, 4 /* bf16 tile heights for 1, 2, 3, 4 vectors */
 #define BF_V 4
 #define BF_TRACKERS 4 /* tiny-result trackers (unused: x86 flushes in hardware) */
@@ -58,7 +59,8 @@
 #define MR 6          /* 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
 #define MM_V 1
 #define PV_G 4
-#define KV_G 4
+#define KV_G 6        /* 6x2 accumulators + 2 weights + 1 broadcast = 15 of 16 ymm */
+#define Q_W 4         /* 4x2 accumulators + 2 keys + 1 broadcast (a divisor of 16) */
 #define BF_H 6, 6, 6, 6 /* as MR: no tracker registers (the hardware flushes) */
 #define BF_V 1
 #define BF_TRACKERS 1
@@ -67,6 +69,7 @@
 #define MM_V 1
 #define PV_G 4
 #define KV_G 4
+#define Q_W 4
 #define BF_H 4, 4, 4, 4
 #define BF_V 1
 #define BF_TRACKERS 1
@@ -75,6 +78,7 @@
 #define MM_V 1
 #define PV_G 8
 #define KV_G 8
+#define Q_W 4
 #define BF_H 4, 4, 4, 4
 #define BF_V 1
 #define BF_TRACKERS 1
@@ -725,9 +729,12 @@ UNROLL(2)
  * in registers rather than in memory:
  *  1. per 16-key chunk, for every query that sees it (keys in the lanes):
  *     P and dS, kept as rows of 16 (P) and in the [T,tp] matrix dS;
- *  2. per chunk, dV and dK summed over those queries in accumulators;
- *  3. dQ_i = scale sum_j dS_ij K_j, 8 channels in the lanes of a half
- *     vector, 8 queries at a time so the chains overlap. */
+ *  2. per chunk, dV and dK summed over those queries in accumulators,
+ *     then transposed into the key rows a whole [hs,16] block at a time;
+ *  3. dQ_i = scale sum_j dS_ij K_j, 16 channels in the lanes of a vector
+ *     (Q_W queries at a time) while a head has more than 8 left, the last
+ *     8 or fewer in the lanes of a half vector, 8 queries at a time: so
+ *     the chains overlap. */
 VINLINE void bwd_probs(float *pr /* [T,16] */, float *ds /* [T,tp] */,
                        const float *dout /* [T,C], head's col */,
                        const float *qkv /* [T,3C], head's q col */, const float *lse /* [T] */,
@@ -750,14 +757,15 @@ VINLINE void bwd_probs(float *pr /* [T,16] */, float *ds /* [T,tp] */,
 }
 
 /* One of dV and dK for keys k0..k0+15 (in the lanes), channels
- * d0..d0+nd-1 (nd <= KV_G): out[r * ldo + g] = scale * sum over rows i of
+ * d0..d0+nd-1 (nd <= KV_G): t[g][r] = scale * sum over rows i of
  * w[i][r] x[i][g], rows i in order from k0. dV takes w = P and x = dO, dK
  * w = dS and x = Q; each in its own pass, so the accumulators and the one
- * row of weights fit AVX2's 16 registers. */
-VINLINE void bwd_kv_pass(float *out /* key k0's channel d0, rows ldo apart */, size_t ldo,
+ * row of weights fit AVX2's 16 registers. t keeps the channels a row of 16
+ * keys each, for bwd_kv's one transpose into dqkv. */
+VINLINE void bwd_kv_pass(float *t /* [nd,16] */,
                          const float *w /* row k0's 16 weights, rows ldw apart */, size_t ldw,
                          const float *x /* row k0's channel d0, rows ldx apart */, size_t ldx,
-                         int rows, int keys, int nd, float scale)
+                         int rows, int nd, float scale)
 {
     vf acc[KV_G];
 UNROLL(8)
@@ -770,29 +778,43 @@ UNROLL(8)
             if (g < nd)
                 acc[g] = vfma(wi, vset(x[i * ldx + g]), acc[g]);
     }
-    float t[KV_G][VL];
+    vf sc = vset(scale); /* x 1 is exact */
 UNROLL(8)
     for (int g = 0; g < KV_G; g++)
         if (g < nd)
-            vstore(t[g], acc[g]);
-    for (int r = 0; r < keys; r++)
-        for (int g = 0; g < nd; g++)
-            out[r * ldo + g] = t[g][r] * scale; /* x 1 is exact */
+            vstore(t + VL * g, vmul(acc[g], sc));
 }
 
-/* dV and dK of keys k0..k0+15, channels d0..d0+nd-1. */
+/* dV and dK of keys k0..k0+15, all hs channels, KV_G at a time, each into
+ * its [hs,16] buffer and from there transposed into its key rows. */
 VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [T,16] */,
                     const float *ds /* [T,tp] */, const float *dout /* [T,C], head's col */,
                     const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp,
-                    int k0, int d0, int nd)
+                    int k0, float *tv /* [hs,16] */, float *tk /* [hs,16] */)
 {
     const size_t ld3 = 3 * (size_t)C;
-    float *row = dqkv + (size_t)k0 * ld3 + d0; /* key k0's q col, channel d0 */
-    int rows = T - k0, keys = min_int(VL, rows);
-    bwd_kv_pass(row + 2 * hs, ld3, pr + VL * (size_t)k0, VL, dout + (size_t)k0 * C + d0,
-                (size_t)C, rows, keys, nd, 1.0f);
-    bwd_kv_pass(row + hs, ld3, ds + (size_t)k0 * tp + k0, (size_t)tp, qkv + k0 * ld3 + d0, ld3,
-                rows, keys, nd, 1.0f / sqrtf((float)hs));
+    int rows = T - k0;
+    const float *p0 = pr + VL * (size_t)k0, *s0 = ds + (size_t)k0 * tp + k0; /* row k0's */
+    const float *g0 = dout + (size_t)k0 * C, *q0 = qkv + k0 * ld3;           /* row k0's */
+    const float scale = 1.0f / sqrtf((float)hs);
+    /* hs = 8 where KV_G is 6 (AVX2): two passes of 4, not 6 and 2; a pass
+     * of 2 channels has too few chains to hide the FMA's latency */
+    int gs = hs == 8 && KV_G < 8 ? 4 : KV_G, d0 = 0;
+    for (; d0 + gs <= hs; d0 += gs) /* nd a constant: no test per channel */
+        if (gs == 4) {
+            bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, 4, 1.0f);
+            bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, 4, scale);
+        } else {
+            bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, KV_G, 1.0f);
+            bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, KV_G, scale);
+        }
+    if (d0 < hs) {
+        bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, hs - d0, 1.0f);
+        bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, hs - d0, scale);
+    }
+    float *row = dqkv + (size_t)k0 * ld3; /* key k0's q col */
+    vtranspose(row + 2 * hs, ld3, tv, VL, hs, min_int(VL, rows));
+    vtranspose(row + hs, ld3, tk, VL, hs, min_int(VL, rows));
 }
 
 /* dQ of queries i0..i0+W-1, channels d0..d0+nd-1 (nd <= 8), in half
@@ -820,11 +842,70 @@ UNROLL(8)
         hstore_n(dqkv + (size_t)(i0 + r) * ld3 + d0, hmul(acc[r], scale), nd);
 }
 
+/* bwd_q on whole vectors: channels d0..d0+nd-1 (8 < nd <= 16) of queries
+ * i0..i0+W-1 (W <= Q_W), for heads of more than 8 channels: each dS entry
+ * then feeds 16 lanes, not 8. The same FMAs per element as bwd_q. Q_W
+ * divides 16, so a pass's queries lie in one block of 16 rows and the
+ * keys it reads past a query's own are the zeros bwd_probs wrote on the
+ * diagonal (beyond that block dS was never written). */
+VINLINE void bwd_q_wide(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,tp] */,
+                        const float *qkv /* [T,3C], head's q col */, int C, int hs, int tp, int i0,
+                        int W, int d0, int nd)
+{
+    const size_t ld3 = 3 * (size_t)C;
+    vf acc[Q_W];
+UNROLL(8)
+    for (int r = 0; r < W; r++)
+        acc[r] = vzero();
+    for (int j = 0; j < i0 + W; j++) {
+        vf k = vload_n(qkv + j * ld3 + hs + d0, nd);
+UNROLL(8)
+        for (int r = 0; r < W; r++)
+            acc[r] = vfma(vset(ds[(size_t)(i0 + r) * tp + j]), k, acc[r]);
+    }
+    vf scale = vset(1.0f / sqrtf((float)hs));
+UNROLL(8)
+    for (int r = 0; r < W; r++)
+        vstore_n(dqkv + (size_t)(i0 + r) * ld3 + d0, vmul(acc[r], scale), nd);
+}
+
+/* dQ of every query, channels d0..d0+nd-1 (8 < nd <= 16), Q_W queries a
+ * pass. */
+VINLINE void bwd_q_cols(float *dqkv, const float *ds, const float *qkv, int T, int C, int hs,
+                        int tp, int d0, int nd)
+{
+    int i0 = 0;
+    for (; i0 + Q_W <= T; i0 += Q_W)
+        bwd_q_wide(dqkv, ds, qkv, C, hs, tp, i0, Q_W, d0, nd);
+    for (; i0 < T; i0++)
+        bwd_q_wide(dqkv, ds, qkv, C, hs, tp, i0, 1, d0, nd);
+}
+
+/* dQ of every query, all channels: 16 at a time while more than 8 are
+ * left, the last 8 or fewer in half vectors. */
+VINLINE void bwd_q_all(float *dqkv, const float *ds, const float *qkv, int T, int C, int hs, int tp)
+{
+    int d0 = 0;
+    for (; hs - d0 > 8; d0 += VL)
+        if (hs - d0 >= VL)
+            bwd_q_cols(dqkv, ds, qkv, T, C, hs, tp, d0, VL); /* a constant: whole vectors */
+        else
+            bwd_q_cols(dqkv, ds, qkv, T, C, hs, tp, d0, hs - d0);
+    if (d0 < hs) {
+        int nd = hs - d0, i0 = 0;
+        for (; i0 + 8 <= T; i0 += 8)
+            bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
+        for (; i0 < T; i0++)
+            bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 1, d0, nd);
+    }
+}
+
 VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv, const float *out,
                                 const float *lse, int T, int C, int hs, float *kt, float *vt,
                                 float *ds, int tp)
 {
     float *pr = ds + (size_t)T * tp, *D = pr + VL * (size_t)T; /* [T,16], [T] */
+    float *tv = D + T, *tk = tv + VL * (size_t)hs;                /* [hs,16] each */
     kv_transpose(kt, vt, qkv, T, C, hs, tp);
     for (int i = 0; i < T; i++) { /* D_i = dO_i . O_i */
         const float *g = dout + (size_t)i * C, *o = out + (size_t)i * C; /* [hs] each */
@@ -835,27 +916,20 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
     }
     for (int k0 = 0; k0 < T; k0 += VL) {
         bwd_probs(pr, ds, dout, qkv, lse, D, T, C, hs, kt, vt, tp, k0);
-        for (int d0 = 0; d0 < hs; d0 += KV_G)
-            bwd_kv(dqkv, pr, ds, dout, qkv, T, C, hs, tp, k0, d0, min_int(KV_G, hs - d0));
+        bwd_kv(dqkv, pr, ds, dout, qkv, T, C, hs, tp, k0, tv, tk);
     }
-    for (int d0 = 0; d0 < hs; d0 += 8) {
-        int nd = min_int(8, hs - d0), i0 = 0;
-        for (; i0 + 8 <= T; i0 += 8)
-            bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
-        for (; i0 < T; i0++)
-            bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 1, d0, nd);
-    }
+    bwd_q_all(dqkv, ds, qkv, T, C, hs, tp);
 }
 
-/* ds is [T,tp] followed by [T,16] and [T] of scratch. hs = 8 gets its own
- * copy with the channel loops unrolled. */
+/* ds is [T,tp] followed by [T,16], [T] and twice [hs,16] of scratch. hs = 8
+ * gets its own copy with the channel loops unrolled. */
 static void attention_bwd_head(float *dqkv /* [T,3C], head's q col */,
                                const float *dout /* [T,C], head's col */,
                                const float *qkv /* [T,3C], head's q col */,
                                const float *out /* [T,C], head's col */, const float *lse /* [T] */,
                                int T, int C, int hs, float *kt /* [hs,tp] */,
-                               float *vt /* [hs,tp] */, float *ds /* [T,tp] + [T,16] + [T] */,
-                               int tp)
+                               float *vt /* [hs,tp] */,
+                               float *ds /* [T,tp] + [T,16] + [T] + 2 [hs,16] */, int tp)
 {
     if (hs == 8)
         attention_bwd_body(dqkv, dout, qkv, out, lse, T, C, 8, kt, vt, ds, tp);
@@ -952,10 +1026,11 @@ static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,
     int hs = C / H, tp = key_stride(T);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
-        size_t nr = bf16 ? (size_t)T * 4 * C : 0, nds = (size_t)T * (tp + VL + 1);
+        size_t nr = bf16 ? (size_t)T * 4 * C : 0;
+        size_t nds = (size_t)T * (tp + VL + 1) + 2 * VL * (size_t)hs;
         float *kt = kmalloc(sizeof(float) * (2 * (size_t)hs * tp + nds + nr)); /* [hs,tp] */
         float *vt = kt + (size_t)hs * tp;                                      /* [hs,tp] */
-        float *ds = vt + (size_t)hs * tp; /* [T,tp] + [T,16] + [T]: dS, P, D */
+        float *ds = vt + (size_t)hs * tp; /* dS, P, D, dV and dK of 16 keys */
         float *rq = ds + nds;               /* [T,3C] batch b's rounded q, k, v */
         float *rd = rq + (size_t)T * 3 * C; /* [T,C] batch b's rounded dout */
         int have_q = -1, have_d = -1;
