@@ -120,9 +120,11 @@ int cmd_sample(int argc, char **argv)
         model_generate_many(&m, g, text, ns, n, total, &so, r);
     if (ns == 1)
         putchar('\n');
-    for (int i = 0; i < ns && ns > 1; i++)
-        printf("%s==== passage %d of %d (seed %.0f) ====\n%s\n", i ? "\n" : "", i + 1, ns,
-               s.seed + i, text[i]);
+    for (int i = 0; i < ns && ns > 1; i++) { /* every byte, a 0 byte too, as emit_raw does */
+        printf("%s==== passage %d of %d (seed %.0f) ====\n", i ? "\n" : "", i + 1, ns, s.seed + i);
+        fwrite(text[i], 1, (size_t)total, stdout);
+        putchar('\n');
+    }
     report_metrics(&s);
     g_free(g);
     for (int i = 0; i < ns; i++)

@@ -35,6 +35,13 @@
 /* --activation gelu: the GELU kernels' e^x and divisions, on every path */
 #define GOLDEN_GELU "a573a0ec4a8fdf8eb2f14250ae525fa360142d449f261a221dad3cd66ce2cbc3"
 
+/* `gpt sample` from the fp32 golden checkpoint: 4 passages of 200 bytes,
+ * past the 128-byte context, so the hash covers the prompt's forward, the
+ * batched decode steps (attention_step) and the windows re-run for every
+ * byte after the context fills (attention_last), on every path. */
+#define GOLDEN_SAMPLE_FLAGS "--num-samples 4 --bytes 200 --seed 7"
+#define GOLDEN_SAMPLE "39f97e0dd79afdccd673fb5504a78dd91398907a764126b2ba3a83f78ffd7eff"
+
 /* One core and eight give the same bits (the tree of tensor.h), so each
  * precision has one hash. */
 static const struct {
@@ -66,6 +73,24 @@ static void golden_hash(char hash[65], const char *isa, const char *bf16, const 
     hash[64] = 0;
 }
 
+/* The SHA-256 of what `gpt sample` prints from the checkpoint in dir on
+ * path `isa`, or "" if it failed. */
+static void sample_hash(char hash[65], const char *isa, const char *dir)
+{
+    char cmd[1024], text[8192];
+    hash[0] = 0;
+    snprintf(cmd, sizeof cmd,
+             "GPT_ISA=%s ./gpt sample --ckpt %s " GOLDEN_SAMPLE_FLAGS " > %s/sample.txt 2> %s/sample.log"
+             " && sha256sum %s/sample.txt",
+             isa, dir, dir, dir, dir);
+    if (t_run(cmd, text, sizeof text) != 0 || strlen(text) < 64) {
+        fprintf(stderr, "golden sample failed: %s\n%s\n", cmd, text);
+        return;
+    }
+    memcpy(hash, text, 64);
+    hash[64] = 0;
+}
+
 void test_golden(void)
 {
     t_run("mkdir -p tests/tmp", (char[64]){0}, 64);
@@ -81,6 +106,13 @@ void test_golden(void)
                       "golden run %s on %s (GPT_BF16=%s): checkpoint sha256 %s, want %s",
                       golden[g].name, isa_name(isa), bf16, hash, golden[g].sha256);
             }
+    for (int isa = 0; isa <= isa_best(); isa++) { /* from golden[0]'s checkpoint on that path */
+        char hash[65], dir[128];
+        snprintf(dir, sizeof dir, "tests/tmp/golden-0-%s-auto", isa_name(isa));
+        sample_hash(hash, isa_name(isa), dir);
+        CHECK(!strcmp(hash, GOLDEN_SAMPLE), "golden sample on %s (%s): sha256 %s, want %s",
+              isa_name(isa), GOLDEN_SAMPLE_FLAGS, hash, GOLDEN_SAMPLE);
+    }
     /* the paths the binary has that did not run: said, and why */
     for (int isa = isa_best() + 1; isa <= isa_top(); isa++)
         SKIP_MACHINE("golden runs on %s: %s", isa_name(isa), t_isa_skipped(isa));
