@@ -437,6 +437,10 @@ static struct chains chains_of(int isa)
     return c;
 }
 
+/* Below this fraction of the thread count, the all-thread peak over the
+ * one-thread peak says the machine is shared. */
+#define PEAK_SCALE_MIN 0.85
+
 static void measure_peaks(void)
 {
     /* the peak of the path the kernels run (GPT_ISA lowers both) */
@@ -456,6 +460,14 @@ static void measure_peaks(void)
     printf("  fp32 %-58s %9.0f %9.0f\n", peak.fp32_isa, peak.fp32[0], peak.fp32[1]);
     if (peak.bf16[1] > 0)
         printf("  bf16 %-58s %9.0f %9.0f\n", "avx512 vdpbf16ps", peak.bf16[0], peak.bf16[1]);
+    /* Independent chains on cores of their own scale by the thread count;
+     * much less means the cores are not all ours (a VM's host lending one
+     * elsewhere, other jobs), and every figure below swings with it. */
+    double scale = peak.fp32[1] / peak.fp32[0];
+    if (opt.threads > 1 && scale < PEAK_SCALE_MIN * opt.threads)
+        printf("  warning: %d threads reach %.2fx one thread's peak, not about %dx: the cores are "
+               "shared now, so the timings below are not comparable with a quiet run's\n",
+               opt.threads, scale, opt.threads);
     printf("\n");
     record("peak", "fp32, 1 thread", peak.fp32[0], "GFLOP/s", NULL, 0);
     record("peak", "fp32, all threads", peak.fp32[1], "GFLOP/s", NULL, 0);
