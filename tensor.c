@@ -539,6 +539,15 @@ static void q_block_transpose(float *qt /* [hs,16] */, const float *q0 /* query 
 
 /* -- attention: forward, 16 queries at a time, one per lane -- */
 
+/* One 64-byte line, for reading or for writing. */
+VINLINE void prefetch_line(const float *p, int write)
+{
+    if (write) /* the builtin takes its read/write flag as a constant only */
+        __builtin_prefetch(p, 1);
+    else
+        __builtin_prefetch(p, 0);
+}
+
 /* Asks for columns [0, n) of rows r0..r1-1 of x (rows ld apart) to be
  * brought into cache, a 64-byte line at a time; with `write`, lines about
  * to be written (fetched for ownership, so the stores do not wait). A head
@@ -553,14 +562,8 @@ static void prefetch_rows(const float *x, size_t ld, int r0, int r1, int n, int 
     for (int r = r0; r < r1; r++) {
         const float *row = x + (size_t)r * ld;
         for (int c = 0; c < n; c += 16) /* a line a step, and the last */
-            if (write)
-                __builtin_prefetch(row + c, 1);
-            else
-                __builtin_prefetch(row + c, 0);
-        if (write)
-            __builtin_prefetch(row + n - 1, 1);
-        else
-            __builtin_prefetch(row + n - 1, 0);
+            prefetch_line(row + c, write);
+        prefetch_line(row + n - 1, write);
     }
 }
 
