@@ -1684,9 +1684,13 @@ static void round_bf16(float *y /* [n] */, const float *x /* [n] */, size_t n)
  * a^T b, whose a is packed the way b is. */
 struct bfmm {
     float *c;            /* [n,q] */
+    float *raw;          /* emulated, with an epilogue: the block's sums before it, [BF_RB,q] */
+    float *scratch;      /* emulated: raw's home when c shares memory with r1, r2 or gate */
+    int epilogue;        /* emulated: relu, gate, r1 or r2 is set */
+    unsigned csr;        /* emulated: the caller's floating-point mode, outside the flush */
     const void *ab, *bb; /* float [.,.] and [pe,ldb], or uint32 pairs [.,.] and [p2,ldb] */
     const float *bias, *r1, *r2, *gate; /* the epilogue's, as struct mm's */
-    int relu, p, q;
+    int relu, n, p, q;
     int resume; /* sums go on from c (a later pass over k), not from bias or 0 */
     size_t sar, sak, ldb;
 };
@@ -1730,7 +1734,8 @@ static int bf_panels(int q, int maxv) { return ((q + VL - 1) / VL + maxv - 1) / 
     }
 
 /* The scalar fallback of the emulated tiles: rows [i, i+R) x cols [j, j1)
- * of one block, from the same rounded floats, by bf16_dot. */
+ * of one block, from the same rounded floats, by bf16_dot; the sums go
+ * where the vector tile's would (raw, for the block's epilogue, or c). */
 static void bf_tile_exact(const struct bfmm *m, int i, int bi, int R, int j, int j1)
 {
     const float *ab = m->ab, *bb = m->bb;
@@ -1739,21 +1744,30 @@ static void bf_tile_exact(const struct bfmm *m, int i, int bi, int R, int j, int
             size_t at = (size_t)(i + r) * m->q + col;
             float init = m->resume ? m->c[at] : m->bias ? m->bias[col] : 0.0f;
             float y = bf16_dot(init, ab + (size_t)(bi + r) * m->sar, m->sak, bb + col, m->ldb, m->p);
-            m->c[at] = bf16_epilogue(y, m->r1, m->r2, m->gate, m->relu, at);
+            if (m->raw)
+                m->raw[(size_t)(bi + r) * m->q + col] = y;
+            else
+                m->c[at] = y;
         }
 }
 
 /* Rounds b[p,q] (row stride lds) into bb[pe,ldb] (pe = p rounded up to
- * even), zero-padded: the emulated paths' operands. */
+ * even), zero-padded: the emulated paths' operands. Rows back to back in
+ * both (the model's widths) go as one span: a row of 32 floats is too
+ * short to pay for a call of its own. */
 static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size_t ldb)
 {
-    int pe = p + (p & 1);
-    for (int k = 0; k < pe; k++) {
-        float *row = bb + (size_t)k * ldb;
-        if (k < p)
+    if (lds == (size_t)q && ldb == (size_t)q)
+        round_span(bb, b, (size_t)p * (size_t)q);
+    else
+        for (int k = 0; k < p; k++) {
+            float *row = bb + (size_t)k * ldb;
             round_span(row, b + (size_t)k * lds, (size_t)q);
-        memset(row + (k < p ? q : 0), 0, sizeof(float) * (ldb - (size_t)(k < p ? q : 0)));
-    }
+            if (ldb > (size_t)q)
+                memset(row + q, 0, sizeof(float) * (ldb - (size_t)q));
+        }
+    if (p & 1) /* the odd last row's partner */
+        memset(bb + (size_t)p * ldb, 0, sizeof(float) * ldb);
 }
 
 /* -- bf16: the emulated matmul, every backend -- */
@@ -1766,13 +1780,14 @@ static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size
  * 2*bits(r) - 1 (vtrack) and recompute a whole tile exactly by bf16_dot
  * when it saw either. A NaN sends the tile to bf16_dot everywhere; on real
  * data that never happens. B is the first multiplicand, as the
- * instruction's. */
+ * instruction's. The tile runs inside its block's flush (bf_block_emu: two
+ * changes of mode a tile cost a tenth of the kernel's time) and leaves its
+ * sums in raw when the block has an epilogue, which runs after the flush. */
 VINLINE void bf_tile_emu(const struct bfmm *m, int i, int bi, int j, int R, int V, int last)
 {
     const float *ab = (const float *)m->ab + (size_t)bi * m->sar, *bb = (const float *)m->bb + j;
     vf acc[24][4]; /* [R][V]: two indices, as mm_tile's, keep clang's tile in registers */
     vu lo[BF_TRACKERS];
-    unsigned csr = vflush_begin();
 UNROLL(4)
     for (int t = 0; t < BF_TRACKERS; t++)
         lo[t] = vtrack_init();
@@ -1783,7 +1798,7 @@ UNROLL(4)
 UNROLL(24)
         for (int r = 0; r < R; r++) { /* a denormal start must be read as zero */
             vf start = m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w) : init;
-            acc[r][v] = vpin(start); /* made after vflush_begin: so is every FMA */
+            acc[r][v] = vpin(start); /* made after the block's vflush_begin: so is every FMA */
             if (!VEC_HW_FLUSH)
                 lo[0] = vtrack(lo[0], acc[r][v]);
         }
@@ -1810,11 +1825,10 @@ UNROLL(4)
             }
         }
 UNROLL(24)
-    for (int r = 0; r < R; r++) /* every sum made before the flush ends */
+    for (int r = 0; r < R; r++) /* every sum made before the flush ends or pauses */
 UNROLL(4)
         for (int v = 0; v < V; v++)
             acc[r][v] = vpin(acc[r][v]);
-    vflush_end(csr);
     vu least = lo[0];
 UNROLL(4)
     for (int t = 1; t < BF_TRACKERS; t++)
@@ -1826,37 +1840,73 @@ UNROLL(4)
         for (int v = 0; v < V; v++)
             nan = vmor(nan, vnan(acc[r][v]));
     if ((!VEC_HW_FLUSH && vtrack_tiny(least)) || vmany(nan)) {
+        vflush_end(m->csr); /* bf16_dot models the flush in software */
         bf_tile_exact(m, i, bi, R, j, min_int(j + VL * V, m->q));
+        vflush_begin();
         return;
     }
+    float *out = m->raw ? m->raw + (size_t)bi * m->q : m->c + (size_t)i * m->q;
 UNROLL(24)
-    for (int r = 0; r < R; r++) {
-        size_t at = (size_t)(i + r) * m->q + j;
+    for (int r = 0; r < R; r++)
 UNROLL(4)
-        for (int v = 0; v < V; v++) {
-            int w = v < V - 1 ? VL : last;
-            size_t e = at + VL * v;
-            vstore_n(m->c + e, mm_epilogue(acc[r][v], m->relu, m->gate, m->r1, m->r2, e, w),
-                     w);
-        }
-    }
+        for (int v = 0; v < V; v++)
+            vstore_n(out + (size_t)r * m->q + j + VL * v, acc[r][v], v < V - 1 ? VL : last);
 }
 
-/* Rows [i0, i0+rows) of c, A's rows from ab's row 0. */
+/* c's rows [i0, i0+rows) = the epilogue of the block's sums in raw:
+ * elementwise, so c may share memory with r1, r2 or gate. */
+static void bf_epilogue_rows(const struct bfmm *m, int i0, int rows)
+{
+    size_t e0 = (size_t)i0 * m->q, n = (size_t)rows * m->q;
+    FOR_VECTORS(n, i, w,
+                vstore_n(m->c + e0 + i,
+                         mm_epilogue(vload_n(m->raw + i, w), m->relu, m->gate, m->r1, m->r2,
+                                     e0 + i, w),
+                         w))
+}
+
+/* Rows [i0, i0+rows) of c, A's rows from ab's row 0: the sums in one
+ * flush, then the epilogue (if any) outside it. */
 static void bf_block_emu(const struct bfmm *m, int i0, int rows)
 {
-    BF_ROWS_EXPANDED(bf_tile_emu, m, i0, rows, BF_V, BF_H);
+    struct bfmm in = *m;
+    in.raw = !in.epilogue ? NULL : in.scratch ? in.scratch : in.c + (size_t)i0 * in.q;
+    if (in.raw && i0 + rows < in.n) { /* the next block's epilogue rows, a block ahead */
+        const float *const epi[] = {in.r1, in.r2, in.gate};
+        int next = min_int(in.n, i0 + 2 * rows);
+        for (int e = 0; e < 3; e++)
+            if (epi[e])
+                prefetch_rows(epi[e], (size_t)in.q, i0 + rows, next, in.q, 0);
+    }
+    in.csr = vflush_begin();
+    BF_ROWS_EXPANDED(bf_tile_emu, &in, i0, rows, BF_V, BF_H);
+    vflush_end(in.csr);
+    if (in.raw)
+        bf_epilogue_rows(&in, i0, rows);
+}
+
+/* 1 when c[n,q] shares memory with any of x, y, z ([n,q] or NULL). */
+static int shares(const float *c, int n, int q, const float *x, const float *y, const float *z)
+{
+    const float *const in[] = {x, y, z};
+    uintptr_t c0 = (uintptr_t)c, c1 = (uintptr_t)(c + (size_t)n * q);
+    for (int e = 0; e < 3; e++)
+        if (in[e] && (uintptr_t)in[e] < c1 && (uintptr_t)(in[e] + (size_t)n * q) > c0)
+            return 1;
+    return 0;
 }
 
 /* B rounded to bf16 once, then blocks of A's rows rounded and multiplied,
- * a block a thread at a time. */
+ * a block a thread at a time. With an epilogue, a block's sums wait in c
+ * (in scratch when c is also an input of the epilogue) and the epilogue
+ * runs over them once the flush has ended. */
 static void matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */,
                             const float *b /* [p,q] */, const float *bias /* [q] or NULL */,
                             const float *r1 /* [n,q] or NULL */, const float *r2 /* [n,q] or NULL */,
                             const float *gate /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
     struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate, .relu = relu,
-                     .p = p, .q = q};
+                     .n = n, .p = p, .q = q, .epilogue = relu || gate || r1 || r2};
     if (n <= 0 || q <= 0)
         return;
     int pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
@@ -1871,12 +1921,15 @@ static void matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */,
         float *ab = kmalloc(sizeof(float) * BF_RB * lda);
         struct bfmm mine = m;
         mine.ab = ab;
+        mine.scratch = m.epilogue && shares(c, n, q, r1, r2, gate)
+                           ? kmalloc(sizeof(float) * BF_RB * (size_t)q) : NULL;
 #pragma omp for schedule(static)
         for (int t = 0; t < blocks; t++) {
             int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
             bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
             bf_block_emu(&mine, i0, rows);
         }
+        free(mine.scratch);
         free(ab);
     }
     free(bb);
@@ -1984,7 +2037,7 @@ static void matmul_bf16_native(float *c /* [n,q] */, const float *a /* [n,p] */,
                                const float *gate /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
     struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate, .relu = relu,
-                     .p = p, .q = q};
+                     .n = n, .p = p, .q = q};
     if (n <= 0 || q <= 0)
         return;
     int p2 = (p + 1) / 2, blocks = (n + BF_RB - 1) / BF_RB;
@@ -2032,7 +2085,9 @@ static void bf_tn_emu(struct bfmm *m, const float *a, size_t lds_a, const float 
 {
     bf_round_b((float *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
     bf_round_b((float *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
+    m->csr = vflush_begin(); /* no epilogue: the sums go straight to c */
     BF_ROWS_EXPANDED(bf_tile_emu, m, r0, r1 - r0, BF_V < 3 ? BF_V : 3, BF_H);
+    vflush_end(m->csr);
 }
 
 /* One leaf of rows [k0, k1) is exactly the bf16 matmul of a[k0:k1]^T and
