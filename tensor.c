@@ -1857,12 +1857,16 @@ UNROLL(4)
  * elementwise, so c may share memory with r1, r2 or gate. */
 static void bf_epilogue_rows(const struct bfmm *m, int i0, int rows)
 {
-    size_t e0 = (size_t)i0 * m->q, n = (size_t)rows * m->q;
-    FOR_VECTORS(n, i, w,
-                vstore_n(m->c + e0 + i,
-                         mm_epilogue(vload_n(m->raw + i, w), m->relu, m->gate, m->r1, m->r2,
-                                     e0 + i, w),
-                         w))
+    size_t e0 = (size_t)i0 * m->q, n = (size_t)rows * m->q, i = 0;
+    for (; i + VL <= n; i += VL) /* whole vectors: no lane masks to build */
+        vstore(m->c + e0 + i,
+               mm_epilogue(vload(m->raw + i), m->relu, m->gate, m->r1, m->r2, e0 + i, VL));
+    if (i < n) {
+        int w = (int)(n - i);
+        vstore_n(m->c + e0 + i,
+                 mm_epilogue(vload_n(m->raw + i, w), m->relu, m->gate, m->r1, m->r2, e0 + i, w),
+                 w);
+    }
 }
 
 /* Rows [i0, i0+rows) of c, A's rows from ab's row 0: the sums in one
