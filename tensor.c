@@ -1686,7 +1686,6 @@ struct bfmm {
     float *c;            /* [n,q] */
     float *raw;          /* emulated, with an epilogue: the block's sums before it, [BF_RB,q] */
     float *scratch;      /* emulated: raw's home when c shares memory with r1, r2 or gate */
-    int epilogue;        /* emulated: relu, gate, r1 or r2 is set */
     unsigned csr;        /* emulated: the caller's floating-point mode, outside the flush */
     const void *ab, *bb; /* float [.,.] and [pe,ldb], or uint32 pairs [.,.] and [p2,ldb] */
     const float *bias, *r1, *r2, *gate; /* the epilogue's, as struct mm's */
@@ -1874,7 +1873,8 @@ static void bf_epilogue_rows(const struct bfmm *m, int i0, int rows)
 static void bf_block_emu(const struct bfmm *m, int i0, int rows)
 {
     struct bfmm in = *m;
-    in.raw = !in.epilogue ? NULL : in.scratch ? in.scratch : in.c + (size_t)i0 * in.q;
+    int epilogue = in.relu || in.gate || in.r1 || in.r2; /* the bias is where the sums start */
+    in.raw = !epilogue ? NULL : in.scratch ? in.scratch : in.c + (size_t)i0 * in.q;
     if (in.raw && i0 + rows < in.n) { /* the next block's epilogue rows, a block ahead */
         const float *const epi[] = {in.r1, in.r2, in.gate};
         int next = min_int(in.n, i0 + 2 * rows);
@@ -1910,7 +1910,7 @@ static void matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */,
                             const float *gate /* [n,q] or NULL */, int relu, int n, int p, int q)
 {
     struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate, .relu = relu,
-                     .n = n, .p = p, .q = q, .epilogue = relu || gate || r1 || r2};
+                     .n = n, .p = p, .q = q};
     if (n <= 0 || q <= 0)
         return;
     int pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
@@ -1925,7 +1925,7 @@ static void matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */,
         float *ab = kmalloc(sizeof(float) * BF_RB * lda);
         struct bfmm mine = m;
         mine.ab = ab;
-        mine.scratch = m.epilogue && shares(c, n, q, r1, r2, gate)
+        mine.scratch = shares(c, n, q, r1, r2, gate)
                            ? kmalloc(sizeof(float) * BF_RB * (size_t)q) : NULL;
 #pragma omp for schedule(static)
         for (int t = 0; t < blocks; t++) {
