@@ -241,13 +241,14 @@ static void tn_band(const struct mm *m, int i, int R, int n) { mm_rows(m, i, R, 
 #define MM_KC 256
 #define MM_NC 256
 
-/* Row k of a block of b (rows from k0, columns [j0, j1)) into bp: panel
- * t's row k at bp[(t * MM_KC + k - k0) * MM_PW], columns past j1 zero. */
-static void pack_b_row(float *bp /* [MM_NC / MM_PW, MM_KC, MM_PW] */, const float *b /* [p,q] */,
-                       int q, int k, int k0, int j0, int j1)
+/* Row k of a block of b (rows from k0, columns [j0, j1)) into bp, whose
+ * panels are kc rows each: panel t's row k at bp[(t * kc + k - k0) *
+ * MM_PW], columns past j1 zero. */
+static void pack_b_row(float *bp /* [MM_NC / MM_PW, kc, MM_PW] */, const float *b /* [p,q] */,
+                       int q, int kc, int k, int k0, int j0, int j1)
 {
     for (int j = j0; j < j1; j += MM_PW) {
-        float *row = bp + ((size_t)((j - j0) / MM_PW) * MM_KC + (size_t)(k - k0)) * MM_PW;
+        float *row = bp + ((size_t)((j - j0) / MM_PW) * kc + (size_t)(k - k0)) * MM_PW;
         int w = min_int(MM_PW, j1 - j);
         memcpy(row, b + (size_t)k * q + j, sizeof(float) * (size_t)w);
         memset(row + w, 0, sizeof(float) * (size_t)(MM_PW - w));
@@ -292,7 +293,7 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
                 pass.relu = 0, pass.r1 = pass.r2 = pass.gate = NULL;
 #pragma omp for schedule(static)
             for (int k = pass.k0; k < pass.k1; k++)
-                pack_b_row(bp, b, q, k, k0, pass.j0, pass.j1);
+                pack_b_row(bp, b, q, MM_KC, k, k0, pass.j0, pass.j1);
 #pragma omp for schedule(static)
             for (int t = 0; t < tiles; t++)
                 mm_band(&pass, t * MR, min_int(MR, n - t * MR));
@@ -381,6 +382,7 @@ struct tn_tree {
     const struct mm *m;
     float *tmp; /* [depth,n,q] */
     int n, seg, mr, t0, t1;
+    int lda; /* a's row stride: n, unless this is a block's view (tn_blocks) */
     enum tn_kind kind;
     void *pack;   /* bf16: this thread's packed pairs of a leaf's rows */
     float *bpack; /* fp32, wide b: this thread's packed block of b, or NULL */
@@ -398,14 +400,14 @@ static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
     pass.c = dst;
     pass.kinit = k0;
     if (t->bpack) {
-        for (int j0 = 0; j0 < pass.q; j0 += MM_NC)
+        for (int j0 = 0; j0 < pass.j1; j0 += MM_NC)
             for (int kb = k0; kb < k1; kb += MM_KC) {
                 struct mm blk = packed_pass(&pass, t->bpack, kb, min_int(k1, kb + MM_KC), j0,
-                                            min_int(pass.q, j0 + MM_NC));
+                                            min_int(pass.j1, j0 + MM_NC));
                 for (int k = blk.k0; k < blk.k1; k++)
-                    pack_b_row(t->bpack, t->m->b, pass.q, k, kb, blk.j0, blk.j1);
+                    pack_b_row(t->bpack, t->m->b, (int)t->m->ldb, MM_KC, k, kb, blk.j0, blk.j1);
                 for (int r = t->t0; r < t->t1; r++)
-                    tn_band(&blk, r * MR, min_int(MR, t->n - r * MR), t->n);
+                    tn_band(&blk, r * MR, min_int(MR, t->n - r * MR), t->lda);
             }
         return;
     }
@@ -414,7 +416,7 @@ static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
         pass.b = t->m->b + (size_t)k * t->m->ldb;
         pass.k1 = min_int(k + TN_KBLOCK, k1);
         for (int r = t->t0; r < t->t1; r++)
-            tn_band(&pass, r * MR, min_int(MR, t->n - r * MR), t->n);
+            tn_band(&pass, r * MR, min_int(MR, t->n - r * MR), t->lda);
     }
 }
 
@@ -436,10 +438,68 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
     add_into(dst + r0 * q, right + r0 * q, (r1 - r0) * q);
 }
 
+/* An fp32 c of more than TN_BLOCKED_C bytes goes block by block
+ * (tn_blocks), each block's partial sums in TN_BLOCK_BYTES (half an L2).
+ * Below it, the leaves' whole-c partial sums stay within the caches
+ * enough that the other ways are as fast or faster: they pack b once a
+ * leaf, where a block packs it again for every column block and thread
+ * (measured on AVX2, 2 threads: a 384 x 1152 c, 1.7 MiB, ran 0.7x as
+ * fast in blocks; a 768 x 3072 c, 9 MiB, 1.3x as fast). */
+#define TN_BLOCKED_C (4 << 20) /* bytes */
+#define TN_BLOCK_BYTES (512 * 1024)
+
+/* Rows of c in a block MM_NC columns wide whose depth + 1 arrays of
+ * partial sums fit TN_BLOCK_BYTES, in whole row tiles. */
+static int tn_block_rows(int depth)
+{
+    int rows = TN_BLOCK_BYTES / ((depth + 1) * MM_NC * (int)sizeof(float));
+    return rows >= 2 * MR ? rows / MR * MR : MR;
+}
+
+/* A large c block by block, the threads sharing the blocks: each block
+ * runs the whole tree over the leaves in a buffer of its own, [rows, w] a
+ * level, so that its partial sums stay in cache, and is then copied into
+ * c. Over the whole of c, a leaf's partial sums would go out to memory
+ * and come back at every add of the tree; and c's rows, a multiple of 4
+ * KiB apart in a wide c, would crowd a few cache sets. The view of a
+ * block: a from the block's first row (rows still t->lda apart), b its
+ * column block packed whole (all p rows, once per thread and column
+ * block), c its buffer. */
+static void tn_blocks(const struct tn_tree *t, float *c /* [n,q] */, int n, int q, int L,
+                      int depth)
+{
+    int rows = tn_block_rows(depth), p = t->m->p;
+    int row_blocks = (n + rows - 1) / rows, col_blocks = (q + MM_NC - 1) / MM_NC;
+    float *buf = kmalloc(sizeof(float) * (size_t)(depth + 1) * rows * MM_NC);
+    float *bp = kmalloc(sizeof(float) * (size_t)p * MM_NC); /* [MM_NC / MM_PW, p, MM_PW] */
+    int packed = -1;                                        /* the column block in bp */
+#pragma omp for schedule(static)
+    for (int blk = 0; blk < row_blocks * col_blocks; blk++) {
+        int cb = blk / row_blocks, r0 = blk % row_blocks * rows, j0 = cb * MM_NC;
+        int nr = min_int(rows, n - r0), w = min_int(MM_NC, q - j0);
+        if (packed != cb) /* a thread's blocks come column block by column block */
+            for (int k = 0; k < p; k++)
+                pack_b_row(bp, t->m->b, q, p, k, 0, j0, j0 + w);
+        packed = cb;
+        struct mm view = *t->m;
+        view.c = buf, view.a = t->m->a + r0, view.b = bp, view.ldb = MM_PW;
+        view.bps = (size_t)p * MM_PW, view.q = w, view.j0 = 0, view.j1 = w;
+        struct tn_tree b = *t;
+        b.m = &view, b.tmp = buf + (size_t)rows * MM_NC, b.n = nr, b.bpack = NULL;
+        b.t0 = 0, b.t1 = (nr + MR - 1) / MR;
+        tn_subtree(&b, buf, 0, L, 0);
+        for (int r = 0; r < nr; r++)
+            memcpy(c + (size_t)(r0 + r) * q + j0, buf + (size_t)r * w, sizeof(float) * w);
+    }
+    free(bp);
+    free(buf);
+}
+
 /* Each thread reads only its leaves' rows of a and b when the leaves split
  * evenly into subtrees (with the threads sharing c's rows, each would read
- * all of b); else the threads share c's rows over all leaves. The same
- * bits either way. */
+ * all of b) and c is small; a large fp32 c goes in blocks (tn_blocks);
+ * else the threads share c's rows over all leaves. The same bits every
+ * way. */
 static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
                           const float *b /* [p,q] */, int n, int p, int q, int seg, int kind)
 {
@@ -454,22 +514,24 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
         return;
     }
     int par = (long)n * p * q >= PAR_WORK, nth = par ? omp_get_max_threads() : 1;
-    int split = leaf_split(nth, L), depth = tree_depth(L), sub = tree_depth(split ? L / nth : 1);
+    int blocked = kind == TN_FP32 && L > 1 && nc * sizeof(float) > TN_BLOCKED_C;
+    int split = !blocked && leaf_split(nth, L), depth = tree_depth(L);
+    int sub = tree_depth(split ? L / nth : 1);
     /* split: per thread [sub,n,q] scratch and [n,q] for its subtree's
      * result (thread 0's goes to c); sharing rows: one [depth,n,q] (a
      * nested region may get fewer threads than asked: then they share) */
-    size_t own = (size_t)(sub + 1) * nc, shared = (size_t)depth * nc;
+    size_t own = (size_t)(sub + 1) * nc, shared = blocked ? 1 : (size_t)depth * nc;
     float *tmp = kmalloc(sizeof(float) * (split && nth * own > shared ? nth * own : shared));
     float **res = kmalloc(sizeof(float *) * (size_t)nth);
 #pragma omp parallel if (par) num_threads(nth)
     {
         int me = omp_get_thread_num(), lo = 0, hi = L;
         struct tn_tree t = {.m = m, .tmp = tmp, .n = n, .seg = seg, .mr = mr, .t0 = 0,
-                            .t1 = tiles, .kind = (enum tn_kind)kind};
+                            .t1 = tiles, .lda = n, .kind = (enum tn_kind)kind};
         if (kind != TN_FP32) /* [BF_TN_K, ldb + lda] floats hold either packing */
             t.pack = kmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(q) + round16(n)));
-        else if ((long)(seg < 1 ? p : min_int(seg, p)) * q > (long)MM_KC * MM_NC) /* a leaf's b */
-            t.bpack = kmalloc(sizeof(float) * MM_KC * MM_NC);
+        else if (!blocked && (long)(seg < 1 ? p : min_int(seg, p)) * q > (long)MM_KC * MM_NC)
+            t.bpack = kmalloc(sizeof(float) * MM_KC * MM_NC); /* a leaf's wide b, packed */
         float *dst = c;
         int mine = split && omp_get_num_threads() == nth; /* this thread's own subtree */
         if (mine) {
@@ -477,10 +539,12 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
             dst = me ? t.tmp + (size_t)sub * nc : c;
             lo = me * (L / nth), hi = lo + L / nth;
             res[me] = dst;
-        } else {
+        } else if (!blocked) {
             my_share(tiles, &t.t0, &t.t1);
         }
-        if (t.t0 < t.t1)
+        if (blocked)
+            tn_blocks(&t, c, n, q, L, depth);
+        else if (t.t0 < t.t1)
             tn_subtree(&t, dst, lo, hi, 0);
         free(t.pack);
         free(t.bpack);
