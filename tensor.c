@@ -603,31 +603,21 @@ static void q_block_transpose(float *qt /* [hs,16] */, const float *q0 /* query 
 
 /* -- attention: forward, 16 queries at a time, one per lane -- */
 
-/* One 64-byte line, for reading or for writing. */
-VINLINE void prefetch_line(const float *p, int write)
-{
-    if (write) /* the builtin takes its read/write flag as a constant only */
-        __builtin_prefetch(p, 1);
-    else
-        __builtin_prefetch(p, 0);
-}
-
 /* Asks for columns [0, n) of rows r0..r1-1 of x (rows ld apart) to be
- * brought into cache, a 64-byte line at a time; with `write`, lines about
- * to be written (fetched for ownership, so the stores do not wait). A head
- * reads and writes a few columns of rows far apart, a pattern the hardware
- * prefetchers follow late, so each kernel asks one step ahead: the
- * forward for the next block of queries while this one computes, the
- * backward for the next head while this head's chunks of keys compute.
- * Cold inputs (each kernel's come from the kernel before, evicted by
- * others) cost the backward a fifth of its time without this. */
-static void prefetch_rows(const float *x, size_t ld, int r0, int r1, int n, int write)
+ * brought into cache, a 64-byte line at a time. A head reads a few
+ * columns of rows far apart, a pattern the hardware prefetchers follow
+ * late, so each kernel asks one step ahead: the forward for the next
+ * block of queries while this one computes, the backward for the next
+ * head's keys and values while this head's chunks of keys compute. Cold
+ * inputs (each kernel's come from the kernel before, evicted by others)
+ * cost the backward a fifth of its time without this. */
+static void prefetch_rows(const float *x, size_t ld, int r0, int r1, int n)
 {
     for (int r = r0; r < r1; r++) {
         const float *row = x + (size_t)r * ld;
         for (int c = 0; c < n; c += 16) /* a line a step, and the last */
-            prefetch_line(row + c, write);
-        prefetch_line(row + n - 1, write);
+            __builtin_prefetch(row + c);
+        __builtin_prefetch(row + n - 1);
     }
 }
 
@@ -724,7 +714,7 @@ VINLINE void attention_body(float *o /* [T,C], head's col */, float *lse /* [T] 
     const vf scale2 = vset(LOG2E / sqrtf((float)hs)), ninf = vset(-INFINITY);
     for (int i0 = 0; i0 < T; i0 += VL) {
         int w = min_int(VL, T - i0), nk = i0 + w; /* queries i0.., keys 0..nk-1 */
-        prefetch_rows(qkv, ld, nk, min_int(T, nk + VL), 3 * hs, 0); /* the next block's */
+        prefetch_rows(qkv, ld, nk, min_int(T, nk + VL), 3 * hs); /* the next block's */
         q_block_transpose(qt, qkv + i0 * ld, ld, w, hs);
         for (int d = 0; d < hs; d++)
             vstore(qt + VL * d, vmul(vload(qt + VL * d), scale2));
@@ -978,28 +968,16 @@ VINLINE void bwd_q_all(float *dqkv, const float *ds, const float *qkv, int T, in
     }
 }
 
-/* The next head's slices of the backward's arrays (from its column), to
- * prefetch while this head computes. */
-struct bwd_next {
-    float *dqkv;                         /* [T,3C], the one written */
-    const float *dout, *qkv, *out, *lse; /* [T,C], [T,3C], [T,C], [T] */
-};
-
-/* Rows r0..r1-1 of the next head's slices (at most 16 rows: lse's are one
- * line). */
-static void prefetch_bwd_rows(const struct bwd_next *nx, int r0, int r1, int C, int hs)
-{
-    const size_t ld3 = 3 * (size_t)C;
-    prefetch_rows(nx->qkv, ld3, r0, r1, 3 * hs, 0);
-    prefetch_rows(nx->dqkv, ld3, r0, r1, 3 * hs, 1);
-    prefetch_rows(nx->dout, (size_t)C, r0, r1, hs, 0);
-    prefetch_rows(nx->out, (size_t)C, r0, r1, hs, 0);
-    prefetch_rows(nx->lse + r0, 0, 0, 1, r1 - r0, 0);
-}
-
+/* next_qkv: the next head's q column in qkv, or NULL. A head starts by
+ * reading all its keys and values at once (kv_transpose), so while this
+ * head computes, the next head's are asked for, a chunk's worth of rows
+ * at each chunk. The rest of its inputs a head reads row by row as it
+ * goes, which the hardware keeps up with: asking for them too (dO, O,
+ * lse and dqkv's rows, 11 lines a row against 2) made the backward
+ * slower, 0.93x-0.97x as fast as asking for the keys and values alone. */
 VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv, const float *out,
                                 const float *lse, int T, int C, int hs, float *kt, float *vt,
-                                float *ds, int tp, const struct bwd_next *nx)
+                                float *ds, int tp, const float *next_qkv)
 {
     float *pr = ds + (size_t)T * tp, *D = pr + VL * (size_t)T; /* [T,16], [T] */
     float *tv = D + T, *tk = tv + VL * (size_t)hs;                /* [hs,16] each */
@@ -1012,17 +990,17 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
         D[i] = acc;
     }
     for (int k0 = 0; k0 < T; k0 += VL) {
-        if (nx) /* spread over the chunks, a chunk's worth of rows each */
-            prefetch_bwd_rows(nx, k0, min_int(T, k0 + VL), C, hs);
+        if (next_qkv) /* keys and values, 2 hs floats from the key column */
+            prefetch_rows(next_qkv + hs, 3 * (size_t)C, k0, min_int(T, k0 + VL), 2 * hs);
         bwd_probs(pr, ds, dout, qkv, lse, D, T, C, hs, kt, vt, tp, k0);
         bwd_kv(dqkv, pr, ds, dout, qkv, T, C, hs, tp, k0, tv, tk);
     }
     bwd_q_all(dqkv, ds, qkv, T, C, hs, tp);
 }
 
-/* ds is [T,tp] followed by [T,16], [T] and twice [hs,16] of scratch; nx
- * the next head's slices, or NULL. hs = 8 gets its own copy with the
- * channel loops unrolled. */
+/* ds is [T,tp] followed by [T,16], [T] and twice [hs,16] of scratch;
+ * next_qkv the next head's q column, or NULL. hs = 8 gets its own copy
+ * with the channel loops unrolled. */
 static void attention_bwd_head(float *dqkv /* [T,3C], head's q col */,
                                const float *dout /* [T,C], head's col */,
                                const float *qkv /* [T,3C], head's q col */,
@@ -1030,12 +1008,12 @@ static void attention_bwd_head(float *dqkv /* [T,3C], head's q col */,
                                int T, int C, int hs, float *kt /* [hs,tp] */,
                                float *vt /* [hs,tp] */,
                                float *ds /* [T,tp] + [T,16] + [T] + 2 [hs,16] */, int tp,
-                               const struct bwd_next *nx)
+                               const float *next_qkv)
 {
     if (hs == 8)
-        attention_bwd_body(dqkv, dout, qkv, out, lse, T, C, 8, kt, vt, ds, tp, nx);
+        attention_bwd_body(dqkv, dout, qkv, out, lse, T, C, 8, kt, vt, ds, tp, next_qkv);
     else
-        attention_bwd_body(dqkv, dout, qkv, out, lse, T, C, hs, kt, vt, ds, tp, nx);
+        attention_bwd_body(dqkv, dout, qkv, out, lse, T, C, hs, kt, vt, ds, tp, next_qkv);
 }
 
 /* -- attention: one query (a decode step, a window's last query) -- */
@@ -1112,7 +1090,7 @@ static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                 x = round_block(rq, &have, b, qkv + b * blk, blk) + 3 * hs * h;
             else if (bh + 1 < B * H) /* the next head's first block, as prefetch_rows says */
                 prefetch_rows(qkv + (bh + 1) / H * blk + 3 * hs * ((bh + 1) % H), 3 * (size_t)C, 0,
-                              min_int(T, VL), 3 * hs, 0);
+                              min_int(T, VL), 3 * hs);
             attention_head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T, x, T, C, hs, qt,
                            sc);
         }
@@ -1147,11 +1125,10 @@ static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,
             }
             /* the next head in this thread's (static) share, if it has one */
             int nb = (bh + 1) / H, nh = (bh + 1) % H;
-            size_t n3 = (size_t)nb * T * 3 * C + 3 * hs * nh, n1 = (size_t)nb * T * C + hs * nh;
-            struct bwd_next nx = {dqkv + n3, dout + n1, qkv + n3, out + n1, lse + (size_t)(bh + 1) * T};
+            const float *next = qkv + (size_t)nb * T * 3 * C + 3 * hs * nh;
             int prefetch = !bf16 && bh + 1 < B * H; /* bf16 reads its rounded copies */
             attention_bwd_head(dqkv + r3, d, x, out + r1, lse + (size_t)bh * T, T, C, hs, kt, vt,
-                               ds, tp, prefetch ? &nx : NULL);
+                               ds, tp, prefetch ? next : NULL);
         }
         free(kt);
     }
@@ -1944,7 +1921,7 @@ static void bf_block_emu(const struct bfmm *m, int i0, int rows)
         int next = min_int(in.n, i0 + 2 * rows);
         for (int e = 0; e < 3; e++)
             if (epi[e])
-                prefetch_rows(epi[e], (size_t)in.q, i0 + rows, next, in.q, 0);
+                prefetch_rows(epi[e], (size_t)in.q, i0 + rows, next, in.q);
     }
     in.csr = vflush_begin();
     BF_ROWS_EXPANDED(bf_tile_emu, &in, i0, rows, BF_V, BF_H);
