@@ -247,11 +247,16 @@ static void tn_band(const struct mm *m, int i, int R, int n) { mm_rows(m, i, R, 
 static void pack_b_row(float *bp /* [MM_NC / MM_PW, kc, MM_PW] */, const float *b /* [p,q] */,
                        int q, int kc, int k, int k0, int j0, int j1)
 {
+    const float *src = b + (size_t)k * q;
     for (int j = j0; j < j1; j += MM_PW) {
         float *row = bp + ((size_t)((j - j0) / MM_PW) * kc + (size_t)(k - k0)) * MM_PW;
-        int w = min_int(MM_PW, j1 - j);
-        memcpy(row, b + (size_t)k * q + j, sizeof(float) * (size_t)w);
-        memset(row + w, 0, sizeof(float) * (size_t)(MM_PW - w));
+        int w = j1 - j;
+        if (w >= MM_PW) /* whole vectors: no call to memcpy for 16 floats */
+            for (int v = 0; v < MM_PW; v += VL)
+                vstore(row + v, vload(src + j + v));
+        else
+            for (int v = 0; v < MM_PW; v += VL)
+                vstore(row + v, v < w ? vload_n(src + j + v, w - v) : vzero());
     }
 }
 
