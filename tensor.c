@@ -370,6 +370,7 @@ static void tree_sum(float *out /* [len] */, const float *const *parts /* m x [l
 /* matmul_tn runs its long k loop in passes of this many rows of a and b:
  * one pass's rows stay in L1 while every tile of c uses them. */
 #define TN_KBLOCK 64
+_Static_assert(TN_KBLOCK <= MM_KC, "tn_leaf packs a pass of a into MM_KC rows");
 
 /* bf16 weight gradients: rows of a leaf packed BF_TN_K at a time (even, so
  * a pair never straddles two packings), c's rows shared between threads
@@ -396,11 +397,54 @@ struct tn_tree {
 /* A leaf of a bf16 weight gradient: in the bf16 section. */
 static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
 
+/* a's row stride (floats) from which a tile reads its rows of a from a
+ * packed copy (tn_band_packed). Below it the copy cost more than it saved:
+ * at the default model's n of 32 and 64 the weight gradients took 1.06x-
+ * 1.18x as long. */
+#define TN_PACK_A 256
+
+/* Row tile r of c over the pass's rows [k0, k1) of a and b, its MR
+ * columns of a first copied into ap, contiguous. a is [p,n], read as its
+ * transpose: in place, each k of the tile takes a line of a, n floats on
+ * from the last, for 6 floats, so that over 256 k a tile spreads 6 KiB of
+ * data over 16 KiB of L1 and up to 256 pages (at n of 1,536 each row of
+ * a is 6 KiB). The same values in the same order: the same bits. */
+static void tn_band_packed(const struct tn_tree *t, const struct mm *pass, int r,
+                           float *ap /* [k1 - k0, MR] */)
+{
+    int i = r * MR, R = min_int(MR, t->n - i), kc = pass->k1 - pass->k0;
+    const float *src = t->m->a + (size_t)pass->k0 * t->lda + i; /* [kc, R], rows lda apart */
+    if (R == MR)
+        for (int k = 0; k < kc; k++)
+            memcpy(ap + (size_t)k * MR, src + (size_t)k * t->lda, sizeof(float) * MR);
+    else
+        for (int k = 0; k < kc; k++)
+            for (int u = 0; u < MR; u++)
+                ap[(size_t)k * MR + u] = u < R ? src[(size_t)k * t->lda + u] : 0.0f;
+    struct mm tile = *pass; /* c from row i, a's rows MR apart, k counted from the pass's k0 */
+    tile.c = pass->c + (size_t)i * pass->q;
+    tile.a = ap;
+    tile.kinit = pass->k0 == pass->kinit ? 0 : -1; /* a fresh start or a resumed one, as before */
+    tile.k0 = 0, tile.k1 = kc;
+    tn_band(&tile, 0, R, MR);
+}
+
+/* Row tiles [t0, t1) of c over one pass, a read in place or packed. */
+static void tn_pass(const struct tn_tree *t, const struct mm *pass, float *ap /* [MM_KC, MR] */)
+{
+    for (int r = t->t0; r < t->t1; r++)
+        if (t->lda >= TN_PACK_A)
+            tn_band_packed(t, pass, r, ap);
+        else
+            tn_band(pass, r * MR, min_int(MR, t->n - r * MR), t->lda);
+}
+
 /* One fp32 leaf, rows [k0, k1) of a and b, for row tiles [t0, t1) of c.
  * A wide b goes in packed blocks, as matmul's (each thread packs its
  * own). */
 static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
 {
+    float ap[MM_KC * MR]; /* a tile's rows of a, packed (passes are at most MM_KC rows) */
     struct mm pass = *t->m;
     pass.c = dst;
     pass.kinit = k0;
@@ -411,8 +455,7 @@ static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
                                             min_int(pass.j1, j0 + MM_NC));
                 for (int k = blk.k0; k < blk.k1; k++)
                     pack_b_row(t->bpack, t->m->b, (int)t->m->ldb, MM_KC, k, kb, blk.j0, blk.j1);
-                for (int r = t->t0; r < t->t1; r++)
-                    tn_band(&blk, r * MR, min_int(MR, t->n - r * MR), t->lda);
+                tn_pass(t, &blk, ap);
             }
         return;
     }
@@ -420,8 +463,7 @@ static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
         pass.k0 = k;
         pass.b = t->m->b + (size_t)k * t->m->ldb;
         pass.k1 = min_int(k + TN_KBLOCK, k1);
-        for (int r = t->t0; r < t->t1; r++)
-            tn_band(&pass, r * MR, min_int(MR, t->n - r * MR), t->lda);
+        tn_pass(t, &pass, ap);
     }
 }
 

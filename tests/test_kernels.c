@@ -1250,6 +1250,8 @@ static void test_seg_paths(void)
         {32, 4096, 64, 128}, {96, 4096, 32, 128}, {5, 0, 8, 3},     {4, 10, 5, 1},
         {3, 17, 5, 100},   {37, 130, 65, 0},   {128, 1000, 64, 3}, {6, 200, 16, 64},
         {700, 24, 1540, 7}, /* c over 4 MiB: in blocks, edges in rows, columns and leaves */
+        {301, 600, 300, 256}, /* a wide b packed, a packed (n >= 256), an edge of 1 row */
+        {262, 600, 270, 0},   /* the same, one leaf of 3 k blocks, each resuming the last */
     };
     static const int sr[][3] = {{1, 3, 1},      {65, 40, 8}, {1000, 96, 128}, {4096, 32, 128},
                                 {0, 5, 3},      {100, 17, 0}, {100, 17, 7},   {77, 64, 200}};
