@@ -854,6 +854,21 @@ UNROLL(4)
     }
 }
 
+/* D_i = dO_i . O_i for rows i..i+U-1 (U <= 4): one chain of hs products
+ * a row, in channel order. */
+VINLINE void bwd_d_rows(float *D /* [T] */, const float *dout /* [T,C], head's col */,
+                        const float *out /* [T,C], head's col */, int C, int hs, int i, int U)
+{
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int d = 0; d < hs; d++)
+UNROLL(4)
+        for (int u = 0; u < U; u++)
+            acc[u] += dout[(size_t)(i + u) * C + d] * out[(size_t)(i + u) * C + d];
+UNROLL(4)
+    for (int u = 0; u < U; u++)
+        D[i + u] = acc[u];
+}
+
 /* The backward pass of one head in three sweeps, each with its reduction
  * in registers rather than in memory:
  *  1. per 16-key chunk, for every query that sees it (keys in the lanes):
@@ -1041,13 +1056,15 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
     float *pr = ds + (size_t)T * tp, *D = pr + VL * (size_t)T; /* [T,16], [T] */
     float *tv = D + T, *tk = tv + VL * (size_t)hs;                /* [hs,16] each */
     kv_transpose(kt, vt, qkv, T, C, hs, tp);
-    for (int i = 0; i < T; i++) { /* D_i = dO_i . O_i */
-        const float *g = dout + (size_t)i * C, *o = out + (size_t)i * C; /* [hs] each */
-        float acc = 0.0f;
-        for (int d = 0; d < hs; d++)
-            acc += g[d] * o[d];
-        D[i] = acc;
-    }
+    /* Past 8 channels a row's chain waits on its additions, so 4 rows go
+     * side by side (0.92x-0.93x the backward's time at head sizes 16-64);
+     * at 8, one row at a time is faster (4 rows: 1.04x as long) */
+    int i = 0;
+    if (hs > 8)
+        for (; i + 4 <= T; i += 4)
+            bwd_d_rows(D, dout, out, C, hs, i, 4);
+    for (; i < T; i++)
+        bwd_d_rows(D, dout, out, C, hs, i, 1);
     for (int k0 = 0; k0 < T; k0 += VL) {
         if (next_qkv) /* keys and values, 2 hs floats from the key column */
             prefetch_rows(next_qkv + hs, 3 * (size_t)C, k0, min_int(T, k0 + VL), 2 * hs);
