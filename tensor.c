@@ -804,6 +804,24 @@ static void attention_head(float *o, float *lse, const float *qkv, int T, int C,
 
 /* -- attention: backward -- */
 
+/* acc[u] = sum over channels d of x[u][d] t[d][k0..k0+15], in channel
+ * order, for U <= 4 rows of x (rows ldx apart) against 16 keys of a
+ * transposed [hs,tp] block (kt or vt): 4 rows give 4 chains of FMAs. */
+VINLINE void keys_dot(vf *acc /* [U] */, const float *x /* [U,hs], rows ldx apart */, size_t ldx,
+                      const float *t /* [hs,tp] */, int tp, int k0, int hs, int U)
+{
+UNROLL(4)
+    for (int u = 0; u < U; u++)
+        acc[u] = vzero();
+UNROLL_BY(8)
+    for (int d = 0; d < hs; d++) {
+        vf td = vload(t + (size_t)d * tp + k0);
+UNROLL(4)
+        for (int u = 0; u < U; u++)
+            acc[u] = vfma(vset(x[(size_t)u * ldx + d]), td, acc[u]);
+    }
+}
+
 /* P and dS of queries i..i+U-1 (U <= 4) against keys k0..k0+15 (keys in
  * the lanes), in two passes over the channels so that 4 rows' sums fit the
  * registers: S and from it P, then dP and dS = P (dP - D). Four rows give
@@ -818,16 +836,7 @@ VINLINE void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */,
                             size_t ld3, vf scale2, int masked)
 {
     vf acc[4];
-UNROLL(4)
-    for (int u = 0; u < U; u++)
-        acc[u] = vzero();
-UNROLL_BY(8)
-    for (int d = 0; d < hs; d++) { /* S */
-        vf kd = vload(kt + (size_t)d * tp + k0);
-UNROLL(4)
-        for (int u = 0; u < U; u++)
-            acc[u] = vfma(vset(qkv[(size_t)(i + u) * ld3 + d]), kd, acc[u]);
-    }
+    keys_dot(acc, qkv + (size_t)i * ld3, ld3, kt, tp, k0, hs, U); /* S */
 UNROLL(4)
     for (int u = 0; u < U; u++) {
         int r = i + u;
@@ -837,16 +846,7 @@ UNROLL(4)
             p = vkeep(vlanes(r + 1 - k0), p); /* keys after r are not seen */
         vstore(pr + VL * (size_t)r, p);
     }
-UNROLL(4)
-    for (int u = 0; u < U; u++)
-        acc[u] = vzero();
-UNROLL_BY(8)
-    for (int d = 0; d < hs; d++) { /* dP */
-        vf vd = vload(vt + (size_t)d * tp + k0);
-UNROLL(4)
-        for (int u = 0; u < U; u++)
-            acc[u] = vfma(vset(dout[(size_t)(i + u) * C + d]), vd, acc[u]);
-    }
+    keys_dot(acc, dout + (size_t)i * C, (size_t)C, vt, tp, k0, hs, U); /* dP */
 UNROLL(4)
     for (int u = 0; u < U; u++) {
         int r = i + u;
