@@ -850,7 +850,8 @@ UNROLL(4)
 UNROLL(4)
     for (int u = 0; u < U; u++) {
         int r = i + u;
-        vstore(ds + (size_t)r * tp + k0, vmul(vload(pr + VL * (size_t)r), vsub(acc[u], vset(D[r]))));
+        vf p = vload(pr + VL * (size_t)r);
+        vstore(ds + (size_t)r * tp + k0, vmul(p, vsub(acc[u], vset(D[r]))));
     }
 }
 
@@ -1057,7 +1058,7 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
     float *tv = D + T, *tk = tv + VL * (size_t)hs;                /* [hs,16] each */
     kv_transpose(kt, vt, qkv, T, C, hs, tp);
     /* Past 8 channels a row's chain waits on its additions, so 4 rows go
-     * side by side (0.92x-0.93x the backward's time at head sizes 16-64);
+     * side by side (0.92x-0.96x the backward's time at head sizes 16-64);
      * at 8, one row at a time is faster (4 rows: 1.04x as long) */
     int i = 0;
     if (hs > 8)
@@ -1178,11 +1179,13 @@ static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
  * copies of its rows, [T,3hs] of q, k, v, [T,hs] of dO and of O, and
  * writes [T,3hs] of dqkv, copied out at its end. In place its rows are 3C
  * (and C) floats apart, and each of the backward's walks down a column
- * touches a line every 3 KiB at C 768; those lines fall in 4 of L1's 64
- * sets, and every pass over them missed. Copied, GPT-2 small's backward
- * (T 1024, 12 heads of 64) took 0.66x as long; 4 heads of 16 to 64 at T
- * 128 to 1024, 0.83x-0.90x (0.99x at 16 and T 128); 4 heads of 8, 1.12x,
- * so those stay in place. The same values, the same bits. */
+ * touches a line every 9 KiB (q, k, v) or 3 KiB (dO, O) at C 768: lines
+ * in 4 of L1's 64 sets, so a walk of more than 32 rows cannot stay in L1
+ * (the likely cause: perf here counts no cache misses). Copied, GPT-2
+ * small's backward (T 1024, 12 heads of 64) took 0.66x as long; 4 heads
+ * of 16 to 64 at T 128 to 1024, 0.83x-0.95x (0.99x at 16 and T 128); 4
+ * heads of 8, 1.12x, so those stay in place. The same values, the same
+ * bits. */
 #define HEAD_PACK 8
 
 /* Rows [0, T) of n floats from src (rows sld apart) to dst (dld apart). */
