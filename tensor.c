@@ -84,6 +84,13 @@
 #define BF_TRACKERS 1
 #endif
 
+/* Rows [0, T) of n floats from src (rows sld apart) to dst (dld apart). */
+static void copy_rows(float *dst, size_t dld, const float *src, size_t sld, int T, int n)
+{
+    for (int i = 0; i < T; i++)
+        memcpy(dst + (size_t)i * dld, src + (size_t)i * sld, sizeof(float) * (size_t)n);
+}
+
 /* ---- matmul ---- */
 
 /* Contract (k_matmul_ex_ref, k_matmul_gated_ref): c[i][j] starts at
@@ -415,8 +422,7 @@ static void tn_band_packed(const struct tn_tree *t, const struct mm *pass, int r
     int i = r * MR, R = min_int(MR, t->n - i), kc = pass->k1 - pass->k0;
     const float *src = t->m->a + (size_t)pass->k0 * t->lda + i; /* [kc, R], rows lda apart */
     if (R == MR)
-        for (int k = 0; k < kc; k++)
-            memcpy(ap + (size_t)k * MR, src + (size_t)k * t->lda, sizeof(float) * MR);
+        copy_rows(ap, MR, src, (size_t)t->lda, kc, MR);
     else
         for (int k = 0; k < kc; k++)
             for (int u = 0; u < MR; u++)
@@ -535,8 +541,7 @@ static void tn_blocks(const struct tn_tree *t, float *c /* [n,q] */, int n, int 
         b.m = &view, b.tmp = buf + (size_t)rows * MM_NC, b.n = nr, b.bpack = NULL;
         b.t0 = 0, b.t1 = (nr + MR - 1) / MR;
         tn_subtree(&b, buf, 0, L, 0);
-        for (int r = 0; r < nr; r++)
-            memcpy(c + (size_t)(r0 + r) * q + j0, buf + (size_t)r * w, sizeof(float) * w);
+        copy_rows(c + (size_t)r0 * q + j0, (size_t)q, buf, (size_t)w, nr, w);
     }
     free(bp);
     free(buf);
@@ -1187,13 +1192,6 @@ static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
  * heads of 8, 1.12x, so those stay in place. The same values, the same
  * bits. */
 #define HEAD_PACK 8
-
-/* Rows [0, T) of n floats from src (rows sld apart) to dst (dld apart). */
-static void copy_rows(float *dst, size_t dld, const float *src, size_t sld, int T, int n)
-{
-    for (int i = 0; i < T; i++)
-        memcpy(dst + (size_t)i * dld, src + (size_t)i * sld, sizeof(float) * (size_t)n);
-}
 
 static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
                           const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
