@@ -138,9 +138,10 @@ VINLINE vf mm_epilogue(vf y, int relu, const float *gate, const float *r1, const
 }
 
 /* An R x 16V tile of c at (i, j): element (r, k) of a is a[(i+r)*ars +
- * k*aks]; the last vector holds `last` columns. */
+ * k*aks]; the last vector holds `last` columns; epi: whether c has an
+ * epilogue (a constant at each call). */
 VINLINE void mm_tile(const struct mm *m, int i, int j, int R, int V, int last, size_t ars,
-                     size_t aks)
+                     size_t aks, int epi)
 {
     vf acc[MR][MM_V];
     const float *a = m->a + i * ars;                                 /* tile's row 0 */
@@ -168,6 +169,21 @@ UNROLL(4)
                 acc[r][v] = vfma(ar, bv[v], acc[r][v]);
         }
     }
+    /* Most tiles have no epilogue (a weight gradient's partial sums, a @ b
+     * + bias): an instance of their own stores the sums as they are.
+     * Asking mm_epilogue's four questions at each of a tile's vectors cost
+     * these tiles 10% at the default model's shapes, where k is only
+     * 32-128 long; the same test in one instance for both made clang spill
+     * the edge tiles' sums. */
+    if (!epi) {
+UNROLL(8)
+        for (int r = 0; r < R; r++)
+UNROLL(4)
+            for (int v = 0; v < V; v++)
+                vstore_n(m->c + (size_t)(i + r) * m->q + j + VL * v, acc[r][v],
+                         v < V - 1 ? VL : last);
+        return;
+    }
 UNROLL(8)
     for (int r = 0; r < R; r++) {
         size_t at = (size_t)(i + r) * m->q + j;
@@ -182,14 +198,14 @@ UNROLL(4)
 
 /* Picks the tile instance for V vectors; R is a constant at each call. */
 VINLINE void mm_panel(const struct mm *m, int i, int j, int R, int V, int last, size_t ars,
-                      size_t aks)
+                      size_t aks, int epi)
 {
     switch (V) {
-    case 1: mm_tile(m, i, j, R, 1, last, ars, aks); break;
+    case 1: mm_tile(m, i, j, R, 1, last, ars, aks, epi); break;
 #if MM_V >= 4
-    case 2: mm_tile(m, i, j, R, 2, last, ars, aks); break;
-    case 3: mm_tile(m, i, j, R, 3, last, ars, aks); break;
-    default: mm_tile(m, i, j, R, 4, last, ars, aks); break;
+    case 2: mm_tile(m, i, j, R, 2, last, ars, aks, epi); break;
+    case 3: mm_tile(m, i, j, R, 3, last, ars, aks, epi); break;
+    default: mm_tile(m, i, j, R, 4, last, ars, aks, epi); break;
 #endif
     }
 }
@@ -197,23 +213,23 @@ VINLINE void mm_panel(const struct mm *m, int i, int j, int R, int V, int last, 
 /* The R < MR rows at the bottom edge, in tiles of 4, 2 and 1 rows (a
  * weight gradient's c has as few as 32 rows, so its edge is no sliver: one
  * row at a time, each row's two chains of FMAs wait on their latency).
- * Out of line, so that no compiler merges this call with the full tile's
- * and loses MR as a constant (clang then keeps the accumulators on the
- * stack). */
+ * They ask the epilogue's questions whether c has one or not. Out of
+ * line, so that no compiler merges this call with the full tile's and
+ * loses MR as a constant (clang then keeps the accumulators on the stack). */
 static __attribute__((noinline)) void mm_edge(const struct mm *m, int i, int j, int R, int V,
                                               int last, size_t ars, size_t aks)
 {
     int r = 0;
     if (MR > 4 && r + 4 <= R) {
-        mm_panel(m, i + r, j, 4, V, last, ars, aks);
+        mm_panel(m, i + r, j, 4, V, last, ars, aks, 1);
         r += 4;
     }
     if (r + 2 <= R) {
-        mm_panel(m, i + r, j, 2, V, last, ars, aks);
+        mm_panel(m, i + r, j, 2, V, last, ars, aks, 1);
         r += 2;
     }
     if (r < R)
-        mm_panel(m, i + r, j, 1, V, last, ars, aks);
+        mm_panel(m, i + r, j, 1, V, last, ars, aks, 1);
 }
 
 /* R rows of c (R == MR, or fewer at the bottom edge), all columns, in
@@ -223,14 +239,19 @@ static __attribute__((noinline)) void mm_edge(const struct mm *m, int i, int j, 
  * panel, gcc kept the masks in registers and spilled an accumulator). */
 VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
 {
+    int epi = m->relu || m->gate || m->r1 || m->r2;
     for (int j = m->j0; j < m->j1; j += MM_PW) {
         int w = min_int(MM_PW, m->j1 - j), V = (w + VL - 1) / VL, last = w - VL * (V - 1);
         if (R < MR)
             mm_edge(m, i, j, R, V, last, ars, aks);
+        else if (w == MM_PW && epi)
+            mm_panel(m, i, j, MR, MM_V, VL, ars, aks, 1);
         else if (w == MM_PW)
-            mm_panel(m, i, j, MR, MM_V, VL, ars, aks);
+            mm_panel(m, i, j, MR, MM_V, VL, ars, aks, 0);
+        else if (epi)
+            mm_panel(m, i, j, MR, V, last, ars, aks, 1);
         else
-            mm_panel(m, i, j, MR, V, last, ars, aks);
+            mm_panel(m, i, j, MR, V, last, ars, aks, 0);
     }
 }
 
