@@ -854,7 +854,8 @@ UNROLL(4)
  * each pass 4 chains of FMAs and the exponential 4 vectors side by side;
  * with 2 rows and both sums in one pass, the head's backward took 1.04x-
  * 1.05x as long. */
-VINLINE void bwd_probs_rows(float *pr /* [T,16] */, float *ds /* [T,tp] */,
+VINLINE void bwd_probs_rows(float *pr /* [T,16] */,
+                            float *ds /* the chunk's [T,16], rows lds apart */, size_t lds,
                             const float *dout /* [T,C], head's col */,
                             const float *qkv /* [T,3C], head's q col */, const float *lse /* [T] */,
                             const float *D /* [T] */, int C, int hs, const float *kt /* [hs,tp] */,
@@ -877,7 +878,7 @@ UNROLL(4)
     for (int u = 0; u < U; u++) {
         int r = i + u;
         vf p = vload(pr + VL * (size_t)r);
-        vstore(ds + (size_t)r * tp + k0, vmul(p, vsub(acc[u], vset(D[r]))));
+        vstore(ds + (size_t)r * lds, vmul(p, vsub(acc[u], vset(D[r]))));
     }
 }
 
@@ -896,17 +897,19 @@ UNROLL(4)
         D[i + u] = acc[u];
 }
 
-/* The backward pass of one head in three sweeps, each with its reduction
- * in registers rather than in memory:
- *  1. per 16-key chunk, for every query that sees it (keys in the lanes):
- *     P and dS, kept as rows of 16 (P) and in the [T,tp] matrix dS;
- *  2. per chunk, dV and dK summed over those queries in accumulators,
- *     then transposed into the key rows a whole [hs,16] block at a time;
- *  3. dQ_i = scale sum_j dS_ij K_j, 16 channels in the lanes of a vector
- *     (Q_W queries at a time) while a head has more than 8 left, the last
- *     8 or fewer in the lanes of a half vector, 8 queries at a time: so
- *     the chains overlap. */
-VINLINE void bwd_probs(float *pr /* [T,16] */, float *ds /* [T,tp] */,
+/* The backward pass of one head, a chunk of 16 keys at a time, in three
+ * sweeps over the queries that see the chunk, each with its reduction in
+ * registers rather than in memory:
+ *  1. P and dS (keys in the lanes), P kept as rows of 16 and dS in the
+ *     chunk's 16 columns of its group's dS (ds_group);
+ *  2. dV and dK summed over those queries in accumulators, then
+ *     transposed into the key rows a whole [hs,16] block at a time;
+ *  3. at a group's last chunk, the group's share of dQ_i = scale sum_j
+ *     dS_ij K_j, 16 channels in the lanes of a vector (Q_W queries at a
+ *     time) while a head has more than 8 left, the last 8 or fewer in the
+ *     lanes of a half vector, 8 queries at a time: so the chains overlap. */
+VINLINE void bwd_probs(float *pr /* [T,16] */,
+                       float *ds /* the chunk's [T,16], rows lds apart */, size_t lds,
                        const float *dout /* [T,C], head's col */,
                        const float *qkv /* [T,3C], head's q col */, const float *lse /* [T] */,
                        const float *D /* [T] */, int T, int C, int hs,
@@ -916,13 +919,13 @@ VINLINE void bwd_probs(float *pr /* [T,16] */, float *ds /* [T,tp] */,
     const vf scale2 = vset(LOG2E / sqrtf((float)hs));
     int i = k0, diagonal = min_int(T, k0 + VL); /* rows that see only some of the keys */
     for (; i + 4 <= diagonal; i += 4)
-        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 4, ld3, scale2, 1);
+        bwd_probs_rows(pr, ds, lds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 4, ld3, scale2, 1);
     for (; i < diagonal; i++)
-        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 1, ld3, scale2, 1);
+        bwd_probs_rows(pr, ds, lds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 1, ld3, scale2, 1);
     for (; i + 4 <= T; i += 4)
-        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 4, ld3, scale2, 0);
+        bwd_probs_rows(pr, ds, lds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 4, ld3, scale2, 0);
     for (; i < T; i++)
-        bwd_probs_rows(pr, ds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 1, ld3, scale2, 0);
+        bwd_probs_rows(pr, ds, lds, dout, qkv, lse, D, C, hs, kt, vt, tp, k0, i, 1, ld3, scale2, 0);
 }
 
 /* One of dV and dK for keys k0..k0+15 (in the lanes), channels
@@ -957,14 +960,15 @@ UNROLL(8)
 /* dV and dK of keys k0..k0+15, all hs channels, KV_G at a time, each into
  * its [hs,16] buffer and from there transposed into its key rows. */
 VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [T,16] */,
-                    const float *ds /* [T,tp] */, const float *dout /* [T,C], head's col */,
+                    const float *ds /* the chunk's [T,16], rows lds apart */, size_t lds,
+                    const float *dout /* [T,C], head's col */,
                     const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp,
                     int k0, float *tv /* [hs,16] */, float *tk /* [hs,16] */)
 {
     const size_t ld3 = 3 * (size_t)C;
     int rows = T - k0;
-    const float *p0 = pr + VL * (size_t)k0, *s0 = ds + (size_t)k0 * tp + k0; /* row k0's */
-    const float *g0 = dout + (size_t)k0 * C, *q0 = qkv + k0 * ld3;           /* row k0's */
+    const float *p0 = pr + VL * (size_t)k0, *s0 = ds + (size_t)k0 * lds; /* row k0's */
+    const float *g0 = dout + (size_t)k0 * C, *q0 = qkv + k0 * ld3;      /* row k0's */
     const float scale = 1.0f / sqrtf((float)hs);
     /* hs = 8 where KV_G is 6 (AVX2): two passes of 4, not 6 and 2; a pass
      * of 2 channels has too few chains to hide the FMA's latency */
@@ -972,100 +976,142 @@ VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [
     for (; d0 + gs <= hs; d0 += gs) /* nd a constant: no test per channel */
         if (gs == 4) {
             bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, 4, 1.0f);
-            bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, 4, scale);
+            bwd_kv_pass(tk + VL * d0, s0, lds, q0 + d0, ld3, rows, 4, scale);
         } else {
             bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, KV_G, 1.0f);
-            bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, KV_G, scale);
+            bwd_kv_pass(tk + VL * d0, s0, lds, q0 + d0, ld3, rows, KV_G, scale);
         }
     if (d0 < hs) {
         bwd_kv_pass(tv + VL * d0, p0, VL, g0 + d0, (size_t)C, rows, hs - d0, 1.0f);
-        bwd_kv_pass(tk + VL * d0, s0, (size_t)tp, q0 + d0, ld3, rows, hs - d0, scale);
+        bwd_kv_pass(tk + VL * d0, s0, lds, q0 + d0, ld3, rows, hs - d0, scale);
     }
     float *row = dqkv + (size_t)k0 * ld3; /* key k0's q col */
     vtranspose(row + 2 * hs, ld3, tv, VL, hs, min_int(VL, rows));
     vtranspose(row + hs, ld3, tk, VL, hs, min_int(VL, rows));
 }
 
-/* dQ of queries i0..i0+W-1, channels d0..d0+nd-1 (nd <= 8), in half
- * vectors (a head's channels come 8 at a time: 16 lanes would carry 8 idle
- * ones at full cost). dS entries past each query's own key are zero. W is
- * a constant at each call, so the accumulators stay in registers. */
-VINLINE void bwd_q(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,tp] */,
-                   const float *qkv /* [T,3C], head's q col */, int C, int hs, int tp, int i0, int W,
-                   int d0, int nd)
+/* The keys whose dS the backward keeps at once, a group: a multiple of
+ * 16, as many as fit DS_BYTES with a row's 16 floats of padding (all of
+ * them at T 128, 16 at T 1,024), so that dS stays in L2 beside the head's
+ * other rows. At GPT-2 small's shape 64 KiB to 512 KiB ran alike. */
+#define DS_BYTES (128 * 1024)
+static int ds_group(int T)
+{
+    int gk = (DS_BYTES / ((int)sizeof(float) * T) - VL) / VL * VL;
+    return gk < VL ? VL : gk > round16(T) ? round16(T) : gk;
+}
+
+/* dS's row stride: the group's keys, plus 16 floats so rows are never a
+ * multiple of 4 KiB apart (as key_stride). */
+static size_t ds_stride(int T) { return (size_t)ds_group(T) + VL; }
+
+/* A backward head's scratch after kt and vt: dS, P [T,16], D [T], and the
+ * [hs,16] of dV and of dK for 16 keys. */
+static size_t ds_floats(int T, int hs)
+{
+    return (size_t)T * (ds_stride(T) + VL + 1) + 2 * VL * (size_t)hs;
+}
+
+/* dQ_i = scale sum_j dS_ij K_j, summed a group of keys at a time: dS is
+ * kept only for the group's keys, [T, group + 16] (ds_group), not for all
+ * T (4 MiB a head at T 1,024; in groups, GPT-2 small's backward took
+ * 0.78x-0.83x as long). Each query's sums wait between groups
+ * in its own dQ row of dqkv: read back at each group but the first,
+ * scaled and stored for good at the group that holds the query's own key.
+ * A query's FMA chain still runs over keys 0, 1, ... in order, so the
+ * bits are those of one pass over a whole row of dS. */
+
+/* The pass's sums so far: zero at the first group, else from dq. */
+VINLINE vh q_sum_h(const float *dq, int kb, int nd) { return kb ? hload_n(dq, nd) : hzero(); }
+VINLINE vf q_sum_v(const float *dq, int kb, int nd) { return kb ? vload_n(dq, nd) : vzero(); }
+
+/* Keys kb..ke-1's share of dQ for queries i0..i0+W-1, channels d0..d0+nd-1
+ * (nd <= 8), in half vectors (a head's channels come 8 at a time: 16 lanes
+ * would carry 8 idle ones at full cost). The pass's last query sees keys
+ * up to its own; the entries of dS past an earlier query's own key are
+ * the zeros bwd_probs wrote on the diagonal. W is a constant at each call,
+ * so the accumulators stay in registers. */
+VINLINE void bwd_q(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,lds] */,
+                   size_t lds, const float *qkv /* [T,3C], head's q col */, int C, int hs, int kb,
+                   int ke, int i0, int W, int d0, int nd)
 {
     const size_t ld3 = 3 * (size_t)C;
+    float *dq = dqkv + (size_t)i0 * ld3 + d0; /* [W,nd], rows ld3 apart */
+    const float *s = ds + (size_t)i0 * lds - kb; /* s[r * lds + j]: query i0+r, key j */
+    int j1 = min_int(ke, i0 + W), last = i0 < ke;
     vh acc[8];
 UNROLL(8)
     for (int r = 0; r < W; r++)
-        acc[r] = hzero();
-    for (int j = 0; j < i0 + W; j++) {
+        acc[r] = q_sum_h(dq + r * ld3, kb, nd);
+    for (int j = kb; j < j1; j++) {
         vh k = hload_n(qkv + j * ld3 + hs + d0, nd);
 UNROLL(8)
         for (int r = 0; r < W; r++)
-            acc[r] = hfma(hset(ds[(size_t)(i0 + r) * tp + j]), k, acc[r]);
+            acc[r] = hfma(hset(s[r * lds + j]), k, acc[r]);
     }
-    vh scale = hset(1.0f / sqrtf((float)hs));
+    vh scale = hset(last ? 1.0f / sqrtf((float)hs) : 1.0f); /* x 1 is exact */
 UNROLL(8)
     for (int r = 0; r < W; r++)
-        hstore_n(dqkv + (size_t)(i0 + r) * ld3 + d0, hmul(acc[r], scale), nd);
+        hstore_n(dq + r * ld3, hmul(acc[r], scale), nd);
 }
 
 /* bwd_q on whole vectors: channels d0..d0+nd-1 (8 < nd <= 16) of queries
  * i0..i0+W-1 (W <= Q_W), for heads of more than 8 channels: each dS entry
  * then feeds 16 lanes, not 8. The same FMAs per element as bwd_q. Q_W
- * divides 16, so a pass's queries lie in one block of 16 rows and the
- * keys it reads past a query's own are the zeros bwd_probs wrote on the
- * diagonal (beyond that block dS was never written). */
-VINLINE void bwd_q_wide(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,tp] */,
-                        const float *qkv /* [T,3C], head's q col */, int C, int hs, int tp, int i0,
-                        int W, int d0, int nd)
+ * divides 16, so a pass's queries lie in one block of 16 rows. */
+VINLINE void bwd_q_wide(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,lds] */,
+                        size_t lds, const float *qkv /* [T,3C], head's q col */, int C, int hs,
+                        int kb, int ke, int i0, int W, int d0, int nd)
 {
     const size_t ld3 = 3 * (size_t)C;
+    float *dq = dqkv + (size_t)i0 * ld3 + d0; /* [W,nd], rows ld3 apart */
+    const float *s = ds + (size_t)i0 * lds - kb; /* s[r * lds + j]: query i0+r, key j */
+    int j1 = min_int(ke, i0 + W), last = i0 < ke;
     vf acc[Q_W];
 UNROLL(8)
     for (int r = 0; r < W; r++)
-        acc[r] = vzero();
-    for (int j = 0; j < i0 + W; j++) {
+        acc[r] = q_sum_v(dq + r * ld3, kb, nd);
+    for (int j = kb; j < j1; j++) {
         vf k = vload_n(qkv + j * ld3 + hs + d0, nd);
 UNROLL(8)
         for (int r = 0; r < W; r++)
-            acc[r] = vfma(vset(ds[(size_t)(i0 + r) * tp + j]), k, acc[r]);
+            acc[r] = vfma(vset(s[r * lds + j]), k, acc[r]);
     }
-    vf scale = vset(1.0f / sqrtf((float)hs));
+    vf scale = vset(last ? 1.0f / sqrtf((float)hs) : 1.0f); /* x 1 is exact */
 UNROLL(8)
     for (int r = 0; r < W; r++)
-        vstore_n(dqkv + (size_t)(i0 + r) * ld3 + d0, vmul(acc[r], scale), nd);
+        vstore_n(dq + r * ld3, vmul(acc[r], scale), nd);
 }
 
-/* dQ of every query, channels d0..d0+nd-1 (8 < nd <= 16), Q_W queries a
- * pass. */
-VINLINE void bwd_q_cols(float *dqkv, const float *ds, const float *qkv, int T, int C, int hs,
-                        int tp, int d0, int nd)
+/* Keys kb..ke-1's share of dQ for every query that sees them (kb..T-1),
+ * channels d0..d0+nd-1 (8 < nd <= 16), Q_W queries a pass. */
+VINLINE void bwd_q_cols(float *dqkv, const float *ds, size_t lds, const float *qkv, int T, int C,
+                        int hs, int kb, int ke, int d0, int nd)
 {
-    int i0 = 0;
+    int i0 = kb;
     for (; i0 + Q_W <= T; i0 += Q_W)
-        bwd_q_wide(dqkv, ds, qkv, C, hs, tp, i0, Q_W, d0, nd);
+        bwd_q_wide(dqkv, ds, lds, qkv, C, hs, kb, ke, i0, Q_W, d0, nd);
     for (; i0 < T; i0++)
-        bwd_q_wide(dqkv, ds, qkv, C, hs, tp, i0, 1, d0, nd);
+        bwd_q_wide(dqkv, ds, lds, qkv, C, hs, kb, ke, i0, 1, d0, nd);
 }
 
-/* dQ of every query, all channels: 16 at a time while more than 8 are
- * left, the last 8 or fewer in half vectors. */
-VINLINE void bwd_q_all(float *dqkv, const float *ds, const float *qkv, int T, int C, int hs, int tp)
+/* Keys kb..ke-1's share of dQ, all channels: 16 at a time while more than
+ * 8 are left, the last 8 or fewer in half vectors. */
+VINLINE void bwd_q_group(float *dqkv, const float *ds, size_t lds, const float *qkv, int T, int C,
+                         int hs, int kb, int ke)
 {
     int d0 = 0;
     for (; hs - d0 > 8; d0 += VL)
-        if (hs - d0 >= VL)
-            bwd_q_cols(dqkv, ds, qkv, T, C, hs, tp, d0, VL); /* a constant: whole vectors */
+        if (hs - d0 >= VL) /* a constant: whole vectors */
+            bwd_q_cols(dqkv, ds, lds, qkv, T, C, hs, kb, ke, d0, VL);
         else
-            bwd_q_cols(dqkv, ds, qkv, T, C, hs, tp, d0, hs - d0);
+            bwd_q_cols(dqkv, ds, lds, qkv, T, C, hs, kb, ke, d0, hs - d0);
     if (d0 < hs) {
-        int nd = hs - d0, i0 = 0;
+        int nd = hs - d0, i0 = kb;
         for (; i0 + 8 <= T; i0 += 8)
-            bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 8, d0, nd);
+            bwd_q(dqkv, ds, lds, qkv, C, hs, kb, ke, i0, 8, d0, nd);
         for (; i0 < T; i0++)
-            bwd_q(dqkv, ds, qkv, C, hs, tp, i0, 1, d0, nd);
+            bwd_q(dqkv, ds, lds, qkv, C, hs, kb, ke, i0, 1, d0, nd);
     }
 }
 
@@ -1080,7 +1126,9 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
                                 const float *lse, int T, int C, int hs, float *kt, float *vt,
                                 float *ds, int tp, const float *next_qkv)
 {
-    float *pr = ds + (size_t)T * tp, *D = pr + VL * (size_t)T; /* [T,16], [T] */
+    int gk = ds_group(T);
+    size_t lds = ds_stride(T);
+    float *pr = ds + (size_t)T * lds, *D = pr + VL * (size_t)T; /* [T,16], [T] */
     float *tv = D + T, *tk = tv + VL * (size_t)hs;                /* [hs,16] each */
     kv_transpose(kt, vt, qkv, T, C, hs, tp);
     /* Past 8 channels a row's chain waits on its additions, so 4 rows go
@@ -1095,22 +1143,26 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
     for (int k0 = 0; k0 < T; k0 += VL) {
         if (next_qkv) /* keys and values, 2 hs floats from the key column */
             prefetch_rows(next_qkv + hs, 3 * (size_t)C, k0, min_int(T, k0 + VL), 2 * hs);
-        bwd_probs(pr, ds, dout, qkv, lse, D, T, C, hs, kt, vt, tp, k0);
-        bwd_kv(dqkv, pr, ds, dout, qkv, T, C, hs, tp, k0, tv, tk);
+        int kb = k0 - k0 % gk, ke = min_int(kb + gk, T); /* the chunk's group of keys */
+        float *dsc = ds + (k0 - kb);                      /* the chunk's columns of dS */
+        bwd_probs(pr, dsc, lds, dout, qkv, lse, D, T, C, hs, kt, vt, tp, k0);
+        bwd_kv(dqkv, pr, dsc, lds, dout, qkv, T, C, hs, tp, k0, tv, tk);
+        if (k0 + VL >= ke) /* the group's last chunk */
+            bwd_q_group(dqkv, ds, lds, qkv, T, C, hs, kb, ke);
     }
-    bwd_q_all(dqkv, ds, qkv, T, C, hs, tp);
 }
 
-/* ds is [T,tp] followed by [T,16], [T] and twice [hs,16] of scratch;
- * next_qkv the next head's q column, or NULL. hs = 8 gets its own copy
- * with the channel loops unrolled. */
+/* ds is a group's dS, [T,ds_stride(T)], followed by [T,16], [T] and
+ * twice [hs,16] of scratch (ds_floats); next_qkv the next head's q
+ * column, or NULL. hs = 8 gets its own copy with the channel loops
+ * unrolled. */
 static void attention_bwd_head(float *dqkv /* [T,3C], head's q col */,
                                const float *dout /* [T,C], head's col */,
                                const float *qkv /* [T,3C], head's q col */,
                                const float *out /* [T,C], head's col */, const float *lse /* [T] */,
                                int T, int C, int hs, float *kt /* [hs,tp] */,
                                float *vt /* [hs,tp] */,
-                               float *ds /* [T,tp] + [T,16] + [T] + 2 [hs,16] */, int tp,
+                               float *ds /* ds_floats(T, hs) */, int tp,
                                const float *next_qkv)
 {
     if (hs == 8)
@@ -1222,7 +1274,7 @@ static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
         size_t nr = bf16 ? (size_t)T * 4 * C : 0, np = pack ? (size_t)T * 8 * hs : 0;
-        size_t nds = (size_t)T * (tp + VL + 1) + 2 * VL * (size_t)hs;
+        size_t nds = ds_floats(T, hs);
         float *kt = kmalloc(sizeof(float) * (2 * (size_t)hs * tp + nds + nr + np)); /* [hs,tp] */
         float *vt = kt + (size_t)hs * tp;                                           /* [hs,tp] */
         float *ds = vt + (size_t)hs * tp; /* dS, P, D, dV and dK of 16 keys */

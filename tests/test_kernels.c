@@ -1287,6 +1287,9 @@ static void test_paths(void)
     static const int att[][4] = {
         {1, 1, 8, 1},    {2, 7, 32, 4},  {1, 33, 48, 4},  {2, 33, 64, 4},
         {1, 128, 32, 4}, {3, 17, 24, 2}, {1, 130, 16, 2}, {2, 40, 40, 5},
+        /* T 300: the backward keeps dS for a group of keys at a time and
+         * adds up dQ over several groups (heads of 8 and of 20 channels) */
+        {1, 300, 16, 2}, {1, 300, 40, 2},
     };
     for (int isa = 0; isa < isa_count(); isa++) {
         isa_set(isa);
@@ -2188,7 +2191,8 @@ static void test_backends(void)
     static const int mm[][3] = {{1, 1, 1},    {7, 3, 17},    {13, 32, 96}, {37, 64, 65},
                                 {130, 17, 3}, {96, 128, 32}, {6, 33, 130}, {13, 300, 1100}};
     static const int att[][4] = {{1, 1, 8, 1},    {2, 17, 32, 4}, {1, 33, 24, 2},
-                                 {2, 130, 32, 4}, {1, 40, 64, 2}, {1, 20, 40, 5}};
+                                 {2, 130, 32, 4}, {1, 40, 64, 2}, {1, 20, 40, 5},
+                                 {1, 300, 24, 2}, {1, 260, 16, 2}}; /* T > 240: groups of dS */
     static const int rows[][3] = {{1, 32, 128}, {7, 17, 3}, {100, 40, 130}, {300, 96, 256}};
     int isa = isa_get();
     for (size_t i = 0; i < sizeof mm / sizeof *mm; i++)
