@@ -962,8 +962,8 @@ UNROLL(8)
 VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [T,16] */,
                     const float *ds /* the chunk's [T,16], rows lds apart */, size_t lds,
                     const float *dout /* [T,C], head's col */,
-                    const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp,
-                    int k0, float *tv /* [hs,16] */, float *tk /* [hs,16] */)
+                    const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int k0,
+                    float *tv /* [hs,16] */, float *tk /* [hs,16] */)
 {
     const size_t ld3 = 3 * (size_t)C;
     int rows = T - k0;
@@ -1146,7 +1146,7 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
         int kb = k0 - k0 % gk, ke = min_int(kb + gk, T); /* the chunk's group of keys */
         float *dsc = ds + (k0 - kb);                      /* the chunk's columns of dS */
         bwd_probs(pr, dsc, lds, dout, qkv, lse, D, T, C, hs, kt, vt, tp, k0);
-        bwd_kv(dqkv, pr, dsc, lds, dout, qkv, T, C, hs, tp, k0, tv, tk);
+        bwd_kv(dqkv, pr, dsc, lds, dout, qkv, T, C, hs, k0, tv, tk);
         if (k0 + VL >= ke) /* the group's last chunk */
             bwd_q_group(dqkv, ds, lds, qkv, T, C, hs, kb, ke);
     }
