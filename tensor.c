@@ -20,6 +20,7 @@
  *   softmax cross-entropy       forward and backward
  *   element-wise                add, add_n, relu, relu_bwd, gelu, gelu_bwd
  *   sums over rows              by blocks or leaves
+ *   transpose                   by blocks of shuffles in registers
  *   Adam                        the update
  *   bf16                        rounding; matmul emulated (every backend)
  *                               and native (vdpbf16ps, AVX-512 only);
@@ -1738,6 +1739,30 @@ static void sum_rows_seg(float *out /* [q] */, const float *x /* [n,q] */, int n
         tree_finish(add_into, out, part, L, (size_t)q);
     }
     free(part);
+}
+
+/* ---- transpose ---- */
+
+/* out = in^T in blocks of TR_BLOCK x TR_BLOCK, each by vtranspose's 8 x 8
+ * shuffles in registers: a block reads 16 floats of 16 rows of in and
+ * writes 16 floats of 16 rows of out, whole lines when the rows are
+ * aligned, so no line of out is left half written to be fetched again.
+ * Element by element over 32 x 32 blocks, a weight 768 or 3,072 floats
+ * wide (a column's rows in a few cache sets) moved at 1.9 GB/s on one
+ * thread of Zen 4, a sixth of memcpy's speed. Data movement: the same
+ * bits any way. */
+#define TR_BLOCK 16
+
+static void transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
+{
+    int strips = (r + TR_BLOCK - 1) / TR_BLOCK;
+#pragma omp parallel for schedule(static) if ((long)r * s >= 4 * PAR_WORK)
+    for (int b = 0; b < strips; b++) {
+        int i0 = b * TR_BLOCK, R = min_int(TR_BLOCK, r - i0);
+        for (int j0 = 0; j0 < s; j0 += TR_BLOCK)
+            vtranspose(out + (size_t)j0 * r + i0, (size_t)r, in + (size_t)i0 * s + j0, (size_t)s,
+                       R, min_int(TR_BLOCK, s - j0));
+    }
 }
 
 /* ---- embedding ---- */

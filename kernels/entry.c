@@ -168,28 +168,3 @@ void k_matmul_tn_seg_bf16_emu(float *c, const float *a, const float *b, int n, i
     kernels_now()->matmul_tn_seg(c, a, b, n, p, q, seg, TN_BF16_EMU);
 }
 
-/* ---- transpose: one plain path for every backend ----
- * Data movement, where vectors buy nothing that the cache blocking does
- * not. */
-
-#define TR_BLOCK 32 /* a 32x32 float tile of in and out fit in L1 together */
-
-static void transpose_blocked(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
-{
-    int nbi = (r + TR_BLOCK - 1) / TR_BLOCK;
-#pragma omp parallel for schedule(static) if ((long)r * s >= 4 * PAR_WORK)
-    for (int bi = 0; bi < nbi; bi++) {
-        int i0 = bi * TR_BLOCK, i1 = min_int(i0 + TR_BLOCK, r);
-        for (int j0 = 0; j0 < s; j0 += TR_BLOCK) {
-            int j1 = min_int(j0 + TR_BLOCK, s);
-            for (int i = i0; i < i1; i++)
-                for (int j = j0; j < j1; j++)
-                    out[(size_t)j * r + i] = in[(size_t)i * s + j];
-        }
-    }
-}
-
-void k_transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
-{
-    transpose_blocked(out, in, r, s);
-}

@@ -67,7 +67,9 @@ void k_matmul_ref(float *c, const float *a, const float *b, const float *bias,
 /* A fused kernel (made by the graph compiler):
  * c[n,q] = relu?(a[n,p] @ b[p,q] + bias[q]) + r1[n,q] + r2[n,q], where bias,
  * r1 and r2 may be NULL. The matmul part is bit-identical to k_matmul, and
- * the additions happen in this order, so fusing never changes a result. */
+ * the additions happen in this order, so fusing never changes a result
+ * (but for one freedom: an addition of two NaNs gives one of them, which
+ * one being the compiler's choice, as IEEE 754 leaves it open). */
 void k_matmul_ex(float *c, const float *a, const float *b, const float *bias,
                  const float *r1, const float *r2, int relu, int n, int p, int q);
 void k_matmul_ex_ref(float *c, const float *a, const float *b, const float *bias,
@@ -306,7 +308,8 @@ void k_round_bf16_ref(float *y, const float *x, size_t n);
  * results tiny after rounding flushed to zero of their sign. Every path
  * gives the same bits: vdpbf16ps on the avx512 path of a CPU with
  * AVX512_BF16 (unless GPT_BF16=emulate, read once), an exact emulation
- * otherwise; tensor.c records how the instruction's behaviour was measured. */
+ * otherwise; tensor.c records how the instruction's behaviour was measured.
+ * The epilogue adds as k_matmul_ex's, with its freedom for two NaNs. */
 void k_matmul_bf16(float *c, const float *a, const float *b, const float *bias,
                    const float *r1, const float *r2, int relu, int n, int p, int q);
 void k_matmul_bf16_ref(float *c, const float *a, const float *b, const float *bias,
