@@ -298,6 +298,51 @@ static struct mm packed_pass(const struct mm *m, float *bp, int k0, int k1, int 
     return pass;
 }
 
+/* A wide b times a few rows of a (the sampler's decode steps, a row a
+ * passage): packing b would read and write all of it to serve a tile or
+ * two. Instead each row k of b, contiguous, is loaded once and multiplied
+ * into every row of c over a band of columns, whose sums wait in c (a few
+ * KiB, in L1); then the epilogue. The same FMAs in the same order for
+ * every element: the same bits as the tiles. */
+#define MM_FEW_ROWS 4  /* fewer rows of c than this go row of b by row of b */
+#define MM_FEW_BAND 512 /* columns of c a thread works on at once, at most */
+
+static void matmul_few_rows(const struct mm *m, int n)
+{
+    int nth = omp_get_max_threads(), q = m->q, p = m->p;
+    int bands = (q + MM_FEW_BAND - 1) / MM_FEW_BAND;
+    bands = (bands + nth - 1) / nth * nth; /* as many for each thread */
+    int width = round16((q + bands - 1) / bands);
+    int epi = m->relu || m->gate || m->r1 || m->r2;
+#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
+    for (int band = 0; band < bands; band++) {
+        int j0 = band * width, j1 = min_int(q, j0 + width);
+        for (int r = 0; r < n; r++)
+            for (int j = j0; j < j1; j += VL) {
+                int w = min_int(VL, j1 - j);
+                vstore_n(m->c + (size_t)r * q + j, m->bias ? vload_n(m->bias + j, w) : vzero(), w);
+            }
+        for (int k = 0; k < p; k++) {
+            const float *bk = m->b + (size_t)k * q; /* row k of b */
+            for (int r = 0; r < n; r++) {
+                vf ar = vset(m->a[(size_t)r * p + k]);
+                float *cr = m->c + (size_t)r * q;
+                for (int j = j0; j < j1; j += VL) {
+                    int w = min_int(VL, j1 - j);
+                    vstore_n(cr + j, vfma(ar, vload_n(bk + j, w), vload_n(cr + j, w)), w);
+                }
+            }
+        }
+        for (int r = 0; r < n && epi; r++)
+            for (int j = j0; j < j1; j += VL) {
+                int w = min_int(VL, j1 - j);
+                size_t e = (size_t)r * q + j;
+                vstore_n(m->c + e,
+                         mm_epilogue(vload_n(m->c + e, w), m->relu, m->gate, m->r1, m->r2, e, w), w);
+            }
+    }
+}
+
 static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const float *b /* [p,q] */,
                       const float *bias /* [q] or NULL */, const float *r1 /* [n,q] or NULL */,
                       const float *r2 /* [n,q] or NULL */, const float *gate /* [n,q] or NULL */,
@@ -311,6 +356,10 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
 #pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
         for (int t = 0; t < tiles; t++)
             mm_band(&m, t * MR, min_int(MR, n - t * MR));
+        return;
+    }
+    if (n < MM_FEW_ROWS) {
+        matmul_few_rows(&m, n);
         return;
     }
     /* Blocks of columns, and of k within them: a tile's sums wait in c

@@ -1311,6 +1311,8 @@ static void test_paths(void)
             test_matmul(mm[i][0], mm[i][1], mm[i][2]);
         test_matmul_blocked(13, 300, 1100, 800); /* 2 x 2 blocks; 800 columns fit one */
         test_matmul_blocked(7, 600, 2100, 400);  /* 3 x 3 blocks, an edge of 52 columns */
+        test_matmul_blocked(1, 600, 2100, 100);  /* a few rows: row of b by row of b */
+        test_matmul_blocked(3, 300, 1100, 200);
         test_matmul_tn_blocked(13, 600, 1100, 100, 0);   /* one leaf of 600 rows */
         test_matmul_tn_blocked(20, 700, 700, 200, 300);  /* leaves of 300, 300, 100 */
         for (size_t i = 0; i < sizeof tn / sizeof *tn; i++) /* p terms per sum: looser for 4096 */
