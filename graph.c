@@ -344,40 +344,14 @@ static void accumulate(Graph *g, Tensor *t, Tensor *d)
 
 static int wants(const Tensor *t) { return t && t->requires_grad; }
 
-/* How many recorded nodes read t. */
-static int readers(const Graph *g, const Tensor *t)
-{
-    int k = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        for (int j = 0; j < g->nodes[i].nin; j++)
-            k += g->nodes[i].in[j] == t;
-    return k;
-}
-
-/* w when b is w^T and that transpose is all that w and b are used for:
- * a linear layer's weight, stored [out,in] as PyTorch stores it. */
-static Tensor *transposed_weight(const Graph *g, Tensor *b)
-{
-    if (b->node < 0 || g->nodes[b->node].op != KOP_TRANSPOSE)
-        return NULL;
-    Tensor *w = g->nodes[b->node].in[TRANSPOSE_IN_X];
-    return wants(w) && readers(g, b) == 1 && readers(g, w) == 1 ? w : NULL;
-}
-
-/* dy = d(a @ b). A weight w with b = w^T gets dy^T a directly, not (a^T
- * dy)^T: the same products (each product's factors swapped, which no
- * rounding sees) summed in the same order, so the same bits, without a
- * transpose of the gradient (a large model's weights are megabytes). */
 static void backward_matmul(Graph *g, const Node *n, Tensor *dy)
 {
     Tensor *a = n->in[MATMUL_IN_A], *b = n->in[MATMUL_IN_B], *bias = n->in[MATMUL_IN_BIAS];
-    Tensor *w = transposed_weight(g, b);
+    Tensor *w = transposed_weight(g, b); /* b = w^T (graph_side.c), or NULL */
     if (wants(a))
         accumulate(g, a, g_matmul(g, dy, g_transpose(g, b), NULL));
-    if (w)
-        accumulate(g, w, build_matmul_tn(g, dy, a));
-    else if (wants(b))
-        accumulate(g, b, build_matmul_tn(g, a, dy));
+    if (wants(b)) /* w gets dy^T a: the same bits as (a^T dy)^T, no transpose back */
+        accumulate(g, w ? w : b, w ? build_matmul_tn(g, dy, a) : build_matmul_tn(g, a, dy));
     if (wants(bias))
         accumulate(g, bias, build_sum_rows(g, dy));
 }

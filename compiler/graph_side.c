@@ -2,12 +2,37 @@
  * reader of one fp32 training step on one core can skip: data parallelism
  * (cores, replicated leaves, the all-reduce, gradient accumulation's
  * partial sums and stores), dropout, the sampler's inference-only
- * attention, and what the last compile made (for tests). It calls
+ * attention, a Linear weight's gradient in its own layout, and what the
+ * last compile made (for tests). It calls
  * compiler/record.c, never graph.c. */
 #include "compiler/record.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* How many recorded nodes read t. */
+static int readers(const Graph *g, const Tensor *t)
+{
+    int k = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].nin; j++)
+            k += g->nodes[i].in[j] == t;
+    return k;
+}
+
+/* w when b = w^T and that transpose is all w and b are read by: a Linear
+ * weight, stored [out,in] as PyTorch stores it. Its gradient is then dy^T
+ * a, not (a^T dy)^T: the same products (each one's factors swapped, which
+ * no rounding sees) summed in the same order, so the same bits, without
+ * transposing the gradient back (a large model's weights are megabytes).
+ * Under --remat a block's transposes are recorded twice: NULL there. */
+Tensor *transposed_weight(const Graph *g, Tensor *b)
+{
+    if (b->node < 0 || g->nodes[b->node].op != KOP_TRANSPOSE)
+        return NULL;
+    Tensor *w = g->nodes[b->node].in[TRANSPOSE_IN_X];
+    return w->requires_grad && readers(g, b) == 1 && readers(g, w) == 1 ? w : NULL;
+}
 
 Tensor *g_leaf_rep(Graph *g, int kind, int dtype, void *const *data, int rows, int cols)
 {

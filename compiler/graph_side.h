@@ -6,6 +6,9 @@
 #define COMPILER_GRAPH_SIDE_H
 #include "compiler/node.h"
 
+/* w when b is w^T, a Linear weight whose gradient the backward pass makes
+ * in w's own layout; else NULL */
+Tensor *transposed_weight(const Graph *g, Tensor *b);
 /* a + b for partial sums of gradients, kept in fp32 like a kernel's tree */
 Tensor *g_add_partial(Graph *g, Tensor *a, Tensor *b);
 /* qkv [B*T, 3C] -> [B, C]: g_attention's row T-1 of each window alone.
