@@ -270,6 +270,18 @@ static void tn_band(const struct mm *m, int i, int R, int n) { mm_rows(m, i, R, 
 #define MM_KC 256
 #define MM_NC 256
 
+/* Rows of b from this many floats long are packed too, whatever b's size:
+ * in place, a tile's walk down a panel of b takes a line every q floats,
+ * and at q 128-512 (0.5-2 KiB apart: lines that fall in a few of L1's
+ * sets) the matmuls and weight gradients of an embed-256 model took
+ * 1.04x-1.27x as long as packed (1 and 2 threads; 1.0x at p 32, q 128).
+ * Below 128 the copy costs more than it saves: packed, the default
+ * model's weight gradients (q 32-96) took 1.03x-1.16x as long. */
+#define MM_PACK_Q 128
+
+/* Whether tiles read b ([rows, q], rows q floats apart) where it is. */
+static int b_in_place(long rows, int q) { return rows * q <= (long)MM_KC * MM_NC && q < MM_PACK_Q; }
+
 /* Row k of a block of b (rows from k0, columns [j0, j1)) into bp, whose
  * panels are kc rows each: panel t's row k at bp[(t * kc + k - k0) *
  * MM_PW], columns past j1 zero. */
@@ -352,7 +364,7 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
                    .relu = relu, .p = p, .q = q, .k0 = 0, .k1 = p, .kinit = 0,
                    .j0 = 0, .j1 = q, .ldb = (size_t)q, .bps = MM_PW};
     int tiles = (n + MR - 1) / MR;
-    if ((long)p * q <= (long)MM_KC * MM_NC) {
+    if (b_in_place(p, q)) {
 #pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
         for (int t = 0; t < tiles; t++)
             mm_band(&m, t * MR, min_int(MR, n - t * MR));
@@ -653,7 +665,7 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
                             .t1 = tiles, .lda = n, .kind = (enum tn_kind)kind};
         if (kind != TN_FP32) /* [BF_TN_K, ldb + lda] floats hold either packing */
             t.pack = kmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(q) + round16(n)));
-        else if (!blocked && (long)(seg < 1 ? p : min_int(seg, p)) * q > (long)MM_KC * MM_NC)
+        else if (!blocked && !b_in_place(seg < 1 ? p : min_int(seg, p), q))
             t.bpack = kmalloc(sizeof(float) * MM_KC * MM_NC); /* a leaf's wide b, packed */
         float *dst = c;
         int mine = split && omp_get_num_threads() == nth; /* this thread's own subtree */

@@ -1315,6 +1315,10 @@ static void test_paths(void)
         test_matmul_blocked(3, 300, 1100, 200);
         test_matmul_tn_blocked(13, 600, 1100, 100, 0);   /* one leaf of 600 rows */
         test_matmul_tn_blocked(20, 700, 700, 200, 300);  /* leaves of 300, 300, 100 */
+        /* a small b with long rows (MM_PACK_Q) is packed, its first 100
+         * columns alone are read in place: the same bits */
+        test_matmul_blocked(13, 40, 300, 100);
+        test_matmul_tn_blocked(20, 300, 200, 100, 128); /* leaves of 128, 128, 44 */
         for (size_t i = 0; i < sizeof tn / sizeof *tn; i++) /* p terms per sum: looser for 4096 */
             test_matmul_tn(tn[i][0], tn[i][1], tn[i][2], tn[i][1] > 1000 ? 1e-4 : 1e-5);
         test_transpose_sum_rows(1, 3, 1e-5);
