@@ -261,10 +261,10 @@ VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
 static void mm_band(const struct mm *m, int i, int R) { mm_rows(m, i, R, (size_t)m->p, 1); }
 static void tn_band(const struct mm *m, int i, int R, int n) { mm_rows(m, i, R, 1, (size_t)n); }
 
-/* A b larger than MM_KC x MM_NC floats (a model wider than about 128)
- * goes in blocks of that size (256 KiB), each packed into panels of MM_PW
- * columns, contiguous and zero-padded, that stay in L2 while every row
- * tile passes over them. Unpacked, a tile's walk down a wide b takes a
+/* A b larger than MM_KC x MM_NC floats (a model wider than about 128),
+ * or with long rows (MM_PACK_Q below), goes in blocks of at most that
+ * size (256 KiB), each packed into panels of MM_PW columns, contiguous
+ * and zero-padded, that stay in L2 while every row tile passes over them. Unpacked, a tile's walk down a wide b takes a
  * new page at every k, which no prefetcher follows. MM_NC is a multiple
  * of every backend's MM_PW. */
 #define MM_KC 256
@@ -310,7 +310,8 @@ static struct mm packed_pass(const struct mm *m, float *bp, int k0, int k1, int 
     return pass;
 }
 
-/* A wide b times a few rows of a (the sampler's decode steps, a row a
+/* A b that tiles would read packed (not b_in_place: wide, or with long
+ * rows) times a few rows of a (the sampler's decode steps, a row a
  * passage): packing b would read and write all of it to serve a tile or
  * two. Instead each row k of b, contiguous, is loaded once and multiplied
  * into every row of c over a band of columns, whose sums wait in c (a few
