@@ -364,11 +364,17 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
     struct mm m = {.c = c, .a = a, .b = b, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate,
                    .relu = relu, .p = p, .q = q, .k0 = 0, .k1 = p, .kinit = 0,
                    .j0 = 0, .j1 = q, .ldb = (size_t)q, .bps = MM_PW};
-    int tiles = (n + MR - 1) / MR;
+    int tiles = (n + MR - 1) / MR, chunk = share_chunk(tiles);
     if (b_in_place(p, q)) {
-#pragma omp parallel for schedule(static) if ((long)n * p * q >= PAR_WORK)
-        for (int t = 0; t < tiles; t++)
-            mm_band(&m, t * MR, min_int(MR, n - t * MR));
+        struct share *sh = share_alloc(tiles, 1); /* the row tiles, shared with stealing */
+#pragma omp parallel if ((long)n * p * q >= PAR_WORK)
+        {
+            int t0, t1;
+            while (share_next(sh, 0, chunk, &t0, &t1))
+                for (int t = t0; t < t1; t++)
+                    mm_band(&m, t * MR, min_int(MR, n - t * MR));
+        }
+        free(sh);
         return;
     }
     if (n < MM_FEW_ROWS) {
@@ -380,6 +386,8 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
      * epilogue runs after the last. Each block is packed by the team, then
      * multiplied; the loops' barriers keep the one buffer consistent. */
     float *bp = kmalloc(sizeof(float) * MM_KC * MM_NC);
+    int kblocks = (p + MM_KC - 1) / MM_KC, passes = (q + MM_NC - 1) / MM_NC * kblocks;
+    struct share *sh = share_alloc(tiles, passes); /* each pass's row tiles */
 #pragma omp parallel if ((long)n * p * q >= PAR_WORK)
     for (int j0 = 0; j0 < q; j0 += MM_NC)
         for (int k0 = 0; k0 < p; k0 += MM_KC) {
@@ -390,11 +398,14 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
 #pragma omp for schedule(static)
             for (int k = pass.k0; k < pass.k1; k++)
                 pack_b_row(bp, b, q, MM_KC, k, k0, pass.j0, pass.j1);
-#pragma omp for schedule(static)
-            for (int t = 0; t < tiles; t++)
-                mm_band(&pass, t * MR, min_int(MR, n - t * MR));
+            int t0, t1, pass_no = j0 / MM_NC * kblocks + k0 / MM_KC;
+            while (share_next(sh, pass_no, chunk, &t0, &t1))
+                for (int t = t0; t < t1; t++)
+                    mm_band(&pass, t * MR, min_int(MR, n - t * MR));
+#pragma omp barrier /* before the next pass packs over bp */
         }
     free(bp);
+    free(sh);
 }
 
 /* ---- leaves and the tree ---- */
@@ -1270,14 +1281,15 @@ static void attend_one(float *o /* [hs] */, const float *q /* [hs] */,
 
 /* -- attention: the head drivers -- */
 
-/* Split (batch, head) pairs over threads, each thread with its own
- * scratch. */
+/* (batch, head) pairs shared by the threads (share_next: each its own
+ * share, stealing at the end), each thread with its own scratch. */
 
 static void round_span(float *y, const float *x, size_t n); /* in the bf16 section */
 
-/* bf16 operands: a thread's heads come in batch order (static schedule), so
- * it rounds batch b's whole block of len floats once, when its first head
- * of b arrives, into s, and its other heads of b read that copy. */
+/* bf16 operands: a thread's heads come in batch order (its own share from
+ * the front), so it rounds batch b's whole block of len floats once, when
+ * its first head of b arrives, into s, and its other heads of b read that
+ * copy (a head taken from another's share may round its batch again). */
 static const float *round_block(float *s, int *have, int b, const float *x, size_t len)
 {
     if (*have != b) {
@@ -1290,7 +1302,8 @@ static const float *round_block(float *s, int *have, int b, const float *x, size
 static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                       const float *qkv /* [B,T,3C] */, int B, int T, int C, int H, int bf16)
 {
-    int hs = C / H, tp = key_stride(T);
+    int hs = C / H, tp = key_stride(T), chunk = share_chunk(B * H);
+    struct share *sh = share_alloc(B * H, 1);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
         size_t nqt = VL * (size_t)hs, nsc = VL * (size_t)tp;
@@ -1298,22 +1311,24 @@ static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
         float *qt = kmalloc(sizeof(float) * (nqt + nsc + nr)); /* [hs,16] */
         float *sc = qt + nqt; /* [tp,16] scores, then probabilities */
         float *rq = sc + nsc; /* [T,3C] batch b's rounded q, k, v */
-        int have = -1;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < B * H; bh++) {
-            int b = bh / H, h = bh % H;
-            size_t blk = (size_t)T * 3 * C;
-            const float *x = qkv + b * blk + 3 * hs * h; /* head's q col */
-            if (bf16)
-                x = round_block(rq, &have, b, qkv + b * blk, blk) + 3 * hs * h;
-            else if (bh + 1 < B * H) /* the next head's first block, as prefetch_rows says */
-                prefetch_rows(qkv + (bh + 1) / H * blk + 3 * hs * ((bh + 1) % H), 3 * (size_t)C, 0,
-                              min_int(T, VL), 3 * hs);
-            attention_head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T, x, T, C, hs, qt,
-                           sc);
+        int have = -1, h0, h1;
+        while (share_next(sh, 0, chunk, &h0, &h1)) {
+            for (int bh = h0; bh < h1; bh++) {
+                int b = bh / H, h = bh % H;
+                size_t blk = (size_t)T * 3 * C;
+                const float *x = qkv + b * blk + 3 * hs * h; /* head's q col */
+                if (bf16)
+                    x = round_block(rq, &have, b, qkv + b * blk, blk) + 3 * hs * h;
+                else if (bh + 1 < B * H) /* the next head's first block, as prefetch_rows says */
+                    prefetch_rows(qkv + (bh + 1) / H * blk + 3 * hs * ((bh + 1) % H),
+                                  3 * (size_t)C, 0, min_int(T, VL), 3 * hs);
+                attention_head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T, x, T, C, hs,
+                               qt, sc);
+            }
         }
         free(qt);
     }
+    free(sh);
 }
 
 /* A head of more than HEAD_PACK channels runs its backward on contiguous
@@ -1333,7 +1348,8 @@ static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,
                           const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
                           const float *lse /* [B,H,T] */, int B, int T, int C, int H, int bf16)
 {
-    int hs = C / H, tp = key_stride(T), pack = hs > HEAD_PACK;
+    int hs = C / H, tp = key_stride(T), pack = hs > HEAD_PACK, chunk = share_chunk(B * H);
+    struct share *sh = share_alloc(B * H, 1);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
         size_t nr = bf16 ? (size_t)T * 4 * C : 0, np = pack ? (size_t)T * 8 * hs : 0;
@@ -1346,35 +1362,37 @@ static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,
         float *pq = rq + nr;                           /* [T,3hs] the head's q, k, v */
         float *pdq = pq + (size_t)T * 3 * hs;          /* [T,3hs] its dq, dk, dv */
         float *pg = pdq + (size_t)T * 3 * hs, *po = pg + (size_t)T * hs; /* [T,hs] dO, O */
-        int have_q = -1, have_d = -1;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < B * H; bh++) {
-            int b = bh / H, h = bh % H;
-            size_t b3 = (size_t)b * T * 3 * C, b1 = (size_t)b * T * C;
-            size_t r3 = b3 + 3 * hs * h, r1 = b1 + hs * h;
-            const float *x = qkv + r3, *d = dout + r1;
-            if (bf16) {
-                x = round_block(rq, &have_q, b, qkv + b3, (size_t)T * 3 * C) + 3 * hs * h;
-                d = round_block(rd, &have_d, b, dout + b1, (size_t)T * C) + hs * h;
+        int have_q = -1, have_d = -1, h0, h1;
+        while (share_next(sh, 0, chunk, &h0, &h1)) {
+            for (int bh = h0; bh < h1; bh++) {
+                int b = bh / H, h = bh % H;
+                size_t b3 = (size_t)b * T * 3 * C, b1 = (size_t)b * T * C;
+                size_t r3 = b3 + 3 * hs * h, r1 = b1 + hs * h;
+                const float *x = qkv + r3, *d = dout + r1;
+                if (bf16) {
+                    x = round_block(rq, &have_q, b, qkv + b3, (size_t)T * 3 * C) + 3 * hs * h;
+                    d = round_block(rd, &have_d, b, dout + b1, (size_t)T * C) + hs * h;
+                }
+                if (pack) { /* rows hs apart: the head's "C" is hs */
+                    copy_rows(pq, 3 * (size_t)hs, x, 3 * (size_t)C, T, 3 * hs);
+                    copy_rows(pg, (size_t)hs, d, (size_t)C, T, hs);
+                    copy_rows(po, (size_t)hs, out + r1, (size_t)C, T, hs);
+                    attention_bwd_head(pdq, pg, pq, po, lse + (size_t)bh * T, T, hs, hs, kt, vt, ds,
+                                       tp, NULL);
+                    copy_rows(dqkv + r3, 3 * (size_t)C, pdq, 3 * (size_t)hs, T, 3 * hs);
+                    continue;
+                }
+                /* the next head: this thread's next unless bh ends its share */
+                int nb = (bh + 1) / H, nh = (bh + 1) % H;
+                const float *next = qkv + (size_t)nb * T * 3 * C + 3 * hs * nh;
+                int prefetch = !bf16 && bh + 1 < B * H; /* bf16 reads its rounded copies */
+                attention_bwd_head(dqkv + r3, d, x, out + r1, lse + (size_t)bh * T, T, C, hs, kt,
+                                   vt, ds, tp, prefetch ? next : NULL);
             }
-            if (pack) { /* rows hs apart: the head's "C" is hs */
-                copy_rows(pq, 3 * (size_t)hs, x, 3 * (size_t)C, T, 3 * hs);
-                copy_rows(pg, (size_t)hs, d, (size_t)C, T, hs);
-                copy_rows(po, (size_t)hs, out + r1, (size_t)C, T, hs);
-                attention_bwd_head(pdq, pg, pq, po, lse + (size_t)bh * T, T, hs, hs, kt, vt, ds,
-                                   tp, NULL);
-                copy_rows(dqkv + r3, 3 * (size_t)C, pdq, 3 * (size_t)hs, T, 3 * hs);
-                continue;
-            }
-            /* the next head in this thread's (static) share, if it has one */
-            int nb = (bh + 1) / H, nh = (bh + 1) % H;
-            const float *next = qkv + (size_t)nb * T * 3 * C + 3 * hs * nh;
-            int prefetch = !bf16 && bh + 1 < B * H; /* bf16 reads its rounded copies */
-            attention_bwd_head(dqkv + r3, d, x, out + r1, lse + (size_t)bh * T, T, C, hs, kt, vt,
-                               ds, tp, prefetch ? next : NULL);
         }
         free(kt);
     }
+    free(sh);
 }
 
 /* Each window's last query against its T keys: k_attention_last. */

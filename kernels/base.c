@@ -1,10 +1,12 @@
 /* kernels/base.c: the functions of the kernel layer's floor (base.h):
- * kernel scratch, the tree that combines the leaves of a reduction over
- * rows, Adam's constants, the mean of per-row losses, and e^x as one lane
- * of vec.h's vexp. Each is compiled once, here, and called by
- * the kernels of every backend and by the twins alike. */
+ * kernel scratch, a loop's items shared with stealing, the tree that
+ * combines the leaves of a reduction over rows, Adam's constants, the mean
+ * of per-row losses, and e^x as one lane of vec.h's vexp. Each is compiled
+ * once, here, and called by the kernels of every backend and by the twins
+ * alike. */
 #include "kernels/base.h"
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,72 @@
 #include "util/util.h"
 
 void *kmalloc(size_t bytes) { return xaligned_alloc(bytes); }
+
+/* ---- a loop's items, shared with stealing (base.h) ---- */
+
+#define SHARE_LINE 64 /* bytes in a cache line */
+
+/* A thread's remaining items [lo, hi) of one loop, packed in one word so
+ * that its owner (from the front) and a thief (from the back) claim chunks
+ * with one compare-and-swap each; a cache line apiece, so that an owner
+ * claiming its own chunks touches no line another thread reads. */
+struct share_slot {
+    _Alignas(SHARE_LINE) _Atomic unsigned long long range;
+};
+
+struct share {
+    int slots;                /* threads the items were shared among */
+    struct share_slot slot[]; /* [loops][slots] */
+};
+
+static unsigned long long range_of(int lo, int hi)
+{
+    return (unsigned long long)(unsigned)lo << 32 | (unsigned)hi;
+}
+
+struct share *share_alloc(int n, int loops)
+{
+    int slots = omp_get_max_threads();
+    size_t n_slots = (size_t)slots * (size_t)loops;
+    struct share *s = kmalloc(sizeof *s + sizeof(struct share_slot) * n_slots);
+    s->slots = slots;
+    for (int l = 0; l < loops; l++)
+        for (int t = 0; t < s->slots; t++) /* my_share's split */
+            atomic_init(&s->slot[(size_t)l * s->slots + t].range,
+                        range_of((int)((long)n * t / s->slots),
+                                 (int)((long)n * (t + 1) / s->slots)));
+    return s;
+}
+
+/* Claims up to chunk items of slot v, from its front or its back. */
+static int claim(struct share_slot *v, int chunk, int back, int *i0, int *i1)
+{
+    unsigned long long r = atomic_load(&v->range);
+    for (;;) {
+        int lo = (int)(r >> 32), hi = (int)(unsigned)r;
+        if (lo >= hi)
+            return 0;
+        int k = hi - lo < chunk ? hi - lo : chunk;
+        unsigned long long left = back ? range_of(lo, hi - k) : range_of(lo + k, hi);
+        if (atomic_compare_exchange_weak(&v->range, &r, left)) { /* else r is reloaded */
+            *i0 = back ? hi - k : lo;
+            *i1 = *i0 + k;
+            return 1;
+        }
+    }
+}
+
+int share_next(struct share *s, int loop, int chunk, int *i0, int *i1)
+{
+    struct share_slot *v = s->slot + (size_t)loop * s->slots;
+    int me = omp_get_thread_num() % s->slots;
+    if (claim(&v[me], chunk, 0, i0, i1))
+        return 1;
+    for (int d = 1; d < s->slots; d++) /* the others, from the next thread on */
+        if (claim(&v[(me + d) % s->slots], chunk, 1, i0, i1))
+            return 1;
+    return 0;
+}
 
 /* ---- leaves and the tree ---- */
 

@@ -42,6 +42,34 @@ static inline void my_share(int n, int *i0, int *i1)
     *i1 = (int)((long)n * (me + 1) / nth);
 }
 
+/* A loop's items shared out as my_share does, each thread taking its own
+ * share a chunk at a time from the front, and a thread done with its own
+ * taking chunks from the back of another's. When the cores keep pace,
+ * each computes its own share, the same rows from kernel to kernel, so
+ * what one kernel writes the next reads from the same core's cache; when
+ * one runs slower for a while (a virtual CPU sharing its core, another
+ * program), the other takes over the rest of its share instead of waiting
+ * for it at the loop's end. Which thread computes an item never changes
+ * how it is computed.
+ *
+ * share_alloc(n, loops), before a parallel region: `loops` loops of n
+ * items each, shared as if among omp_get_max_threads() threads (a team
+ * with fewer takes the missing threads' shares too). In the region, each
+ * thread runs loop l's items [i0, i1) while share_next(s, l, chunk, &i0,
+ * &i1); free(s) after it. */
+struct share;
+struct share *share_alloc(int n, int loops);
+int share_next(struct share *s, int loop, int chunk, int *i0, int *i1);
+
+/* A chunk for share_next: SHARE_CHUNKS chunks in a thread's share, so
+ * that a thief takes over a slow thread's last eighth or so. */
+#define SHARE_CHUNKS 8
+static inline int share_chunk(int n)
+{
+    int c = n / (SHARE_CHUNKS * omp_get_max_threads());
+    return c < 1 ? 1 : c;
+}
+
 /* ---- leaves and the tree (the rule is stated in kernels.h) ---- */
 
 /* Number of leaves of seg rows over n rows; seg < 1 means one leaf. */

@@ -1390,6 +1390,9 @@ static void test_determinism(void)
     float *qkv = rvec((size_t)B * T * 3 * C, 2), *att = fvec((size_t)B * T * C),
           *lse = fvec((size_t)B * H * T);
     int32_t *t = rtargets(N, V, 10), *idx = rtargets(N, V, 0);
+    enum { WN = 500, WP = 300, WQ = 300 }; /* b larger than one 256 x 256 block */
+    float *wide_a = rvec((size_t)WN * WP, 1), *wide_b = rvec((size_t)WP * WQ, 1);
+    float *wide_c = fvec((size_t)WN * WQ);
     int saved = omp_get_max_threads();
     const float **parts = parts_of(x, 5, 65536); /* 5 x [65536]: big enough to run in parallel */
     k_layernorm_ref(out, mean, rstd, x, w, bias, N, C); /* a mean and rstd for x as [N,C] */
@@ -1399,6 +1402,9 @@ static void test_determinism(void)
         SAME_AT_ANY_THREADS("matmul", out, (size_t)N * Q, k_matmul(out, x, w, bias, N, P, Q));
         SAME_AT_ANY_THREADS("matmul_ex", out, (size_t)N * Q,
                             k_matmul_ex(out, x, w, bias, dy, NULL, 1, N, P, Q));
+        /* packed b, 2 x 2 blocks: each pass's tiles shared anew */
+        SAME_AT_ANY_THREADS("matmul_ex packed", wide_c, (size_t)WN * WQ,
+                            k_matmul_ex(wide_c, wide_a, wide_b, NULL, NULL, NULL, 1, WN, WP, WQ));
         SAME_AT_ANY_THREADS("matmul_tn", out, (size_t)P * Q, k_matmul_tn(out, x, dy, P, N, Q));
         SAME_AT_ANY_THREADS("sum_rows", out, Q, k_sum_rows(out, x, N, Q));
         SAME_AT_ANY_THREADS("layernorm", out, (size_t)N * C,
@@ -1430,6 +1436,7 @@ static void test_determinism(void)
     }
     omp_set_num_threads(saved);
     free(x), free(w), free(bias), free(dy), free(logits), free(out), free(mean), free(rstd);
+    free(wide_a), free(wide_b), free(wide_c);
     free(qkv), free(att), free(lse), free(t), free(idx), free(parts);
 }
 
