@@ -2246,6 +2246,7 @@ static void matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */,
     float *bb = kmalloc(sizeof(float) * ((size_t)pe * m.ldb));
     bf_round_b(bb, b, (size_t)q, p, q, m.ldb);
     m.bb = bb;
+    struct share *sh = share_alloc(blocks, 1); /* the row blocks, shared with stealing */
 #pragma omp parallel if ((long)n * p * q >= PAR_WORK)
     {
         float *ab = kmalloc(sizeof(float) * BF_RB * lda);
@@ -2253,15 +2254,17 @@ static void matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */,
         mine.ab = ab;
         mine.scratch = shares(c, n, q, r1, r2, gate)
                            ? kmalloc(sizeof(float) * BF_RB * (size_t)q) : NULL;
-#pragma omp for schedule(static)
-        for (int t = 0; t < blocks; t++) {
-            int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-            bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
-            bf_block_emu(&mine, i0, rows);
-        }
+        int t0, t1;
+        while (share_next(sh, 0, share_chunk(blocks), &t0, &t1))
+            for (int t = t0; t < t1; t++) {
+                int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
+                bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
+                bf_block_emu(&mine, i0, rows);
+            }
         free(mine.scratch);
         free(ab);
     }
+    free(sh);
     free(bb);
 }
 
@@ -2377,19 +2380,22 @@ static void matmul_bf16_native(float *c /* [n,q] */, const float *a /* [n,p] */,
     uint32_t *bp = kmalloc(sizeof(uint32_t) * ((size_t)p2 * m.ldb));
     bf_pack_b(bp, b, (size_t)q, p, q, m.ldb);
     m.bb = bp;
+    struct share *sh = share_alloc(blocks, 1); /* the row blocks, shared with stealing */
 #pragma omp parallel if ((long)n * p * q >= PAR_WORK)
     {
         uint32_t *ap = kmalloc(sizeof(uint32_t) * BF_RB * lda);
         struct bfmm mine = m;
         mine.ab = ap;
-#pragma omp for schedule(static)
-        for (int t = 0; t < blocks; t++) {
-            int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-            bf_pack_a(ap, a, i0, rows, p, lda);
-            bf_block_native(&mine, i0, rows);
-        }
+        int t0, t1;
+        while (share_next(sh, 0, share_chunk(blocks), &t0, &t1))
+            for (int t = t0; t < t1; t++) {
+                int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
+                bf_pack_a(ap, a, i0, rows, p, lda);
+                bf_block_native(&mine, i0, rows);
+            }
         free(ap);
     }
+    free(sh);
     free(bp);
 }
 
