@@ -364,13 +364,13 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
     struct mm m = {.c = c, .a = a, .b = b, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate,
                    .relu = relu, .p = p, .q = q, .k0 = 0, .k1 = p, .kinit = 0,
                    .j0 = 0, .j1 = q, .ldb = (size_t)q, .bps = MM_PW};
-    int tiles = (n + MR - 1) / MR, chunk = share_chunk(tiles);
+    int tiles = (n + MR - 1) / MR;
     if (b_in_place(p, q)) {
         struct share *sh = share_alloc(tiles, 1); /* the row tiles, shared with stealing */
 #pragma omp parallel if ((long)n * p * q >= PAR_WORK)
         {
             int t0, t1;
-            while (share_next(sh, 0, chunk, &t0, &t1))
+            while (share_next(sh, 0, &t0, &t1))
                 for (int t = t0; t < t1; t++)
                     mm_band(&m, t * MR, min_int(MR, n - t * MR));
         }
@@ -399,7 +399,7 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
             for (int k = pass.k0; k < pass.k1; k++)
                 pack_b_row(bp, b, q, MM_KC, k, k0, pass.j0, pass.j1);
             int t0, t1, pass_no = j0 / MM_NC * kblocks + k0 / MM_KC;
-            while (share_next(sh, pass_no, chunk, &t0, &t1))
+            while (share_next(sh, pass_no, &t0, &t1))
                 for (int t = t0; t < t1; t++)
                     mm_band(&pass, t * MR, min_int(MR, n - t * MR));
 #pragma omp barrier /* before the next pass packs over bp */
@@ -1302,7 +1302,7 @@ static const float *round_block(float *s, int *have, int b, const float *x, size
 static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                       const float *qkv /* [B,T,3C] */, int B, int T, int C, int H, int bf16)
 {
-    int hs = C / H, tp = key_stride(T), chunk = share_chunk(B * H);
+    int hs = C / H, tp = key_stride(T);
     struct share *sh = share_alloc(B * H, 1);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
@@ -1312,7 +1312,7 @@ static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
         float *sc = qt + nqt; /* [tp,16] scores, then probabilities */
         float *rq = sc + nsc; /* [T,3C] batch b's rounded q, k, v */
         int have = -1, h0, h1;
-        while (share_next(sh, 0, chunk, &h0, &h1)) {
+        while (share_next(sh, 0, &h0, &h1)) {
             for (int bh = h0; bh < h1; bh++) {
                 int b = bh / H, h = bh % H;
                 size_t blk = (size_t)T * 3 * C;
@@ -1348,7 +1348,7 @@ static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,
                           const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
                           const float *lse /* [B,H,T] */, int B, int T, int C, int H, int bf16)
 {
-    int hs = C / H, tp = key_stride(T), pack = hs > HEAD_PACK, chunk = share_chunk(B * H);
+    int hs = C / H, tp = key_stride(T), pack = hs > HEAD_PACK;
     struct share *sh = share_alloc(B * H, 1);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
@@ -1363,7 +1363,7 @@ static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,
         float *pdq = pq + (size_t)T * 3 * hs;          /* [T,3hs] its dq, dk, dv */
         float *pg = pdq + (size_t)T * 3 * hs, *po = pg + (size_t)T * hs; /* [T,hs] dO, O */
         int have_q = -1, have_d = -1, h0, h1;
-        while (share_next(sh, 0, chunk, &h0, &h1)) {
+        while (share_next(sh, 0, &h0, &h1)) {
             for (int bh = h0; bh < h1; bh++) {
                 int b = bh / H, h = bh % H;
                 size_t b3 = (size_t)b * T * 3 * C, b1 = (size_t)b * T * C;
@@ -2255,7 +2255,7 @@ static void matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */,
         mine.scratch = shares(c, n, q, r1, r2, gate)
                            ? kmalloc(sizeof(float) * BF_RB * (size_t)q) : NULL;
         int t0, t1;
-        while (share_next(sh, 0, share_chunk(blocks), &t0, &t1))
+        while (share_next(sh, 0, &t0, &t1))
             for (int t = t0; t < t1; t++) {
                 int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
                 bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
@@ -2387,7 +2387,7 @@ static void matmul_bf16_native(float *c /* [n,q] */, const float *a /* [n,p] */,
         struct bfmm mine = m;
         mine.ab = ap;
         int t0, t1;
-        while (share_next(sh, 0, share_chunk(blocks), &t0, &t1))
+        while (share_next(sh, 0, &t0, &t1))
             for (int t = t0; t < t1; t++) {
                 int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
                 bf_pack_a(ap, a, i0, rows, p, lda);

@@ -29,6 +29,7 @@ struct share_slot {
 
 struct share {
     int slots;                /* threads the items were shared among */
+    int chunk;                /* items a claim takes, at most */
     struct share_slot slot[]; /* [loops][slots] */
 };
 
@@ -43,11 +44,11 @@ struct share *share_alloc(int n, int loops)
     size_t n_slots = (size_t)slots * (size_t)loops;
     struct share *s = kmalloc(sizeof *s + sizeof(struct share_slot) * n_slots);
     s->slots = slots;
+    s->chunk = n / (SHARE_CHUNKS * slots) > 1 ? n / (SHARE_CHUNKS * slots) : 1;
     for (int l = 0; l < loops; l++)
-        for (int t = 0; t < s->slots; t++) /* my_share's split */
-            atomic_init(&s->slot[(size_t)l * s->slots + t].range,
-                        range_of((int)((long)n * t / s->slots),
-                                 (int)((long)n * (t + 1) / s->slots)));
+        for (int t = 0; t < slots; t++) /* my_share's split */
+            atomic_init(&s->slot[(size_t)l * slots + t].range,
+                        range_of(share_bound(n, t, slots), share_bound(n, t + 1, slots)));
     return s;
 }
 
@@ -69,8 +70,9 @@ static int claim(struct share_slot *v, int chunk, int back, int *i0, int *i1)
     }
 }
 
-int share_next(struct share *s, int loop, int chunk, int *i0, int *i1)
+int share_next(struct share *s, int loop, int *i0, int *i1)
 {
+    int chunk = s->chunk;
     struct share_slot *v = s->slot + (size_t)loop * s->slots;
     int me = omp_get_thread_num() % s->slots;
     if (claim(&v[me], chunk, 0, i0, i1))

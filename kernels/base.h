@@ -35,11 +35,12 @@ static inline int round16(int x) { return (x + 15) / 16 * 16; }
 
 /* This thread's contiguous share [*i0, *i1) of n items. Which thread
  * computes an item never changes how it is computed. */
+static inline int share_bound(int n, int t, int nth) { return (int)((long)n * t / nth); }
 static inline void my_share(int n, int *i0, int *i1)
 {
     int nth = omp_get_num_threads(), me = omp_get_thread_num();
-    *i0 = (int)((long)n * me / nth);
-    *i1 = (int)((long)n * (me + 1) / nth);
+    *i0 = share_bound(n, me, nth);
+    *i1 = share_bound(n, me + 1, nth);
 }
 
 /* A loop's items shared out as my_share does, each thread taking its own
@@ -54,21 +55,14 @@ static inline void my_share(int n, int *i0, int *i1)
  *
  * share_alloc(n, loops), before a parallel region: `loops` loops of n
  * items each, shared as if among omp_get_max_threads() threads (a team
- * with fewer takes the missing threads' shares too). In the region, each
- * thread runs loop l's items [i0, i1) while share_next(s, l, chunk, &i0,
- * &i1); free(s) after it. */
+ * with fewer takes the missing threads' shares too), each share taken in
+ * SHARE_CHUNKS chunks, so that a thief takes over a slow thread's last
+ * eighth or so. In the region, each thread runs loop l's items [i0, i1)
+ * while share_next(s, l, &i0, &i1); free(s) after it. */
+#define SHARE_CHUNKS 8
 struct share;
 struct share *share_alloc(int n, int loops);
-int share_next(struct share *s, int loop, int chunk, int *i0, int *i1);
-
-/* A chunk for share_next: SHARE_CHUNKS chunks in a thread's share, so
- * that a thief takes over a slow thread's last eighth or so. */
-#define SHARE_CHUNKS 8
-static inline int share_chunk(int n)
-{
-    int c = n / (SHARE_CHUNKS * omp_get_max_threads());
-    return c < 1 ? 1 : c;
-}
+int share_next(struct share *s, int loop, int *i0, int *i1);
 
 /* ---- leaves and the tree (the rule is stated in kernels.h) ---- */
 
