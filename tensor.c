@@ -233,7 +233,7 @@ static __attribute__((noinline)) void mm_edge(const struct mm *m, int i, int j, 
         mm_panel(m, i + r, j, 1, V, last, ars, aks, 1);
 }
 
-/* R rows of c (R == MR, or fewer at the bottom edge), all columns, in
+/* R rows of c (R == MR or MR - 1, or fewer at the bottom edge), all columns, in
  * panels of MM_V vectors. Whole panels get a tile of their own in which
  * `last` is the constant VL: with no lane masks to keep, AVX2's 16
  * registers hold the whole tile (sharing the loop with the masked edge
@@ -243,8 +243,12 @@ VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
     int epi = m->relu || m->gate || m->r1 || m->r2;
     for (int j = m->j0; j < m->j1; j += MM_PW) {
         int w = min_int(MM_PW, m->j1 - j), V = (w + VL - 1) / VL, last = w - VL * (V - 1);
-        if (R < MR)
+        if (R < MR - 1 || (R < MR && w < MM_PW))
             mm_edge(m, i, j, R, V, last, ars, aks);
+        else if (R < MR && epi) /* a tile one row short (tile_start) */
+            mm_panel(m, i, j, MR - 1, MM_V, VL, ars, aks, 1);
+        else if (R < MR)
+            mm_panel(m, i, j, MR - 1, MM_V, VL, ars, aks, 0);
         else if (w == MM_PW && epi)
             mm_panel(m, i, j, MR, MM_V, VL, ars, aks, 1);
         else if (w == MM_PW)
@@ -255,6 +259,24 @@ VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
             mm_panel(m, i, j, MR, V, last, ars, aks, 0);
     }
 }
+
+/* Row tiles of c, n rows: tile t is rows [tile_start(n, t), tile_start(n,
+ * t + 1)). MR rows each and what is left in the last, unless that would
+ * be a thin tile of 1 to MR/2 rows, whose few chains of FMAs wait on
+ * their latency: at 32 rows (the default model's weight gradients, 5
+ * tiles of 6 and one of 2) a row took 1.13x-1.17x as long as at 30 rows
+ * (1.01x-1.02x balanced).
+ * Then the tiles are of MR and MR - 1 rows, the MR-row ones first: 32
+ * rows as 6, 6, 5, 5, 5, 5. Which tile computes a row changes no bits. */
+static int row_tiles(int n) { return (n + MR - 1) / MR; }
+static int tile_start(int n, int t)
+{
+    int tall = n - (MR - 1) * row_tiles(n); /* the MR-row tiles, if balanced */
+    if (n % MR == 0 || n % MR > MR / 2 || tall < 0)
+        return min_int(n, t * MR);
+    return t <= tall ? t * MR : tall * MR + (t - tall) * (MR - 1);
+}
+static int tile_rows(int n, int t) { return tile_start(n, t + 1) - tile_start(n, t); }
 
 /* Rows [i, i+R) of c = a @ b, and of c = a^T b (a [p,n]): out of line,
  * each with its strides constant for the tile code inlined into it. */
@@ -364,7 +386,7 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
     struct mm m = {.c = c, .a = a, .b = b, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate,
                    .relu = relu, .p = p, .q = q, .k0 = 0, .k1 = p, .kinit = 0,
                    .j0 = 0, .j1 = q, .ldb = (size_t)q, .bps = MM_PW};
-    int tiles = (n + MR - 1) / MR;
+    int tiles = row_tiles(n);
     if (b_in_place(p, q)) {
         struct share *sh = share_alloc(tiles, 1); /* the row tiles, shared with stealing */
 #pragma omp parallel if ((long)n * p * q >= PAR_WORK)
@@ -372,7 +394,7 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
             int t0, t1;
             while (share_next(sh, 0, &t0, &t1))
                 for (int t = t0; t < t1; t++)
-                    mm_band(&m, t * MR, min_int(MR, n - t * MR));
+                    mm_band(&m, tile_start(n, t), tile_rows(n, t));
         }
         free(sh);
         return;
@@ -401,7 +423,7 @@ static void matmul_ex(float *c /* [n,q] */, const float *a /* [n,p] */, const fl
             int t0, t1, pass_no = j0 / MM_NC * kblocks + k0 / MM_KC;
             while (share_next(sh, pass_no, &t0, &t1))
                 for (int t = t0; t < t1; t++)
-                    mm_band(&pass, t * MR, min_int(MR, n - t * MR));
+                    mm_band(&pass, tile_start(n, t), tile_rows(n, t));
 #pragma omp barrier /* before the next pass packs over bp */
         }
     free(bp);
@@ -514,7 +536,7 @@ static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
 static void tn_band_packed(const struct tn_tree *t, const struct mm *pass, int r,
                            float *ap /* [k1 - k0, MR] */)
 {
-    int i = r * MR, R = min_int(MR, t->n - i), kc = pass->k1 - pass->k0;
+    int i = tile_start(t->n, r), R = tile_rows(t->n, r), kc = pass->k1 - pass->k0;
     const float *src = t->m->a + (size_t)pass->k0 * t->lda + i; /* [kc, R], rows lda apart */
     if (R == MR)
         copy_rows(ap, MR, src, (size_t)t->lda, kc, MR);
@@ -537,7 +559,7 @@ static void tn_pass(const struct tn_tree *t, const struct mm *pass, float *ap /*
         if (t->lda >= TN_PACK_A)
             tn_band_packed(t, pass, r, ap);
         else
-            tn_band(pass, r * MR, min_int(MR, t->n - r * MR), t->lda);
+            tn_band(pass, tile_start(t->n, r), tile_rows(t->n, r), t->lda);
 }
 
 /* One fp32 leaf, rows [k0, k1) of a and b, for row tiles [t0, t1) of c.
@@ -568,6 +590,13 @@ static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
     }
 }
 
+/* The first row of c's row tile `tile` (or n past the last): fp32 tiles
+ * as tile_start, bf16 ones BF_TN_MR rows each. */
+static int tn_row(const struct tn_tree *t, int tile)
+{
+    return t->kind == TN_FP32 ? tile_start(t->n, tile) : min_int(t->n, tile * t->mr);
+}
+
 static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, int hi, int d)
 {
     if (hi - lo == 1) {
@@ -582,7 +611,7 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
     float *right = t->tmp + (size_t)d * t->n * q; /* [n,q] */
     tn_subtree(t, dst, lo, mid, d + 1);
     tn_subtree(t, right, mid, hi, d + 1);
-    size_t r0 = (size_t)t->t0 * t->mr, r1 = (size_t)min_int(t->n, t->t1 * t->mr);
+    size_t r0 = (size_t)tn_row(t, t->t0), r1 = (size_t)tn_row(t, t->t1);
     add_into(dst + r0 * q, right + r0 * q, (r1 - r0) * q);
 }
 
@@ -634,7 +663,7 @@ static void tn_blocks(const struct tn_tree *t, float *c /* [n,q] */, int n, int 
         view.bps = (size_t)p * MM_PW, view.q = w, view.j0 = 0, view.j1 = w;
         struct tn_tree b = *t;
         b.m = &view, b.tmp = buf + (size_t)rows * MM_NC, b.n = nr, b.bpack = NULL;
-        b.t0 = 0, b.t1 = (nr + MR - 1) / MR;
+        b.t0 = 0, b.t1 = row_tiles(nr);
         tn_subtree(&b, buf, 0, L, 0);
         copy_rows(c + (size_t)r0 * q + j0, (size_t)q, buf, (size_t)w, nr, w);
     }
@@ -654,7 +683,7 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
                     .j0 = 0, .j1 = q, .ldb = (size_t)q, .bps = MM_PW}; /* no epilogue */
     const struct mm *m = &mm;
     int mr = kind == TN_FP32 ? MR : BF_TN_MR;
-    int L = leaf_count(p, seg), tiles = (n + mr - 1) / mr;
+    int L = leaf_count(p, seg), tiles = kind == TN_FP32 ? row_tiles(n) : (n + mr - 1) / mr;
     size_t nc = (size_t)n * q;
     if (L == 0 || n <= 0) {
         memset(c, 0, sizeof(float) * nc);
