@@ -263,11 +263,11 @@ VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
 /* Row tiles of c, n rows: tile t is rows [tile_start(n, t), tile_start(n,
  * t + 1)). MR rows each and what is left in the last, unless that would
  * be a thin tile of 1 to MR/2 rows, whose few chains of FMAs wait on
- * their latency: at 32 rows (the default model's weight gradients, 5
- * tiles of 6 and one of 2) a row took 1.13x-1.17x as long as at 30 rows
- * (1.01x-1.02x balanced).
- * Then the tiles are of MR and MR - 1 rows, the MR-row ones first: 32
- * rows as 6, 6, 5, 5, 5, 5. Which tile computes a row changes no bits. */
+ * their latency; then the tiles are of MR and MR - 1 rows, the MR-row
+ * ones first. The default model's weight gradients have 32 rows: as 5
+ * tiles of 6 and one of 2 a row took 1.13x-1.17x as long as at 30 rows,
+ * as 6, 6, 5, 5, 5, 5 it takes 1.01x-1.02x. Which tile computes a row
+ * changes no bits. */
 static int row_tiles(int n) { return (n + MR - 1) / MR; }
 static int tile_start(int n, int t)
 {
