@@ -1162,14 +1162,17 @@ static double paired_speedup(const struct variant *fp, const struct variant *bf)
     return median_of(r, fp->rounds);
 }
 
-/* Which bf16 target this run's step measures: the instruction's, or the
- * emulation's on the AVX2 path; the other says why it is not measured.
- * T_NONE: neither (the emulation on another path). */
+/* Which bf16 target this run's step measures: the AVX512_BF16 CPU's on
+ * the avx512 path (vdpbf16ps, or the emulation where GPT_BF16=auto found
+ * the instruction slower), or the emulation's on the AVX2 path; the other
+ * says why it is not measured. T_NONE: neither (the emulation on another
+ * path). */
 static enum target_id bf16_target(void)
 {
     static char why[96];
-    if (bf16_native()) {
-        unmeasurable(T_BF16_EMULATED, "vdpbf16ps ran (GPT_BF16=emulate GPT_ISA=avx2 to measure)");
+    const char *e = getenv("GPT_BF16");
+    if (bf16_cpu() && isa_get() == ISA_AVX512 && !(e && !strcmp(e, "emulate"))) {
+        unmeasurable(T_BF16_EMULATED, "the avx512 path ran (GPT_BF16=emulate GPT_ISA=avx2 to measure)");
         return T_BF16_NATIVE;
     }
     unmeasurable(T_BF16_NATIVE, bf16_cpu() ? "GPT_BF16 or GPT_ISA turned vdpbf16ps off"
@@ -1713,6 +1716,8 @@ static void header(void)
            cpu, sysconf(_SC_NPROCESSORS_ONLN), opt.threads);
     printf("kernel path %s, bf16 matmul %s", isa_name(isa_get()),
            bf16_native() ? "vdpbf16ps" : "emulated");
+    if (bf16_cpu() && isa_get() == ISA_AVX512) /* why auto chose as it did */
+        printf(" (vdpbf16ps: %.2fx the FMA's products a second here)", bf16_dot_speed());
 #ifdef HAVE_OPENBLAS
     printf(", OpenBLAS %d threads (%s)", openblas_get_num_threads(), openblas_get_config());
 #endif

@@ -1,7 +1,7 @@
 /* kernels/isa.c: which backend of the kernels runs. The best path the CPU
  * offers (isa_cpu), lowered by GPT_ISA (isa_best), switched by the tests
- * (isa_set), and whether the bf16 matmul may use vdpbf16ps (bf16_cpu,
- * GPT_BF16, bf16_native); kernels_now() gives the table of the current
+ * (isa_set), and whether the bf16 matmul uses vdpbf16ps (bf16_cpu,
+ * GPT_BF16, bf16_dot_speed, bf16_native); kernels_now() gives the table of the current
  * path to the entry points (entry.c). The tables are the backends'
  * (tensor.c, the layer above), each handed in by kernels_register()
  * before main() runs; this file keeps them and picks one, and names
@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 /* ---- ISA dispatch ---- */
 
@@ -102,12 +106,27 @@ int bf16_cpu(void)
 #endif
 }
 
+/* GPT_BF16, checked with GPT_ISA at the first kernel whatever the path
+ * (bf16_allowed says what it means): auto when unset. */
+static const char *bf16_setting(void)
+{
+    const char *e = getenv("GPT_BF16");
+    if (!e || !*e)
+        return "auto";
+    if (strcmp(e, "auto") && strcmp(e, "native") && strcmp(e, "emulate")) {
+        fprintf(stderr, "gpt: GPT_BF16=%s is not one of auto, native, emulate\n", e);
+        exit(2);
+    }
+    return e;
+}
+
 /* The first call's work, out of line: so the compiler does not split
  * isa_best into a second copy of its own (isa_best.part.0), and the
  * function has one name in the binary. */
 static __attribute__((noinline)) int isa_decide(void)
 {
     check_tables();
+    bf16_setting();
     int best = env_isa(isa_cpu()); /* a racing second caller computes the same value */
     __atomic_store_n(&isa_best_cached, best, __ATOMIC_RELEASE);
     return best;
@@ -139,20 +158,91 @@ const struct kernels *kernels_now(void) { return isa_tables[isa_get()]; }
 
 static int bf16_mode = -1; /* 1: vdpbf16ps allowed; decided once, on first use */
 
-/* GPT_BF16=emulate turns the instruction off (to time or check the
- * emulation in a real run); the emulation is the only choice without it. */
+#if defined(__x86_64__)
+/* How fast vdpbf16ps is here, against the FMA the emulation runs on:
+ * the instruction does twice an FMA's products (two pairs a lane), but
+ * CPUs differ in how many of it they issue a cycle: as many as FMAs on
+ * Zen 4, half as many on some Intel cores, where the emulation (one FMA a
+ * product, plus rounding the operands) is faster. A few microseconds of
+ * PROBE_CHAINS independent chains of each, alternated, best of
+ * PROBE_ROUNDS. */
+#define PROBE_CHAINS 12 /* more than latency x ports, so issue bounds it */
+#define PROBE_STEPS 1024
+#define PROBE_ROUNDS 8
+
+static double probe_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Seconds for PROBE_STEPS rounds of PROBE_CHAINS vdpbf16ps (dot) or
+ * vfmadd231ps on 16-lane registers. */
+static volatile float probe_sink; /* keeps the chains' results alive */
+
+__attribute__((target("avx512bf16,avx512f"))) static double probe_time(int dot)
+{
+    __m512 acc[PROBE_CHAINS], one = _mm512_set1_ps(1.0f);
+    for (int i = 0; i < PROBE_CHAINS; i++)
+        acc[i] = _mm512_setzero_ps();
+    double t0 = probe_seconds();
+    for (int s = 0; s < PROBE_STEPS; s++)
+#pragma GCC unroll 12
+        for (int i = 0; i < PROBE_CHAINS; i++)
+            acc[i] = dot ? _mm512_dpbf16_ps(acc[i], (__m512bh)one, (__m512bh)one)
+                         : _mm512_fmadd_ps(acc[i], one, one);
+    double t = probe_seconds() - t0;
+    for (int i = 1; i < PROBE_CHAINS; i++)
+        acc[0] = _mm512_add_ps(acc[0], acc[i]);
+    probe_sink = _mm512_reduce_add_ps(acc[0]);
+    return t;
+}
+#endif
+
+double bf16_dot_speed(void)
+{
+    static double speed = -1; /* measured once; a racing caller may measure too */
+    double s;
+    __atomic_load(&speed, &s, __ATOMIC_ACQUIRE);
+    if (s >= 0)
+        return s;
+    s = 0;
+#if defined(__x86_64__)
+    if (bf16_cpu()) {
+        double dot = 1e30, fma = 1e30;
+        for (int r = 0; r < PROBE_ROUNDS; r++) {
+            double d = probe_time(1), f = probe_time(0);
+            dot = d < dot ? d : dot;
+            fma = f < fma ? f : fma;
+        }
+        s = 2.0 * fma / dot; /* products a second: two a lane against one */
+    }
+#endif
+    __atomic_store(&speed, &s, __ATOMIC_RELEASE);
+    return s;
+}
+
+/* GPT_BF16 (read once): auto, the default, runs vdpbf16ps where it does
+ * BF16_PAYS times the FMA's products a second (bf16_dot_speed); native
+ * wherever the CPU has it (the tests, to check its bits); emulate never
+ * (to time or check the emulation in a real run). Each gives the same
+ * bits. The first caller's decision stands for the whole process. */
+#define BF16_PAYS 1.33
 static int bf16_allowed(void)
 {
     int mode = __atomic_load_n(&bf16_mode, __ATOMIC_ACQUIRE);
-    if (mode < 0) { /* a racing second caller computes the same value */
-        const char *e = getenv("GPT_BF16");
-        if (e && *e && strcmp(e, "emulate") && strcmp(e, "auto")) {
-            fprintf(stderr, "gpt: GPT_BF16=%s is not one of auto, emulate\n", e);
-            exit(2);
-        }
-        mode = bf16_cpu() && !(e && !strcmp(e, "emulate"));
-        __atomic_store_n(&bf16_mode, mode, __ATOMIC_RELEASE);
-    }
+    if (mode >= 0)
+        return mode;
+    const char *e = bf16_setting();
+    if (!strcmp(e, "emulate") || !bf16_cpu())
+        mode = 0;
+    else
+        mode = !strcmp(e, "native") || bf16_dot_speed() >= BF16_PAYS;
+    int unset = -1;
+    if (!__atomic_compare_exchange_n(&bf16_mode, &unset, mode, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        mode = unset; /* another thread decided first: its choice */
     return mode;
 }
 

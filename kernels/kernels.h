@@ -55,6 +55,10 @@ int bf16_native(void);
 int isa_cpu(void);  /* the best path this CPU runs */
 int isa_top(void);  /* the best path this binary has: avx512, or neon */
 int bf16_cpu(void); /* 1 when the CPU has vdpbf16ps (AVX512_BF16) */
+/* vdpbf16ps's products a second over the fp32 FMA's, measured once on
+ * the first call (0 without AVX512_BF16): GPT_BF16=auto uses the
+ * instruction only where it pays. */
+double bf16_dot_speed(void);
 
 /* ---- matmul ---- */
 
@@ -307,8 +311,9 @@ void k_round_bf16_ref(float *y, const float *x, size_t n);
  * multiply-add rounded to nearest even, denormal operands read as zero and
  * results tiny after rounding flushed to zero of their sign. Every path
  * gives the same bits: vdpbf16ps on the avx512 path of a CPU with
- * AVX512_BF16 (unless GPT_BF16=emulate, read once), an exact emulation
- * otherwise; tensor.c records how the instruction's behaviour was measured.
+ * AVX512_BF16 where it is faster than the emulation (GPT_BF16=auto, the
+ * default; native: wherever the CPU has it; emulate: never; read once), an
+ * exact emulation otherwise; tensor.c records how the instruction's behaviour was measured.
  * The epilogue adds as k_matmul_ex's, with its freedom for two NaNs. */
 void k_matmul_bf16(float *c, const float *a, const float *b, const float *bias,
                    const float *r1, const float *r2, int relu, int n, int p, int q);

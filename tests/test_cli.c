@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "tensor.h"
 #include "util/util.h"
 #include "test.h"
 
@@ -323,7 +324,7 @@ static void check_sigterm(void)
 static void check_tpu(void)
 {
     char out[65536];
-    t_run("rm -rf tests/tmp/c1 tests/tmp/c8 tests/tmp/c2 tests/tmp/h1 tests/tmp/bn tests/tmp/be", out,
+    t_run("rm -rf tests/tmp/c1 tests/tmp/c8 tests/tmp/c2 tests/tmp/h1 tests/tmp/bn tests/tmp/be tests/tmp/ba tests/tmp/bf", out,
         sizeof out);
     int rc = t_run("./gpt train " SMALL " --batch 8 --steps 20 --out tests/tmp/c1 --cores 1", out,
                  sizeof out);
@@ -349,7 +350,22 @@ static void check_tpu(void)
         CHECK(rc == 0 && t_same_file("tests/tmp/bn/ckpt-00000010.safetensors",
                                      "tests/tmp/be/ckpt-00000010.safetensors"),
               "bf16 with and without vdpbf16ps differ (rc %d): %s", rc, out);
+        /* auto, the default, takes whichever of the two is faster here */
+        double speed = bf16_dot_speed();
+        CHECK(speed > 0.05 && speed < 20, "vdpbf16ps measured at %.3fx the FMA's products a second",
+              speed);
+        rc = t_run("GPT_BF16=auto ./gpt train " SMALL " --steps 10 --out tests/tmp/ba "
+                   "--precision bf16", out, sizeof out);
+        CHECK(rc == 0 && t_same_file("tests/tmp/ba/ckpt-00000010.safetensors",
+                                     "tests/tmp/be/ckpt-00000010.safetensors"),
+              "bf16 under GPT_BF16=auto (vdpbf16ps %.2fx the FMA) differs from the emulation "
+              "(rc %d): %s", speed, rc, out);
     }
+    rc = t_run("GPT_BF16=fast ./gpt train " SMALL " --steps 1 --out tests/tmp/bf --precision bf16",
+               out, sizeof out);
+    CHECK(rc == 2 && strstr(out, "GPT_BF16=fast is not one of auto, native, emulate") &&
+              !has_ckpt("tests/tmp/bf"),
+          "an unknown GPT_BF16 was not refused with exit 2 (rc %d): %s", rc, out);
     rc = t_run("./gpt train " SMALL " --steps 10 --out tests/tmp/h1 --hbm 256K", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "RESOURCE_EXHAUSTED") && strstr(out, "largest buffers") &&
               !strstr(out, "step      0") && !has_ckpt("tests/tmp/h1"),

@@ -99,7 +99,7 @@ void test_golden(void)
         for (int isa = 0; isa <= isa_best(); isa++)
             for (int emulate = 0; emulate <= (isa == isa_best() && bf16_native()); emulate++) {
                 char hash[65], out[128];
-                const char *bf16 = emulate ? "emulate" : "auto";
+                const char *bf16 = emulate ? "emulate" : "native";
                 snprintf(out, sizeof out, "tests/tmp/golden-%zu-%s-%s", g, isa_name(isa), bf16);
                 golden_hash(hash, isa_name(isa), bf16, golden[g].flags, out);
                 CHECK(!strcmp(hash, golden[g].sha256),
@@ -108,7 +108,7 @@ void test_golden(void)
             }
     for (int isa = 0; isa <= isa_best(); isa++) { /* from golden[0]'s checkpoint on that path */
         char hash[65], dir[128];
-        snprintf(dir, sizeof dir, "tests/tmp/golden-0-%s-auto", isa_name(isa));
+        snprintf(dir, sizeof dir, "tests/tmp/golden-0-%s-native", isa_name(isa));
         sample_hash(hash, isa_name(isa), dir);
         CHECK(!strcmp(hash, GOLDEN_SAMPLE), "golden sample on %s (%s): sha256 %s, want %s",
               isa_name(isa), GOLDEN_SAMPLE_FLAGS, hash, GOLDEN_SAMPLE);
