@@ -2,10 +2,10 @@
  * offers (isa_cpu), lowered by GPT_ISA (isa_best), switched by the tests
  * (isa_set), and whether the bf16 matmul uses vdpbf16ps (bf16_cpu,
  * GPT_BF16, bf16_dot_speed, bf16_native); kernels_now() gives the table
- * of the current path to the entry points (entry.c). The tables are the backends'
- * (tensor.c, the layer above), each handed in by kernels_register()
- * before main() runs; this file keeps them and picks one, and names
- * nothing of tensor.c. */
+ * of the current path to the entry points (entry.c). The tables are the
+ * backends' (tensor.c, the layer above), each handed in by
+ * kernels_register() before main() runs; this file keeps them and picks
+ * one, and names nothing of tensor.c. */
 #include "kernels/tensor_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,10 +177,10 @@ static double probe_seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Seconds for PROBE_STEPS rounds of PROBE_CHAINS vdpbf16ps (dot) or
- * vfmadd231ps on 16-lane registers. */
 static volatile float probe_sink; /* keeps the chains' results alive */
 
+/* Seconds for PROBE_STEPS rounds of PROBE_CHAINS vdpbf16ps (dot) or
+ * vfmadd231ps on 16-lane registers. */
 __attribute__((target("avx512bf16,avx512f"))) static double probe_time(int dot)
 {
     __m512 acc[PROBE_CHAINS], one = _mm512_set1_ps(1.0f);

@@ -313,7 +313,8 @@ void k_round_bf16_ref(float *y, const float *x, size_t n);
  * gives the same bits: vdpbf16ps on the avx512 path of a CPU with
  * AVX512_BF16 where it is faster than the emulation (GPT_BF16=auto, the
  * default; native: wherever the CPU has it; emulate: never; read once), an
- * exact emulation otherwise; tensor.c records how the instruction's behaviour was measured.
+ * exact emulation otherwise; tensor.c records how the instruction's
+ * behaviour was measured.
  * The epilogue adds as k_matmul_ex's, with its freedom for two NaNs. */
 void k_matmul_bf16(float *c, const float *a, const float *b, const float *bias,
                    const float *r1, const float *r2, int relu, int n, int p, int q);

@@ -324,8 +324,9 @@ static void check_sigterm(void)
 static void check_tpu(void)
 {
     char out[65536];
-    t_run("rm -rf tests/tmp/c1 tests/tmp/c8 tests/tmp/c2 tests/tmp/h1 tests/tmp/bn tests/tmp/be tests/tmp/ba tests/tmp/bf", out,
-        sizeof out);
+    t_run("rm -rf tests/tmp/c1 tests/tmp/c8 tests/tmp/c2 tests/tmp/h1 tests/tmp/bn tests/tmp/be "
+          "tests/tmp/ba tests/tmp/bf",
+          out, sizeof out);
     int rc = t_run("./gpt train " SMALL " --batch 8 --steps 20 --out tests/tmp/c1 --cores 1", out,
                  sizeof out);
     CHECK(rc == 0, "--cores 1 failed: %s", out);
