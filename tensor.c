@@ -328,12 +328,13 @@ static int tile_start(int n, int t)
 }
 static int tile_rows(int n, int t) { return tile_start(n, t + 1) - tile_start(n, t); }
 
-/* Whether row tiles t and t + 1 of n rows go as a pair: both of MR or
- * both of MR - 1 rows. */
-static int tiles_pair(int n, int t)
+/* Whether row tiles t and t + 1 of n rows go as a pair (mm_pair): c ends
+ * in a narrow panel, tile t + 1 is still in [.., t1), and both tiles have
+ * MR or both MR - 1 rows. */
+static int tiles_pair(int narrow, int n, int t, int t1)
 {
     int R = tile_rows(n, t);
-    return (R == MR || R == MR - 1) && tile_rows(n, t + 1) == R;
+    return narrow && t + 1 < t1 && (R == MR || R == MR - 1) && tile_rows(n, t + 1) == R;
 }
 
 /* Rows [i, i+R) of c = a @ b, and of c = a^T b (a [p,n]), and the same
@@ -350,7 +351,7 @@ static void mm_tiles(const struct mm *m, int n, int t0, int t1)
 {
     int t = t0, narrow = mm_narrow_end(m);
     while (t < t1)
-        if (narrow && t + 1 < t1 && tiles_pair(n, t)) {
+        if (tiles_pair(narrow, n, t, t1)) {
             mm_band_pair(m, tile_start(n, t), tile_rows(n, t));
             t += 2;
         } else {
@@ -634,7 +635,7 @@ static void tn_pass(const struct tn_tree *t, const struct mm *pass, float *ap /*
         if (t->lda >= TN_PACK_A) {
             tn_band_packed(t, pass, r, ap);
             r++;
-        } else if (narrow && r + 1 < t->t1 && tiles_pair(t->n, r)) { /* as mm_tiles */
+        } else if (tiles_pair(narrow, t->n, r, t->t1)) {
             tn_band_pair(pass, tile_start(t->n, r), tile_rows(t->n, r), t->lda);
             r += 2;
         } else {

@@ -1170,8 +1170,7 @@ static double paired_speedup(const struct variant *fp, const struct variant *bf)
 static enum target_id bf16_target(void)
 {
     static char why[96];
-    const char *e = getenv("GPT_BF16");
-    if (bf16_cpu() && isa_get() == ISA_AVX512 && !(e && !strcmp(e, "emulate"))) {
+    if (bf16_cpu() && isa_get() == ISA_AVX512 && strcmp(bf16_setting(), "emulate")) {
         unmeasurable(T_BF16_EMULATED, "the avx512 path ran (GPT_BF16=emulate GPT_ISA=avx2 to measure)");
         return T_BF16_NATIVE;
     }

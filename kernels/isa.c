@@ -108,7 +108,7 @@ int bf16_cpu(void)
 
 /* GPT_BF16, checked with GPT_ISA at the first kernel whatever the path
  * (bf16_allowed says what it means): auto when unset. */
-static const char *bf16_setting(void)
+const char *bf16_setting(void)
 {
     const char *e = getenv("GPT_BF16");
     if (!e || !*e)

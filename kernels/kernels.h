@@ -59,6 +59,9 @@ int bf16_cpu(void); /* 1 when the CPU has vdpbf16ps (AVX512_BF16) */
  * the first call (0 without AVX512_BF16): GPT_BF16=auto uses the
  * instruction only where it pays. */
 double bf16_dot_speed(void);
+/* GPT_BF16: "auto" (also when unset), "native" or "emulate"; anything
+ * else ends the program with exit 2. */
+const char *bf16_setting(void);
 
 /* ---- matmul ---- */
 

@@ -53,12 +53,11 @@ const char *t_isa_skipped(int isa)
 const char *t_bf16_skipped(void)
 {
 #if defined(__x86_64__) /* the avx512 path has vdpbf16ps */
-    const char *e = getenv("GPT_BF16");
     if (!bf16_cpu())
         return "the CPU lacks AVX512_BF16";
     if (isa_best() < ISA_AVX512)
         return t_isa_skipped(ISA_AVX512);
-    if (e && !strcmp(e, "emulate"))
+    if (!strcmp(bf16_setting(), "emulate"))
         return "GPT_BF16=emulate turned it off";
     int isa = isa_get(); /* bf16_native() asks of the current path */
     isa_set(ISA_AVX512);
