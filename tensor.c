@@ -156,8 +156,14 @@ UNROLL(12)
         for (int r = 0; r < R; r++)
             acc[r][v] = fresh ? init : vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w);
     }
-    for (int k = m->k0; k < m->k1; k++) {
-        const float *bk = b + (size_t)(k - m->k0) * m->ldb; /* [16V] */
+    /* b's rows by a pointer that steps: finding row k as b + (k - k0) ldb
+     * at each k cost gcc six integer instructions (a sign extension and a
+     * multiply among them) beside the 24 FMAs, and the default model's
+     * matmuls and weight gradients took 1.04x-1.06x as long */
+    const float *bk = b; /* row k of the panel: [16V] */
+    const size_t ldb = m->ldb;
+    const int k1 = m->k1;
+    for (int k = m->k0; k < k1; k++, bk += ldb) {
         vf bv[MM_V];
 UNROLL(4)
         for (int v = 0; v < V; v++)
@@ -1564,18 +1570,24 @@ static void attention_step(float *out /* [nb,C] */, float *kc /* [nb,tmax,C] */,
 
 /* Rows i..i+R-1, each step for all R rows before the next: a row is a
  * chain of two sums across lanes, a square root and a division, so R rows
- * side by side keep the pipes busy where one row would wait on latency. */
+ * side by side keep the pipes busy where one row would wait on latency.
+ * Each pass takes the row's whole vectors, then a partial one (c % 16:
+ * none in any model of whole vectors): with a lane mask at every vector,
+ * clang's layernorm took 1.27x gcc's time. */
 VINLINE void layernorm_rows(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n] */,
                             const float *x /* [n,c] */, const float *w /* [c] */,
                             const float *b /* [c] */, int i, int R, int c)
 {
     vf acc[LN_ROWS], muv[LN_ROWS], rsv[LN_ROWS];
+    int cw = c - c % VL, t = c - cw; /* whole vectors' columns, the tail's */
 UNROLL(4)
     for (int r = 0; r < R; r++) {
         const float *xr = x + (size_t)(i + r) * c; /* [c] */
-        acc[r] = vzero();
-        for (int j = 0; j < c; j += VL)
-            acc[r] = vadd(acc[r], vload_n(xr + j, c - j));
+        acc[r] = muv[r] = rsv[r] = vzero(); /* (gcc cannot tell the later loops set them) */
+        for (int j = 0; j < cw; j += VL)
+            acc[r] = vadd(acc[r], vload(xr + j));
+        if (t)
+            acc[r] = vadd(acc[r], vload_n(xr + cw, t));
     }
 UNROLL(4)
     for (int r = 0; r < R; r++) {
@@ -1583,8 +1595,12 @@ UNROLL(4)
         mean[i + r] = vsum(acc[r]) / (float)c;
         muv[r] = vset(mean[i + r]);
         acc[r] = vzero();
-        for (int j = 0; j < c; j += VL) { /* masked lanes: 0 - mu, kept out of the sum */
-            vf d = vkeep(vlanes(c - j), vsub(vload_n(xr + j, c - j), muv[r]));
+        for (int j = 0; j < cw; j += VL) {
+            vf d = vsub(vload(xr + j), muv[r]);
+            acc[r] = vfma(d, d, acc[r]);
+        }
+        if (t) { /* masked lanes: 0 - mu, kept out of the sum */
+            vf d = vkeep(vlanes(t), vsub(vload_n(xr + cw, t), muv[r]));
             acc[r] = vfma(d, d, acc[r]);
         }
     }
@@ -1597,9 +1613,13 @@ UNROLL(4)
     for (int r = 0; r < R; r++) {
         const float *xr = x + (size_t)(i + r) * c; /* [c] */
         float *yr = y + (size_t)(i + r) * c;       /* [c] */
-        for (int j = 0; j < c; j += VL) {
-            vf xh = vmul(vsub(vload_n(xr + j, c - j), muv[r]), rsv[r]);
-            vstore_n(yr + j, vfma(xh, vload_n(w + j, c - j), vload_n(b + j, c - j)), c - j);
+        for (int j = 0; j < cw; j += VL) {
+            vf xh = vmul(vsub(vload(xr + j), muv[r]), rsv[r]);
+            vstore(yr + j, vfma(xh, vload(w + j), vload(b + j)));
+        }
+        if (t) {
+            vf xh = vmul(vsub(vload_n(xr + cw, t), muv[r]), rsv[r]);
+            vstore_n(yr + cw, vfma(xh, vload_n(w + cw, t), vload_n(b + cw, t)), t);
         }
     }
 }
@@ -1623,12 +1643,70 @@ static void layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /
 /* Rows [i0, i1): their dx (plus r1 + r2, those present, when the
  * compiler folded the residual stream's gradient sum in), and their partial
  * dw, db (pw, pb [c]) summed over the rows in order from zero. */
+/* layernorm_bwd_block for a row of NV whole vectors (NV <= LN_REG_V), the
+ * same operations in the same order, but the partial dw and db kept in
+ * registers across the rows and each row's x-hat and g from its first pass
+ * reused in its second. In memory, each row's update of pw and pb waited
+ * on the row before's (a store, then its load): the default model's
+ * backward layernorm took 1.11x-1.14x as long (gcc and clang). */
+#define LN_REG_V 4
+VINLINE void layernorm_bwd_regs(float *dx /* [n,c] */, float *pw /* [c] */, float *pb /* [c] */,
+                                const float *dy /* [n,c] */, const float *x /* [n,c] */,
+                                const float *w /* [c] */, const float *mean /* [n] */,
+                                const float *rstd /* [n] */, const float *r1 /* [n,c] or NULL */,
+                                const float *r2 /* [n,c] or NULL */, int i0, int i1, int NV)
+{
+    const int c = NV * VL;
+    vf aw[LN_REG_V], ab[LN_REG_V], xh[LN_REG_V], g[LN_REG_V];
+UNROLL(4)
+    for (int v = 0; v < NV; v++)
+        aw[v] = ab[v] = vzero();
+    for (int i = i0; i < i1; i++) {
+        const float *xi = x + (size_t)i * c, *gi = dy + (size_t)i * c; /* [c] each */
+        vf muv = vset(mean[i]), rsv = vset(rstd[i]);
+        vf s1v = vzero(), s2v = vzero();
+UNROLL(4)
+        for (int v = 0; v < NV; v++) {
+            vf gy = vload(gi + VL * v);
+            xh[v] = vmul(vsub(vload(xi + VL * v), muv), rsv);
+            g[v] = vmul(gy, vload(w + VL * v));
+            s1v = vadd(s1v, g[v]);
+            s2v = vfma(g[v], xh[v], s2v);
+            aw[v] = vfma(gy, xh[v], aw[v]);
+            ab[v] = vadd(gy, ab[v]);
+        }
+        vf s1c = vset(vsum(s1v) / (float)c), s2c = vset(vsum(s2v) / (float)c);
+UNROLL(4)
+        for (int v = 0; v < NV; v++) {
+            vf d = vmul(rsv, vsub(vsub(g[v], s1c), vmul(xh[v], s2c)));
+            size_t at = (size_t)i * c + VL * v;
+            if (r1) { /* (r1 + r2) + d: add_n's order, d its last operand */
+                vf r = vload(r1 + at);
+                d = vadd(r2 ? vadd(r, vload(r2 + at)) : r, d);
+            }
+            vstore(dx + at, d);
+        }
+    }
+UNROLL(4)
+    for (int v = 0; v < NV; v++) {
+        vstore(pw + VL * v, aw[v]);
+        vstore(pb + VL * v, ab[v]);
+    }
+}
+
 static void layernorm_bwd_block(float *dx /* [n,c] */, float *pw /* [c] */, float *pb /* [c] */,
                                 const float *dy /* [n,c] */, const float *x /* [n,c] */,
                                 const float *w /* [c] */, const float *mean /* [n] */,
                                 const float *rstd /* [n] */, const float *r1 /* [n,c] or NULL */,
                                 const float *r2 /* [n,c] or NULL */, int i0, int i1, int c)
 {
+    switch (c % VL ? 0 : c / VL) { /* NV a constant in each instance */
+    case 1: layernorm_bwd_regs(dx, pw, pb, dy, x, w, mean, rstd, r1, r2, i0, i1, 1); return;
+    case 2: layernorm_bwd_regs(dx, pw, pb, dy, x, w, mean, rstd, r1, r2, i0, i1, 2); return;
+    case 3: layernorm_bwd_regs(dx, pw, pb, dy, x, w, mean, rstd, r1, r2, i0, i1, 3); return;
+    case 4: layernorm_bwd_regs(dx, pw, pb, dy, x, w, mean, rstd, r1, r2, i0, i1, 4); return;
+    default: break;
+    }
     for (int j = 0; j < c; j++)
         pw[j] = pb[j] = 0.0f;
     for (int i = i0; i < i1; i++) {
@@ -1983,7 +2061,7 @@ static void embed(float *y /* [n,c] */, const int32_t *idx /* [n] */,
  * starting from +0 can produce (never -0 under round-to-nearest). Threads
  * split the channels, so each has the whole tree for its channels. */
 struct embed_tree {
-    float *buf;          /* [levels,v,c] */
+    float *buf;          /* [levels,v,c1-c0]: this thread's own */
     unsigned char *seen; /* [levels,v]: entry touched at this level */
     const int32_t *idx;  /* [n] */
     const float *dy;     /* [n,c] */
@@ -1992,14 +2070,14 @@ struct embed_tree {
 
 static void embed_subtree(const struct embed_tree *e, int lo, int hi, int d)
 {
-    size_t vc = (size_t)e->v * e->c, w = (size_t)(e->c1 - e->c0);
-    float *buf = e->buf + (size_t)d * vc; /* [v,c] */
+    size_t w = (size_t)(e->c1 - e->c0), vc = (size_t)e->v * w;
+    float *buf = e->buf + (size_t)d * vc; /* [v,w] */
     unsigned char *seen = e->seen + (size_t)d * e->v;
     if (hi - lo == 1) {
         memset(seen, 0, (size_t)e->v);
         for (int i = leaf_lo(lo, e->n, e->seg); i < leaf_hi(lo, e->n, e->seg); i++) {
             int u = e->idx[i];
-            float *row = buf + (size_t)u * e->c + e->c0; /* [w] */
+            float *row = buf + (size_t)u * w; /* [w] */
             if (!seen[u]) {
                 memset(row, 0, sizeof(float) * w);
                 seen[u] = 1;
@@ -2016,8 +2094,8 @@ static void embed_subtree(const struct embed_tree *e, int lo, int hi, int d)
     for (int u = 0; u < e->v; u++) {
         if (!rseen[u])
             continue;
-        float *row = buf + (size_t)u * e->c + e->c0;
-        const float *r = rbuf + (size_t)u * e->c + e->c0;
+        float *row = buf + (size_t)u * w;
+        const float *r = rbuf + (size_t)u * w;
         if (seen[u])
             add_into(row, r, w);
         else /* +0 + r == r */
@@ -2030,14 +2108,20 @@ static void embed_bwd_seg(float *dtable /* [c,v] */, const int32_t *idx /* [n] *
                               const float *dy /* [n,c] */, int n, int c, int v, int seg)
 {
     int L = leaf_count(n, seg), levels = tree_depth(L) + 1, groups = (c + 15) / 16;
-    float *buf = kmalloc(sizeof(float) * (size_t)levels * v * c); /* [levels,v,c] */
 #pragma omp parallel if ((long)n * c >= PAR_WORK)
     {
         int g0, g1;
         my_share(groups, &g0, &g1); /* 16-channel groups: one cache line each */
-        struct embed_tree e = {.buf = buf, .idx = idx, .dy = dy, .n = n, .c = c, .v = v,
-                               .seg = seg, .c0 = min_int(c, 16 * g0), .c1 = min_int(c, 16 * g1)};
-        if (e.c0 < e.c1) {
+        struct embed_tree e = {.idx = idx, .dy = dy, .n = n, .c = c, .v = v, .seg = seg,
+                               .c0 = min_int(c, 16 * g0), .c1 = min_int(c, 16 * g1)};
+        int w = e.c1 - e.c0;
+        if (w > 0) {
+            /* each thread's own buffers: sharing one [levels,v,c], the
+             * threads wrote neighbouring lines of each row, and the
+             * default model's embedding backward took 1.5x-1.65x as long
+             * (2 threads; even so, 1 thread is faster here: each thread
+             * still streams all of dy for its half of the channels) */
+            e.buf = kmalloc(sizeof(float) * (size_t)levels * v * w);
             e.seen = kmalloc((size_t)levels * v);
             if (L > 0)
                 embed_subtree(&e, 0, L, 0);
@@ -2045,11 +2129,12 @@ static void embed_bwd_seg(float *dtable /* [c,v] */, const int32_t *idx /* [n] *
                 memset(e.seen, 0, (size_t)v);
             for (int ch = e.c0; ch < e.c1; ch++)
                 for (int u = 0; u < v; u++)
-                    dtable[(size_t)ch * v + u] = e.seen[u] ? buf[(size_t)u * c + ch] : 0.0f;
+                    dtable[(size_t)ch * v + u] =
+                        e.seen[u] ? e.buf[(size_t)u * w + (ch - e.c0)] : 0.0f;
             free(e.seen);
+            free(e.buf);
         }
     }
-    free(buf);
 }
 
 /* ---- Adam ---- */
