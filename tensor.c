@@ -1984,12 +1984,45 @@ static void gelu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float
  * zero, within each block or leaf; then blocks in order (seg < 0, by
  * ROW_BLOCK) or leaves by the tree. */
 
-/* part[q] = rows [i0, i1) of x summed in order, from zero. */
+/* NV whole vectors of columns from j of rows [i0, i1) of x summed in
+ * order, from zero, in registers (NV a constant at each call). */
+VINLINE void sum_cols(float *part /* [q] */, const float *x /* [n,q] */, int i0, int i1, int q,
+                      int j, int NV)
+{
+    vf acc[8];
+UNROLL(8)
+    for (int v = 0; v < NV; v++)
+        acc[v] = vzero();
+    for (int i = i0; i < i1; i++)
+UNROLL(8)
+        for (int v = 0; v < NV; v++)
+            acc[v] = vadd(acc[v], vload(x + (size_t)i * q + j + VL * v));
+UNROLL(8)
+    for (int v = 0; v < NV; v++)
+        vstore(part + j + VL * v, acc[v]);
+}
+
+/* part[q] = rows [i0, i1) of x summed in order, from zero: the whole
+ * vectors up to 8 at a time in registers, then the tail row by row in
+ * memory. All in memory, each row's sum waited on the row before's (a
+ * store, then its load): the default model's bias gradients took 1.5x-1.6x
+ * as long. */
 static void sum_block(float *part /* [q] */, const float *x /* [n,q] */, int i0, int i1, int q)
 {
-    memset(part, 0, sizeof(float) * (size_t)q);
-    for (int i = i0; i < i1; i++)
-        add_into(part, x + (size_t)i * q, (size_t)q);
+    int j = 0, nv = q / VL;
+    for (; nv >= 8; nv -= 8, j += 8 * VL)
+        sum_cols(part, x, i0, i1, q, j, 8);
+    if (nv >= 4)
+        sum_cols(part, x, i0, i1, q, j, 4), nv -= 4, j += 4 * VL;
+    if (nv >= 2)
+        sum_cols(part, x, i0, i1, q, j, 2), nv -= 2, j += 2 * VL;
+    if (nv >= 1)
+        sum_cols(part, x, i0, i1, q, j, 1), j += VL;
+    if (j < q) {
+        memset(part + j, 0, sizeof(float) * (size_t)(q - j));
+        for (int i = i0; i < i1; i++)
+            add_into(part + j, x + (size_t)i * q + j, (size_t)(q - j));
+    }
 }
 
 static void sum_rows_seg(float *out /* [q] */, const float *x /* [n,q] */, int n, int q, int seg)

@@ -1268,7 +1268,9 @@ static void test_seg_paths(void)
         {262, 600, 270, 0},   /* the same, one leaf of 3 k blocks, each resuming the last */
     };
     static const int sr[][3] = {{1, 3, 1},      {65, 40, 8}, {1000, 96, 128}, {4096, 32, 128},
-                                {0, 5, 3},      {100, 17, 0}, {100, 17, 7},   {77, 64, 200}};
+                                {0, 5, 3},      {100, 17, 0}, {100, 17, 7},   {77, 64, 200},
+                                /* 8 + 4 and 8 + 1 vectors in registers, then a tail */
+                                {50, 200, 16},  {33, 150, 0}};
     static const int ln[][3] = {{1, 32, 1},  {7, 17, 3},      {100, 40, 16}, {4096, 32, 128},
                                 {0, 8, 4},   {130, 96, 128}, {50, 3, 0},    {33, 20, 64},
                                 /* rows of 1, 3 and 4 whole vectors: dw, db in registers */
