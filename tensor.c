@@ -56,6 +56,8 @@
 #define BF_H 12, 8, 6, 4 /* bf16 tile heights for 1, 2, 3, 4 vectors */
 #define BF_V 4
 #define BF_TRACKERS 4 /* tiny-result trackers (unused: x86 flushes in hardware) */
+#define LN_REG_V 4    /* layernorm_bwd: vectors a row whose dw, db, x-hat, g stay in registers */
+#define SUM_V 8       /* sum_rows: vectors of column sums in registers at once */
 #elif defined(VEC_AVX2)
 #define MR 6          /* 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
 #define MM_V 1
@@ -65,6 +67,8 @@
 #define BF_H 6, 6, 6, 6 /* as MR: no tracker registers (the hardware flushes) */
 #define BF_V 1
 #define BF_TRACKERS 1
+#define LN_REG_V 1    /* 4 x 2 ymm: at 2 vectors gcc spilled them */
+#define SUM_V 8       /* 8 x 2 ymm, the loads from memory */
 #elif defined(VEC_NEON)
 #define MR 6          /* 6x4 accumulators + 4 b + 1 broadcast = 29 of 32 q */
 #define MM_V 1
@@ -74,6 +78,8 @@
 #define BF_H 4, 4, 4, 4
 #define BF_V 1
 #define BF_TRACKERS 1
+#define LN_REG_V 0    /* 4 x 4 q already half the registers: none */
+#define SUM_V 4
 #else
 #define MR 4
 #define MM_V 1
@@ -83,6 +89,8 @@
 #define BF_H 4, 4, 4, 4
 #define BF_V 1
 #define BF_TRACKERS 1
+#define LN_REG_V 4
+#define SUM_V 8
 #endif
 
 /* Rows [0, T) of n floats from src (rows sld apart) to dst (dld apart). */
@@ -1643,13 +1651,12 @@ static void layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /
 /* Rows [i0, i1): their dx (plus r1 + r2, those present, when the
  * compiler folded the residual stream's gradient sum in), and their partial
  * dw, db (pw, pb [c]) summed over the rows in order from zero. */
-/* layernorm_bwd_block for a row of NV whole vectors (NV <= LN_REG_V), the
+/* layernorm_bwd_block for a row of NV whole vectors (NV <= LN_REG_V, <= 4), the
  * same operations in the same order, but the partial dw and db kept in
  * registers across the rows and each row's x-hat and g from its first pass
  * reused in its second. In memory, each row's update of pw and pb waited
  * on the row before's (a store, then its load): the default model's
  * backward layernorm took 1.11x-1.14x as long (gcc and clang). */
-#define LN_REG_V 4
 VINLINE void layernorm_bwd_regs(float *dx /* [n,c] */, float *pw /* [c] */, float *pb /* [c] */,
                                 const float *dy /* [n,c] */, const float *x /* [n,c] */,
                                 const float *w /* [c] */, const float *mean /* [n] */,
@@ -1657,7 +1664,7 @@ VINLINE void layernorm_bwd_regs(float *dx /* [n,c] */, float *pw /* [c] */, floa
                                 const float *r2 /* [n,c] or NULL */, int i0, int i1, int NV)
 {
     const int c = NV * VL;
-    vf aw[LN_REG_V], ab[LN_REG_V], xh[LN_REG_V], g[LN_REG_V];
+    vf aw[4], ab[4], xh[4], g[4]; /* [NV] */
 UNROLL(4)
     for (int v = 0; v < NV; v++)
         aw[v] = ab[v] = vzero();
@@ -1700,7 +1707,7 @@ static void layernorm_bwd_block(float *dx /* [n,c] */, float *pw /* [c] */, floa
                                 const float *rstd /* [n] */, const float *r1 /* [n,c] or NULL */,
                                 const float *r2 /* [n,c] or NULL */, int i0, int i1, int c)
 {
-    switch (c % VL ? 0 : c / VL) { /* NV a constant in each instance */
+    switch (c % VL || c / VL > LN_REG_V ? 0 : c / VL) { /* NV a constant in each instance */
     case 1: layernorm_bwd_regs(dx, pw, pb, dy, x, w, mean, rstd, r1, r2, i0, i1, 1); return;
     case 2: layernorm_bwd_regs(dx, pw, pb, dy, x, w, mean, rstd, r1, r2, i0, i1, 2); return;
     case 3: layernorm_bwd_regs(dx, pw, pb, dy, x, w, mean, rstd, r1, r2, i0, i1, 3); return;
@@ -1989,7 +1996,7 @@ static void gelu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float
 VINLINE void sum_cols(float *part /* [q] */, const float *x /* [n,q] */, int i0, int i1, int q,
                       int j, int NV)
 {
-    vf acc[8];
+    vf acc[SUM_V];
 UNROLL(8)
     for (int v = 0; v < NV; v++)
         acc[v] = vzero();
@@ -2003,16 +2010,16 @@ UNROLL(8)
 }
 
 /* part[q] = rows [i0, i1) of x summed in order, from zero: the whole
- * vectors up to 8 at a time in registers, then the tail row by row in
+ * vectors up to SUM_V at a time in registers, then the tail row by row in
  * memory. All in memory, each row's sum waited on the row before's (a
  * store, then its load): the default model's bias gradients took 1.5x-1.6x
  * as long. */
 static void sum_block(float *part /* [q] */, const float *x /* [n,q] */, int i0, int i1, int q)
 {
     int j = 0, nv = q / VL;
-    for (; nv >= 8; nv -= 8, j += 8 * VL)
-        sum_cols(part, x, i0, i1, q, j, 8);
-    if (nv >= 4)
+    for (; nv >= SUM_V; nv -= SUM_V, j += SUM_V * VL)
+        sum_cols(part, x, i0, i1, q, j, SUM_V);
+    if (SUM_V > 4 && nv >= 4)
         sum_cols(part, x, i0, i1, q, j, 4), nv -= 4, j += 4 * VL;
     if (nv >= 2)
         sum_cols(part, x, i0, i1, q, j, 2), nv -= 2, j += 2 * VL;
