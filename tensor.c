@@ -1651,6 +1651,21 @@ static void layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /
 /* Rows [i0, i1): their dx (plus r1 + r2, those present, when the
  * compiler folded the residual stream's gradient sum in), and their partial
  * dw, db (pw, pb [c]) summed over the rows in order from zero. */
+/* t lanes of a row's dx from its g = dy w and x-hat: rstd (g - mean(g) -
+ * x-hat mean(g x-hat)), then plus r1 + r2 (those present, from element
+ * `at`) when the compiler folded the residual stream's gradient sum in:
+ * (r1 + r2) + d, add_n's order, d its last operand. */
+VINLINE vf ln_bwd_dx(vf g, vf xh, vf s1c, vf s2c, vf rsv, const float *r1, const float *r2,
+                     size_t at, int t)
+{
+    vf d = vmul(rsv, vsub(vsub(g, s1c), vmul(xh, s2c)));
+    if (r1) {
+        vf r = vload_n(r1 + at, t);
+        d = vadd(r2 ? vadd(r, vload_n(r2 + at, t)) : r, d);
+    }
+    return d;
+}
+
 /* layernorm_bwd_block for a row of NV whole vectors (NV <= LN_REG_V, <= 4), the
  * same operations in the same order, but the partial dw and db kept in
  * registers across the rows and each row's x-hat and g from its first pass
@@ -1685,13 +1700,8 @@ UNROLL(4)
         vf s1c = vset(vsum(s1v) / (float)c), s2c = vset(vsum(s2v) / (float)c);
 UNROLL(4)
         for (int v = 0; v < NV; v++) {
-            vf d = vmul(rsv, vsub(vsub(g[v], s1c), vmul(xh[v], s2c)));
             size_t at = (size_t)i * c + VL * v;
-            if (r1) { /* (r1 + r2) + d: add_n's order, d its last operand */
-                vf r = vload(r1 + at);
-                d = vadd(r2 ? vadd(r, vload(r2 + at)) : r, d);
-            }
-            vstore(dx + at, d);
+            vstore(dx + at, ln_bwd_dx(g[v], xh[v], s1c, s2c, rsv, r1, r2, at, VL));
         }
     }
 UNROLL(4)
@@ -1736,13 +1746,7 @@ static void layernorm_bwd_block(float *dx /* [n,c] */, float *pw /* [c] */, floa
             int t = c - j;
             vf xh = vmul(vsub(vload_n(xi + j, t), muv), rsv);
             vf g = vmul(vload_n(gi + j, t), vload_n(w + j, t));
-            vf d = vmul(rsv, vsub(vsub(g, s1c), vmul(xh, s2c)));
-            if (r1) { /* (r1 + r2) + d: add_n's order, d its last operand */
-                size_t at = (size_t)i * c + j;
-                vf r = vload_n(r1 + at, t);
-                d = vadd(r2 ? vadd(r, vload_n(r2 + at, t)) : r, d);
-            }
-            vstore_n(dxi + j, d, t);
+            vstore_n(dxi + j, ln_bwd_dx(g, xh, s1c, s2c, rsv, r1, r2, (size_t)i * c + j, t), t);
         }
     }
 }
