@@ -24,7 +24,8 @@
  *   Adam                        the update
  *   bf16                        rounding; matmul emulated (every backend)
  *                               and native (vdpbf16ps, AVX-512 only);
- *                               weight gradients on the same tiles
+ *                               weight gradients and attention on the
+ *                               same tiles
  *   the table                   and its registration with kernels/isa.c
  *
  * The same bits on every backend: each output element is produced by the
@@ -55,6 +56,7 @@
 #define Q_W 8         /* attention backward: queries of dQ per pass, 16 channels each */
 #define BF_H 12, 8, 6, 4 /* bf16 tile heights for 1, 2, 3, 4 vectors */
 #define BF_V 4
+#define BF_ATT_H 8, 8, 6, 4 /* bf16 attention: 8 rows, a head of 8 channels in one tile */
 #define BF_TRACKERS 4 /* tiny-result trackers (unused: x86 flushes in hardware) */
 #define LN_REG_V 4    /* layernorm_bwd: vectors a row whose dw, db, x-hat, g stay in registers */
 #define SUM_V 8       /* sum_rows: vectors of column sums in registers at once */
@@ -66,6 +68,7 @@
 #define Q_W 4         /* 4x2 accumulators + 2 keys + 1 broadcast (a divisor of 16) */
 #define BF_H 6, 6, 6, 6 /* as MR: no tracker registers (the hardware flushes) */
 #define BF_V 1
+#define BF_ATT_H 4, 4, 4, 4 /* 8 ymm of sums: taller tiles (6, 8) ran slower */
 #define BF_TRACKERS 1
 #define LN_REG_V 1    /* 4 x 2 ymm: at 2 vectors gcc spilled them */
 #define SUM_V 8       /* 8 x 2 ymm, the loads from memory */
@@ -77,6 +80,7 @@
 #define Q_W 4
 #define BF_H 4, 4, 4, 4
 #define BF_V 1
+#define BF_ATT_H 4, 4, 4, 4
 #define BF_TRACKERS 1
 #define LN_REG_V 0    /* 4 x 4 q already half the registers: none */
 #define SUM_V 4
@@ -88,6 +92,7 @@
 #define Q_W 4
 #define BF_H 4, 4, 4, 4
 #define BF_V 1
+#define BF_ATT_H 4, 4, 4, 4
 #define BF_TRACKERS 1
 #define LN_REG_V 4
 #define SUM_V 8
@@ -602,7 +607,7 @@ struct tn_tree {
     float *tmp; /* [depth,n,q] */
     int n, seg, mr, t0, t1;
     int lda; /* a's row stride: n, unless this is a block's view (tn_blocks) */
-    enum tn_kind kind;
+    enum mm_kind kind;
     void *pack;   /* bf16: this thread's packed pairs of a leaf's rows */
     float *bpack; /* fp32, wide b: this thread's packed block of b, or NULL */
 };
@@ -690,14 +695,14 @@ static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
  * as tile_start, bf16 ones BF_TN_MR rows each. */
 static int tn_row(const struct tn_tree *t, int tile)
 {
-    return t->kind == TN_FP32 ? tile_start(t->n, tile) : min_int(t->n, tile * t->mr);
+    return t->kind == MM_FP32 ? tile_start(t->n, tile) : min_int(t->n, tile * t->mr);
 }
 
 static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, int hi, int d)
 {
     if (hi - lo == 1) {
         int k0 = leaf_lo(lo, t->m->p, t->seg), k1 = leaf_hi(lo, t->m->p, t->seg);
-        if (t->kind == TN_FP32)
+        if (t->kind == MM_FP32)
             tn_leaf(t, dst, k0, k1);
         else
             tn_leaf_bf16(t, dst, k0, k1);
@@ -778,15 +783,15 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
     struct mm mm = {.c = c, .a = a, .b = b, .p = p, .q = q, .k0 = 0, .k1 = p, .kinit = 0,
                     .j0 = 0, .j1 = q, .ldb = (size_t)q, .bps = MM_PW}; /* no epilogue */
     const struct mm *m = &mm;
-    int mr = kind == TN_FP32 ? MR : BF_TN_MR;
-    int L = leaf_count(p, seg), tiles = kind == TN_FP32 ? row_tiles(n) : (n + mr - 1) / mr;
+    int mr = kind == MM_FP32 ? MR : BF_TN_MR;
+    int L = leaf_count(p, seg), tiles = kind == MM_FP32 ? row_tiles(n) : (n + mr - 1) / mr;
     size_t nc = (size_t)n * q;
     if (L == 0 || n <= 0) {
         memset(c, 0, sizeof(float) * nc);
         return;
     }
     int par = (long)n * p * q >= PAR_WORK, nth = par ? omp_get_max_threads() : 1;
-    int blocked = kind == TN_FP32 && L > 1 && nc * sizeof(float) > TN_BLOCKED_C;
+    int blocked = kind == MM_FP32 && L > 1 && nc * sizeof(float) > TN_BLOCKED_C;
     int split = !blocked && leaf_split(nth, L), depth = tree_depth(L);
     int sub = tree_depth(split ? L / nth : 1);
     /* split: per thread [sub,n,q] scratch and [n,q] for its subtree's
@@ -799,8 +804,8 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
     {
         int me = omp_get_thread_num(), lo = 0, hi = L;
         struct tn_tree t = {.m = m, .tmp = tmp, .n = n, .seg = seg, .mr = mr, .t0 = 0,
-                            .t1 = tiles, .lda = n, .kind = (enum tn_kind)kind};
-        if (kind != TN_FP32) /* [BF_TN_K, ldb + lda] floats hold either packing */
+                            .t1 = tiles, .lda = n, .kind = (enum mm_kind)kind};
+        if (kind != MM_FP32) /* [BF_TN_K, ldb + lda] floats hold either packing */
             t.pack = kmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(q) + round16(n)));
         else if (!blocked && !b_in_place(seg < 1 ? p : min_int(seg, p), q))
             t.bpack = kmalloc(sizeof(float) * MM_KC * MM_NC); /* a leaf's wide b, packed */
@@ -932,19 +937,20 @@ UNROLL(8)
  * them) are seen by all its queries, so only the block's own keys pay
  * for the lane mask. A pass of its own, apart from P V, so that neither
  * loop runs out of registers (AVX2 has 16, a vf takes two). Scores and
- * mx are in base 2. Returns the sum. */
-VINLINE vf softmax_exp(float *p /* [nk,16] */, int nk, vf mx, int i0)
+ * mx are in base 2. Returns the sum of the numerators as computed; with
+ * bf16 set they are stored rounded to bf16, P V's operand. */
+VINLINE vf softmax_exp(float *p /* [nk,16] */, int nk, vf mx, int i0, int bf16)
 {
     vf l = vzero();
     for (int j = 0; j < i0; j++) {
         vf pj = vexp2(vsub(vload(p + VL * j), mx));
-        vstore(p + VL * j, pj);
+        vstore(p + VL * j, bf16 ? vbf16(pj) : pj);
         l = vadd(l, pj);
     }
     for (int j = i0; j < nk; j++) {
         vf pj = vexp2(vsub(vload(p + VL * j), mx));
         pj = vkeep(vmnot(vlanes(j - i0)), pj); /* queries before key j do not see it */
-        vstore(p + VL * j, pj);
+        vstore(p + VL * j, bf16 ? vbf16(pj) : pj);
         l = vadd(l, pj);
     }
     return l;
@@ -1008,7 +1014,7 @@ UNROLL_BY(8)
         }
         /* qt is done with once the scores are in: it takes the output,
          * a channel a row, transposed into o at the end */
-        vf l = softmax_exp(sc, nk, mx, i0);
+        vf l = softmax_exp(sc, nk, mx, i0, 0);
         for (int d0 = 0; d0 < hs; d0 += PV_G)
             pv_group(qt + VL * d0, sc, qkv + 2 * hs + d0, ld, nk, l, min_int(PV_G, hs - d0));
         vtranspose(o + (size_t)i0 * C, (size_t)C, qt, VL, hs, w);
@@ -1409,42 +1415,34 @@ static void attend_one(float *o /* [hs] */, const float *q /* [hs] */,
 /* (batch, head) pairs shared by the threads (share_next: each its own
  * share, stealing at the end), each thread with its own scratch. */
 
-static void round_span(float *y, const float *x, size_t n); /* in the bf16 section */
-
-/* bf16 operands: a thread's heads come in batch order (its own share from
- * the front), so it rounds batch b's whole block of len floats once, when
- * its first head of b arrives, into s, and its other heads of b read that
- * copy (a head taken from another's share may round its batch again). */
-static const float *round_block(float *s, int *have, int b, const float *x, size_t len)
-{
-    if (*have != b) {
-        round_span(s, x, len);
-        *have = b;
-    }
-    return s;
-}
+/* bf16 attention runs on the bf16 matmul's tiles: in the bf16 section. */
+static void attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H,
+                           int native);
+static void attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int C, int H,
+                               int native);
 
 static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
-                      const float *qkv /* [B,T,3C] */, int B, int T, int C, int H, int bf16)
+                      const float *qkv /* [B,T,3C] */, int B, int T, int C, int H, int kind)
 {
-    int hs = C / H, tp = key_stride(T);
+    if (kind != MM_FP32) {
+        attention_bf16(out, lse, qkv, B, T, C, H, kind == MM_BF16_NATIVE);
+        return;
+    }
+    int hs = C / H;
     struct share *sh = share_alloc(B * H, 1);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
-        size_t nqt = VL * (size_t)hs, nsc = VL * (size_t)tp;
-        size_t nr = bf16 ? (size_t)T * 3 * C : 0;
-        float *qt = kmalloc(sizeof(float) * (nqt + nsc + nr)); /* [hs,16] */
+        size_t nqt = VL * (size_t)hs, nsc = VL * (size_t)key_stride(T);
+        float *qt = kmalloc(sizeof(float) * (nqt + nsc)); /* [hs,16] */
         float *sc = qt + nqt; /* [tp,16] scores, then probabilities */
-        float *rq = sc + nsc; /* [T,3C] batch b's rounded q, k, v */
-        int have = -1, h0, h1;
+        int h0, h1;
         while (share_next(sh, 0, &h0, &h1)) {
             for (int bh = h0; bh < h1; bh++) {
                 int b = bh / H, h = bh % H;
                 size_t blk = (size_t)T * 3 * C;
                 const float *x = qkv + b * blk + 3 * hs * h; /* head's q col */
-                if (bf16)
-                    x = round_block(rq, &have, b, qkv + b * blk, blk) + 3 * hs * h;
-                else if (bh + 1 < B * H) /* the next head's first block, as prefetch_rows says */
+                if (bh + 1 < B * H) /* the next head's first block, as prefetch_rows says */
                     prefetch_rows(qkv + (bh + 1) / H * blk + 3 * hs * ((bh + 1) % H),
                                   3 * (size_t)C, 0, min_int(T, VL), 3 * hs);
                 attention_head(out + (size_t)b * T * C + hs * h, lse + (size_t)bh * T, x, T, C, hs,
@@ -1471,33 +1469,29 @@ static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
 
 static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
                           const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
-                          const float *lse /* [B,H,T] */, int B, int T, int C, int H, int bf16)
+                          const float *lse /* [B,H,T] */, int B, int T, int C, int H, int kind)
 {
+    if (kind != MM_FP32) {
+        attention_bwd_bf16(dqkv, dout, qkv, out, lse, B, T, C, H, kind == MM_BF16_NATIVE);
+        return;
+    }
     int hs = C / H, tp = key_stride(T), pack = hs > HEAD_PACK;
     struct share *sh = share_alloc(B * H, 1);
 #pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
     {
-        size_t nr = bf16 ? (size_t)T * 4 * C : 0, np = pack ? (size_t)T * 8 * hs : 0;
-        size_t nds = ds_floats(T, hs);
-        float *kt = kmalloc(sizeof(float) * (2 * (size_t)hs * tp + nds + nr + np)); /* [hs,tp] */
-        float *vt = kt + (size_t)hs * tp;                                           /* [hs,tp] */
+        size_t np = pack ? (size_t)T * 8 * hs : 0, nds = ds_floats(T, hs);
+        float *kt = kmalloc(sizeof(float) * (2 * (size_t)hs * tp + nds + np)); /* [hs,tp] */
+        float *vt = kt + (size_t)hs * tp;                                      /* [hs,tp] */
         float *ds = vt + (size_t)hs * tp; /* dS, P, D, dV and dK of 16 keys */
-        float *rq = ds + nds;               /* [T,3C] batch b's rounded q, k, v */
-        float *rd = rq + (size_t)T * 3 * C; /* [T,C] batch b's rounded dout */
-        float *pq = rq + nr;                           /* [T,3hs] the head's q, k, v */
+        float *pq = ds + nds;                          /* [T,3hs] the head's q, k, v */
         float *pdq = pq + (size_t)T * 3 * hs;          /* [T,3hs] its dq, dk, dv */
         float *pg = pdq + (size_t)T * 3 * hs, *po = pg + (size_t)T * hs; /* [T,hs] dO, O */
-        int have_q = -1, have_d = -1, h0, h1;
+        int h0, h1;
         while (share_next(sh, 0, &h0, &h1)) {
             for (int bh = h0; bh < h1; bh++) {
                 int b = bh / H, h = bh % H;
-                size_t b3 = (size_t)b * T * 3 * C, b1 = (size_t)b * T * C;
-                size_t r3 = b3 + 3 * hs * h, r1 = b1 + hs * h;
+                size_t r3 = (size_t)b * T * 3 * C + 3 * hs * h, r1 = (size_t)b * T * C + hs * h;
                 const float *x = qkv + r3, *d = dout + r1;
-                if (bf16) {
-                    x = round_block(rq, &have_q, b, qkv + b3, (size_t)T * 3 * C) + 3 * hs * h;
-                    d = round_block(rd, &have_d, b, dout + b1, (size_t)T * C) + hs * h;
-                }
                 if (pack) { /* rows hs apart: the head's "C" is hs */
                     copy_rows(pq, 3 * (size_t)hs, x, 3 * (size_t)C, T, 3 * hs);
                     copy_rows(pg, (size_t)hs, d, (size_t)C, T, hs);
@@ -1510,9 +1504,8 @@ static void attention_bwd(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,
                 /* the next head: this thread's next unless bh ends its share */
                 int nb = (bh + 1) / H, nh = (bh + 1) % H;
                 const float *next = qkv + (size_t)nb * T * 3 * C + 3 * hs * nh;
-                int prefetch = !bf16 && bh + 1 < B * H; /* bf16 reads its rounded copies */
                 attention_bwd_head(dqkv + r3, d, x, out + r1, lse + (size_t)bh * T, T, C, hs, kt,
-                                   vt, ds, tp, prefetch ? next : NULL);
+                                   vt, ds, tp, bh + 1 < B * H ? next : NULL);
             }
         }
         free(kt);
@@ -2539,12 +2532,14 @@ T_BF16 static void bf_pack_b(uint32_t *bp, const float *b, size_t lds, int p, in
     }
 }
 
-/* Rows [i0, i0+R) of a[.,p] as pairs [R,lda] (lda a multiple of 16 >= p2),
- * zero past p: 32 floats make 16 pairs in one vcvtne2ps2bf16. */
-T_BF16 static void bf_pack_a(uint32_t *ap, const float *a, int i0, int R, int p, size_t lda)
+/* Rows [i0, i0+R) of a[.,p] (rows lds apart) as pairs [R,lda] (lda a
+ * multiple of 16 >= p2), zero past p: 32 floats make 16 pairs in one
+ * vcvtne2ps2bf16. */
+T_BF16 static void bf_pack_a(uint32_t *ap, const float *a, size_t lds, int i0, int R, int p,
+                             size_t lda)
 {
     for (int r = 0; r < R; r++) {
-        const float *ar = a + (size_t)(i0 + r) * p;
+        const float *ar = a + (size_t)(i0 + r) * lds;
         for (size_t k = 0; k < 2 * lda; k += 32) {
             int have = p - (int)k;
             __m512 lo = _mm512_maskz_loadu_ps(vlanes(have), ar + k);
@@ -2630,7 +2625,7 @@ static void matmul_bf16_native(float *c /* [n,q] */, const float *a /* [n,p] */,
         while (share_next(sh, 0, &t0, &t1))
             for (int t = t0; t < t1; t++) {
                 int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-                bf_pack_a(ap, a, i0, rows, p, lda);
+                bf_pack_a(ap, a, (size_t)p, i0, rows, p, lda);
                 bf_block_native(&mine, i0, rows);
             }
         free(ap);
@@ -2685,13 +2680,326 @@ static void tn_leaf_bf16(const struct tn_tree *t, float *dst /* [n,q] */, int k0
         m.p = min_int(BF_TN_K, k1 - k);
         m.resume = k > k0;
 #if defined(VEC_AVX512)
-        if (t->kind == TN_BF16_NATIVE) {
+        if (t->kind == MM_BF16_NATIVE) {
             bf_tn_native(&m, a, (size_t)n, b, r0, r1);
             continue;
         }
 #endif
         bf_tn_emu(&m, a, (size_t)n, b, r0, r1);
     }
+}
+
+/* -- bf16: attention on the tiles -- */
+
+/* Attention in bf16 (k_attention_bf16's contract) as a TPU runs it: every
+ * product on the matrix unit, here the tiles above, and the softmax
+ * between them in fp32. A thread rounds a batch's q, k, v (and dO) once,
+ * like the fp32 kernels' inputs; every product's operands are then views
+ * of rounded floats, which the emulated tiles read in place and the
+ * native ones read packed into pairs (bf_opnd). P and dS are rounded as
+ * they are made. */
+
+/* An operand made ready: element k of row r of A's rows at
+ * at + r*ld + k (bf_rows), or row k of a column-form operand (B, or A
+ * as the transpose of rows) at at + k*ld (bf_cols); packed natively,
+ * where k counts pairs (so k, k0 even) and ld is in pairs. */
+struct bf_opnd {
+    const float *at;
+    size_t ld;
+    int pairs;
+};
+
+/* rows [rows,p] (lds apart) as A's rows; native: packed into buf,
+ * [rows, round16(p2)] */
+static struct bf_opnd bf_rows(const float *src, size_t lds, int rows, int p, float *buf,
+                              int native)
+{
+#if defined(VEC_AVX512)
+    if (native) {
+        size_t ld = (size_t)round16((p + 1) / 2);
+        bf_pack_a((uint32_t *)buf, src, lds, 0, rows, p, ld);
+        return (struct bf_opnd){buf, ld, 1};
+    }
+#endif
+    (void)rows, (void)p, (void)buf, (void)native;
+    return (struct bf_opnd){src, lds, 0};
+}
+
+/* src [p,q] (lds apart) in column form; native: packed into buf,
+ * [p2, round16(q)] */
+static struct bf_opnd bf_cols(const float *src, size_t lds, int p, int q, float *buf, int native)
+{
+#if defined(VEC_AVX512)
+    if (native) {
+        size_t ld = (size_t)round16(q);
+        bf_pack_b((uint32_t *)buf, src, lds, p, q, ld);
+        return (struct bf_opnd){buf, ld, 1};
+    }
+#endif
+    (void)p, (void)q, (void)buf, (void)native;
+    return (struct bf_opnd){src, lds, 0};
+}
+
+/* Row k (even) of a column-form operand. */
+static const float *bf_row_at(struct bf_opnd o, int k)
+{
+    return o.at + (size_t)(o.pairs ? k / 2 : k) * o.ld;
+}
+
+#if defined(VEC_AVX512)
+T_BF16 static void bf_product_native(const struct bfmm *m)
+{
+    BF_ROWS_EXPANDED(bf_tile_native, m, 0, m->n, 4, BF_ATT_H);
+}
+#endif
+
+/* c[n,q] (rows q apart) = A B: A from row a0 of a's rows (a_cols 0), or
+ * the transpose of a column-form operand from its row a0 (a_cols 1); B
+ * from row b0 and column j0 of b; the sums from zero or (resume) from c.
+ * By the calling thread; the emulation in a flush of its own, so that the
+ * fp32 work around it keeps its denormals. An odd p reads element p of A
+ * and row p of B: the callers make one zero and the other finite, as the
+ * zero partner bf16_dot pairs an odd last element with. */
+static void bf_product(float *c, struct bf_opnd a, int a_cols, int a0, struct bf_opnd b, int b0,
+                       int j0, int n, int p, int q, int resume)
+{
+    struct bfmm m = {.c = c, .n = n, .p = p, .q = q, .resume = resume};
+    m.ab = a_cols ? bf_row_at(a, a0) : a.at + (size_t)a0 * a.ld;
+    m.sar = a_cols ? 1 : a.ld, m.sak = a_cols ? a.ld : 1;
+    m.bb = bf_row_at(b, b0) + j0, m.ldb = b.ld;
+#if defined(VEC_AVX512)
+    if (a.pairs) {
+        bf_product_native(&m);
+        return;
+    }
+#endif
+    m.csr = vflush_begin();
+    BF_ROWS_EXPANDED(bf_tile_emu, &m, 0, n, BF_V, BF_ATT_H);
+    vflush_end(m.csr);
+}
+
+/* A thread's scratch, carved from one allocation (with base NULL it only
+ * counts): a batch's rounded q, k, v and dO, each with a zero row past
+ * the last (the odd last element's partner) and 16 floats more (the
+ * tiles' loads past a head's last channel), then one head's buffers. */
+struct bf_att_bufs {
+    float *rq, *rd;                             /* [T+1,3C]+16, [T+1,C]+16 */
+    float *qt, *sc, *ot, *pack;                 /* forward */
+    float *kt, *vt, *s, *dp, *pw, *ds, *dq, *D, *tv, *tk; /* backward */
+    float *pk[8];                               /* native: packed operands */
+};
+
+static float *bf_take(float *base, size_t *at, size_t n)
+{
+    float *p = base ? base + *at : NULL;
+    *at += n;
+    return p;
+}
+
+/* A native pack: the largest of the forms packed, A's rows or the column
+ * form of [T,hs] or [T,16] (whole vectors of pairs), [hs,T] (tp a row) and
+ * the group's dS rows. */
+static size_t bf_pack_floats(int T, int hs)
+{
+    size_t rows = (size_t)(T + 2) * round16(hs > VL ? hs : VL);
+    size_t keys = (size_t)(hs + 1) * key_stride(T);
+    size_t group = (size_t)T * round16((ds_group(T) + 1) / 2);
+    size_t most = rows > keys ? rows : keys;
+    return most > group ? most : group;
+}
+
+static size_t bf_att_carve(struct bf_att_bufs *b, float *base, int T, int C, int hs, int bwd,
+                           int native)
+{
+    size_t at = 0, rows = (size_t)T + 1, tp = (size_t)key_stride(T);
+    b->rq = bf_take(base, &at, rows * 3 * C + VL);
+    b->rd = bf_take(base, &at, bwd ? rows * C + VL : 0);
+    if (!bwd) {
+        b->qt = bf_take(base, &at, VL * (size_t)(hs + 1)); /* [hs+1,16] a block's Q^T */
+        b->sc = bf_take(base, &at, VL * rows);             /* [T+1,16] S^T, then P^T */
+        b->ot = bf_take(base, &at, VL * (size_t)hs);       /* [hs,16] O^T */
+    } else {
+        b->kt = bf_take(base, &at, (size_t)(hs + 1) * tp); /* [hs+1,tp] K^T */
+        b->vt = bf_take(base, &at, (size_t)(hs + 1) * tp); /* [hs+1,tp] V^T */
+        b->s = bf_take(base, &at, VL * (size_t)T);         /* [T,16] a chunk's S */
+        b->dp = bf_take(base, &at, VL * (size_t)T);        /* [T,16] a chunk's dP */
+        b->pw = bf_take(base, &at, VL * rows);             /* [T+1,16] a chunk's P */
+        b->ds = bf_take(base, &at, rows * ds_stride(T));   /* [T+1,lds] the group's dS */
+        b->dq = bf_take(base, &at, (size_t)T * hs);        /* [T,hs] dQ's sums */
+        b->D = bf_take(base, &at, (size_t)T);              /* [T] dO . O */
+        b->tv = bf_take(base, &at, VL * (size_t)hs);       /* [hs,16] a chunk's dV^T */
+        b->tk = bf_take(base, &at, VL * (size_t)hs);       /* [hs,16] a chunk's dK^T */
+    }
+    for (int k = 0; k < 8; k++)
+        b->pk[k] = bf_take(base, &at, native ? bf_pack_floats(T, hs) : 0);
+    if (base) /* the rows past the last stay zero: nothing writes them */
+        memset(base, 0, sizeof(float) * at);
+    return at;
+}
+
+/* The batch's rounded copy of len floats, made when the thread's head
+ * comes from another batch than the last (as the heads come in batch
+ * order, once a batch unless a head is stolen). */
+static const float *bf_batch(float *copy, int *have, int b, const float *x, size_t len)
+{
+    if (*have != b) {
+        round_span(copy, x, len);
+        *have = b;
+    }
+    return copy;
+}
+
+/* One head, 16 queries at a time in the lanes (as attention_body): S^T =
+ * K Q^T (K's rows as A), scaled to base 2 and masked; the softmax of the
+ * fp32 kernel; P rounded; O^T = V^T P^T, then / l. */
+static void attention_head_bf16(float *o /* [T,C], head's col */, float *lse /* [T] */,
+                                const float *x /* rounded [T+1,3C], head's q col */, int T, int C,
+                                int hs, const struct bf_att_bufs *b, int native)
+{
+    const size_t ld3 = 3 * (size_t)C;
+    const vf scale2 = vset(LOG2E / sqrtf((float)hs)), ninf = vset(-INFINITY);
+    struct bf_opnd k = bf_rows(x + hs, ld3, T, hs, b->pk[0], native);
+    struct bf_opnd vc = bf_cols(x + 2 * hs, ld3, T, hs, b->pk[1], native);
+    for (int i0 = 0; i0 < T; i0 += VL) {
+        int w = min_int(VL, T - i0), nk = i0 + w; /* queries i0.., keys 0..nk-1 */
+        q_block_transpose(b->qt, x + (size_t)i0 * ld3, ld3, w, hs);
+        struct bf_opnd qt = bf_cols(b->qt, VL, hs, VL, b->pk[2], native);
+        bf_product(b->sc, k, 0, 0, qt, 0, 0, nk, hs, VL, 0);
+        vf mx = ninf;
+        for (int j = 0; j < nk; j++) {
+            vf s = vmul(vload(b->sc + VL * j), scale2);
+            if (j >= i0)
+                s = vsel(vlanes(j - i0), ninf, s); /* queries before key j */
+            vstore(b->sc + VL * j, s);
+            mx = vmax(mx, s);
+        }
+        vf l = softmax_exp(b->sc, nk, mx, i0, 1);
+        struct bf_opnd pt = bf_cols(b->sc, VL, nk, VL, b->pk[3], native);
+        bf_product(b->ot, vc, 1, 0, pt, 0, 0, hs, nk, VL, 0);
+        for (int d = 0; d < hs; d++)
+            vstore(b->ot + VL * d, vdiv(vload(b->ot + VL * d), l));
+        vtranspose(o + (size_t)i0 * C, (size_t)C, b->ot, VL, hs, w);
+        vstore_n(lse + i0, vadd(vmul(mx, vset(LN2)), vlog(l)), w); /* back to base e */
+    }
+}
+
+static void attention_bf16(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
+                           const float *qkv /* [B,T,3C] */, int B, int T, int C, int H,
+                           int native)
+{
+    int hs = C / H;
+    size_t blk = (size_t)T * 3 * C;
+    struct share *sh = share_alloc(B * H, 1);
+#pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
+    {
+        struct bf_att_bufs b;
+        float *base = kmalloc(sizeof(float) * bf_att_carve(&b, NULL, T, C, hs, 0, native));
+        bf_att_carve(&b, base, T, C, hs, 0, native);
+        int have = -1, h0, h1;
+        while (share_next(sh, 0, &h0, &h1))
+            for (int bh = h0; bh < h1; bh++) {
+                int bt = bh / H, h = bh % H;
+                const float *x = bf_batch(b.rq, &have, bt, qkv + bt * blk, blk) + 3 * hs * h;
+                attention_head_bf16(out + (size_t)bt * T * C + hs * h, lse + (size_t)bh * T, x, T,
+                                    C, hs, &b, native);
+            }
+        free(base);
+    }
+    free(sh);
+}
+
+/* One head's backward, a chunk of 16 keys at a time in the lanes (as
+ * attention_bwd_body): S and dP of every query that sees the chunk (Q's
+ * and dO's rows against K^T and V^T), P and dS = P (dP - D) in fp32 and
+ * rounded, then dV^T = dO^T P and dK^T = Q^T dS over those queries; a
+ * group's dQ = dS K at its last chunk, resuming the groups before. */
+static void attention_bwd_head_bf16(float *dqkv /* [T,3C], head's q col */,
+                                    const float *g /* rounded [T+1,C], head's col */,
+                                    const float *x /* rounded [T+1,3C], head's q col */,
+                                    const float *dout /* [T,C], head's col */,
+                                    const float *out /* [T,C], head's col */,
+                                    const float *lse /* [T] */, int T, int C, int hs,
+                                    const struct bf_att_bufs *b, int native)
+{
+    const size_t ld3 = 3 * (size_t)C, tp = (size_t)key_stride(T), lds = ds_stride(T);
+    const int gk = ds_group(T);
+    const float scale = 1.0f / sqrtf((float)hs);
+    const vf scale2 = vset(LOG2E * scale);
+    kv_transpose(b->kt, b->vt, x, T, C, hs, (int)tp);
+    struct bf_opnd q = bf_rows(x, ld3, T, hs, b->pk[0], native);
+    struct bf_opnd gr = bf_rows(g, (size_t)C, T, hs, b->pk[1], native);
+    struct bf_opnd kt = bf_cols(b->kt, tp, hs, T, b->pk[2], native);
+    struct bf_opnd vt = bf_cols(b->vt, tp, hs, T, b->pk[3], native);
+    struct bf_opnd qc = bf_cols(x, ld3, T, hs, b->pk[4], native);
+    struct bf_opnd gc = bf_cols(g, (size_t)C, T, hs, b->pk[5], native);
+    struct bf_opnd kc = bf_cols(x + hs, ld3, T, hs, b->pk[6], native);
+    for (int i = 0; i < T; i++)
+        bwd_d_rows(b->D, dout, out, C, hs, i, 1);
+    for (int k0 = 0; k0 < T; k0 += VL) {
+        int rows = T - k0, kb = k0 - k0 % gk, ke = min_int(kb + gk, T); /* the chunk's group */
+        float *dsc = b->ds + (k0 - kb);                                 /* its columns of dS */
+        bf_product(b->s + VL * k0, q, 0, k0, kt, 0, k0, rows, hs, VL, 0);
+        bf_product(b->dp + VL * k0, gr, 0, k0, vt, 0, k0, rows, hs, VL, 0);
+        for (int i = k0; i < T; i++) {
+            vf p = vexp2(vfms(vload(b->s + VL * i), scale2, vset(lse[i] * LOG2E)));
+            p = vkeep(vlanes(min_int(i + 1, T) - k0), p); /* keys after i, and past T */
+            vf d = vmul(p, vsub(vload(b->dp + VL * i), vset(b->D[i])));
+            vstore(b->pw + VL * i, vbf16(p));
+            vstore(dsc + i * lds, vbf16(d));
+        }
+        struct bf_opnd pw = bf_cols(b->pw + VL * k0, VL, rows, VL, b->pk[7], native);
+        bf_product(b->tv, gc, 1, k0, pw, 0, 0, hs, rows, VL, 0);
+        struct bf_opnd dsw = bf_cols(dsc + k0 * lds, lds, rows, VL, b->pk[7], native);
+        bf_product(b->tk, qc, 1, k0, dsw, 0, 0, hs, rows, VL, 0);
+        for (int d = 0; d < hs; d++) /* x 1/sqrt(hs) after the sum, as dQ */
+            vstore(b->tk + VL * d, vmul(vload(b->tk + VL * d), vset(scale)));
+        float *row = dqkv + (size_t)k0 * ld3; /* key k0's q col */
+        vtranspose(row + 2 * hs, ld3, b->tv, VL, hs, min_int(VL, rows));
+        vtranspose(row + hs, ld3, b->tk, VL, hs, min_int(VL, rows));
+        if (k0 + VL < ke)
+            continue;
+        /* the group's last chunk: its share of dQ, 16 queries at a time,
+         * each block against the group's keys up to its own last (so
+         * every entry of dS read was written) */
+        struct bf_opnd dsr = bf_rows(b->ds + kb * lds, lds, T - kb, ke - kb, b->pk[7], native);
+        for (int i0 = kb; i0 < T; i0 += VL) {
+            int w = min_int(VL, T - i0), p = min_int(ke, i0 + VL) - kb;
+            bf_product(b->dq + (size_t)i0 * hs, dsr, 0, i0 - kb, kc, kb, 0, w, p, hs, kb > 0);
+        }
+    }
+    const vf sc = vset(scale);
+    for (int i = 0; i < T; i++) /* x 1/sqrt(hs) after the sum, into dQ's rows */
+        for (int d = 0; d < hs; d += VL)
+            vstore_n(dqkv + (size_t)i * ld3 + d,
+                     vmul(vload_n(b->dq + (size_t)i * hs + d, hs - d), sc), hs - d);
+}
+
+static void attention_bwd_bf16(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
+                               const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
+                               const float *lse /* [B,H,T] */, int B, int T, int C, int H,
+                               int native)
+{
+    int hs = C / H;
+    size_t b3 = (size_t)T * 3 * C, b1 = (size_t)T * C;
+    struct share *sh = share_alloc(B * H, 1);
+#pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
+    {
+        struct bf_att_bufs b;
+        float *base = kmalloc(sizeof(float) * bf_att_carve(&b, NULL, T, C, hs, 1, native));
+        bf_att_carve(&b, base, T, C, hs, 1, native);
+        int have_q = -1, have_d = -1, h0, h1;
+        while (share_next(sh, 0, &h0, &h1))
+            for (int bh = h0; bh < h1; bh++) {
+                int bt = bh / H, h = bh % H;
+                size_t r3 = bt * b3 + 3 * hs * h, r1 = bt * b1 + hs * h;
+                const float *x = bf_batch(b.rq, &have_q, bt, qkv + bt * b3, b3) + 3 * hs * h;
+                const float *g = bf_batch(b.rd, &have_d, bt, dout + bt * b1, b1) + hs * h;
+                attention_bwd_head_bf16(dqkv + r3, g, x, dout + r1, out + r1,
+                                        lse + (size_t)bh * T, T, C, hs, &b, native);
+            }
+        free(base);
+    }
+    free(sh);
 }
 
 /* ---- the table ---- */

@@ -16,7 +16,7 @@
 /* How floats are computed and stored (--precision). */
 enum precision {
     PREC_FP32,
-    PREC_BF16,      /* TPU matrix unit: bf16 matmul and attention inputs, fp32 sums */
+    PREC_BF16,      /* TPU matrix unit: bf16 operands of every product, fp32 sums */
     PREC_BF16_PURE, /* XLA_USE_BF16: every float tensor stored as bf16 */
 };
 

@@ -41,12 +41,12 @@ void k_matmul_gated(float *c, const float *a, const float *b, const float *gate,
 
 void k_matmul_tn(float *c, const float *a, const float *b, int n, int p, int q)
 {
-    kernels_now()->matmul_tn_seg(c, a, b, n, p, q, 0, TN_FP32);
+    kernels_now()->matmul_tn_seg(c, a, b, n, p, q, 0, MM_FP32);
 }
 
 void k_matmul_tn_seg(float *c, const float *a, const float *b, int n, int p, int q, int seg)
 {
-    kernels_now()->matmul_tn_seg(c, a, b, n, p, q, seg, TN_FP32);
+    kernels_now()->matmul_tn_seg(c, a, b, n, p, q, seg, MM_FP32);
 }
 
 void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
@@ -111,24 +111,37 @@ void k_xent_grad(float *loss, float *dlogits, const float *logits, const int32_t
 
 void k_attention(float *out, float *lse, const float *qkv, int B, int T, int C, int H)
 {
-    kernels_now()->attention(out, lse, qkv, B, T, C, H, 0);
+    kernels_now()->attention(out, lse, qkv, B, T, C, H, MM_FP32);
 }
 
 void k_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
                      const float *lse, int B, int T, int C, int H)
 {
-    kernels_now()->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, H, 0);
+    kernels_now()->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, H, MM_FP32);
 }
 
 void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H)
 {
-    kernels_now()->attention(out, lse, qkv, B, T, C, H, 1);
+    kernels_now()->attention(out, lse, qkv, B, T, C, H,
+                             bf16_native() ? MM_BF16_NATIVE : MM_BF16_EMU);
 }
 
 void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int B, int T, int C, int H)
 {
-    kernels_now()->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, H, 1);
+    kernels_now()->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, H,
+                                 bf16_native() ? MM_BF16_NATIVE : MM_BF16_EMU);
+}
+
+void k_attention_bf16_emu(float *out, float *lse, const float *qkv, int B, int T, int C, int H)
+{
+    kernels_now()->attention(out, lse, qkv, B, T, C, H, MM_BF16_EMU);
+}
+
+void k_attention_bwd_bf16_emu(float *dqkv, const float *dout, const float *qkv,
+                              const float *out, const float *lse, int B, int T, int C, int H)
+{
+    kernels_now()->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, H, MM_BF16_EMU);
 }
 
 /* ---- the bf16 matmuls: vdpbf16ps where bf16_native() says, else the
@@ -159,12 +172,12 @@ void k_matmul_bf16_gated(float *c, const float *a, const float *b, const float *
 void k_matmul_tn_seg_bf16(float *c, const float *a, const float *b, int n, int p, int q, int seg)
 {
     kernels_now()->matmul_tn_seg(c, a, b, n, p, q, seg,
-                                 bf16_native() ? TN_BF16_NATIVE : TN_BF16_EMU);
+                                 bf16_native() ? MM_BF16_NATIVE : MM_BF16_EMU);
 }
 
 void k_matmul_tn_seg_bf16_emu(float *c, const float *a, const float *b, int n, int p, int q,
                               int seg)
 {
-    kernels_now()->matmul_tn_seg(c, a, b, n, p, q, seg, TN_BF16_EMU);
+    kernels_now()->matmul_tn_seg(c, a, b, n, p, q, seg, MM_BF16_EMU);
 }
 

@@ -1,6 +1,6 @@
 /* kernels/isa.c: which backend of the kernels runs. The best path the CPU
  * offers (isa_cpu), lowered by GPT_ISA (isa_best), switched by the tests
- * (isa_set), and whether the bf16 matmul uses vdpbf16ps (bf16_cpu,
+ * (isa_set), and whether the bf16 products use vdpbf16ps (bf16_cpu,
  * GPT_BF16, bf16_dot_speed, bf16_native); kernels_now() gives the table
  * of the current path to the entry points (entry.c). The tables are the
  * backends' (tensor.c, the layer above), each handed in by

@@ -351,15 +351,29 @@ void k_matmul_tn_seg_bf16_emu(float *c, const float *a, const float *b, int n, i
 
 /* ---- bf16 attention ---- */
 
-/* Attention's operands rounded as they are loaded (no extra pass over
- * memory): the bits of rounding every input with k_round_bf16 first and
- * calling the fp32 kernel. attention_bwd rounds dout and qkv. */
+/* Attention as a TPU runs it in bf16: every product on the matrix unit
+ * (the bf16 matmul's tiles and their numerics, bf16_dot), everything
+ * between them in fp32. Forward, per head: S = Q K^T with bf16 Q and K,
+ * then s = S log2(e)/sqrt(hs) in fp32 and the softmax of k_attention (base
+ * 2, the same masks, l summed from the fp32 P); P rounded to bf16 for
+ * O = (P V) / l, V bf16; lse = max ln 2 + log l. Backward, recomputing
+ * P = 2^(S log2(e)/sqrt(hs) - lse log2(e)) from the same bf16 S, with dP = dO V^T
+ * (bf16 dO, V), D = dO . O in fp32 from the unrounded dO, dS = P (dP - D):
+ * dV = P^T dO, dK = (dS^T Q) / sqrt(hs) and dQ = (dS K) / sqrt(hs), P and
+ * dS rounded to bf16. Each product's pairs start at key or query 0; terms
+ * past the causal mask are exact zeros, which add nothing. _emu forces
+ * the emulation; the twins compute the same products by bf16_dot, in
+ * their own fp32 arithmetic around them (so they agree to rounding, not
+ * bits). */
 void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
 void k_attention_bf16_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+void k_attention_bf16_emu(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
 void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int B, int T, int C, int H);
 void k_attention_bwd_bf16_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
                               const float *lse, int B, int T, int C, int H);
+void k_attention_bwd_bf16_emu(float *dqkv, const float *dout, const float *qkv,
+                              const float *out, const float *lse, int B, int T, int C, int H);
 
 /* ---- every KERNEL row of kernels/kernels.def ----
  * Its entry point k_name and its plain-C twin k_name_ref, both with the

@@ -4,6 +4,8 @@
  * attention. tensor_ref.c holds the fp32 twins; a first read of the fp32
  * default path skips this file. */
 #include "kernels/base.h"
+#include "util/fmath.h"
+#include <math.h>
 #include <stdlib.h>
 
 /* ---- bf16 rounding ---- */
@@ -77,30 +79,95 @@ void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
 
 /* ---- bf16 attention ---- */
 
-/* The kernels are the fp32 head drivers with their bf16 flag set
- * (round_block in tensor.c); the twins round first, then call the fp32
- * twins. */
+/* The kernels run every product on the bf16 tiles (kernels.h says what
+ * is rounded where); the twins compute each product by bf16_dot over
+ * whole rows and columns from key or query 0 (the kernels' pairs), with
+ * the masked entries exact zeros, and the fp32 parts in plain C. */
 
 /* -- bf16 attention: twins -- */
+
+/* Rows [0,T) of a head's n columns (rows ld apart), rounded, into [T,n]. */
+static float *round_cols(const float *x, size_t ld, int T, int n)
+{
+    float *r = kmalloc(sizeof(float) * ((size_t)T * n + 1));
+    for (int i = 0; i < T; i++)
+        for (int d = 0; d < n; d++)
+            r[(size_t)i * n + d] = bf16_round(x[(size_t)i * ld + d]);
+    return r;
+}
 
 void k_attention_bf16_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                           const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
 {
-    size_t n = (size_t)B * T * 3 * C;
-    float *r = kmalloc(sizeof(float) * n); /* [B,T,3C] */
-    k_round_bf16_ref(r, qkv, n);
-    k_attention_ref(out, lse, r, B, T, C, H);
-    free(r);
+    int hs = C / H;
+    float scale = 1.0f / sqrtf((float)hs);
+    float *s = kmalloc(sizeof(float) * ((size_t)T + 1)), *p = kmalloc(sizeof(float) * ((size_t)T + 1));
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        const float *x = qkv + (size_t)b * T * 3 * C + 3 * hs * h; /* head's q col */
+        float *q = round_cols(x, 3 * (size_t)C, T, hs), *k = round_cols(x + hs, 3 * (size_t)C, T, hs);
+        float *v = round_cols(x + 2 * hs, 3 * (size_t)C, T, hs);
+        for (int i = 0; i < T; i++) {
+            float mx = -INFINITY, l = 0.0f;
+            for (int j = 0; j <= i; j++) {
+                s[j] = bf16_dot(0.0f, k + (size_t)j * hs, 1, q + (size_t)i * hs, 1, hs) * scale;
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j <= i; j++) {
+                float e = fm_expf(s[j] - mx);
+                l += e;
+                p[j] = bf16_round(e);
+            }
+            float *o = out + ((size_t)b * T + i) * C + hs * h; /* [hs] */
+            for (int d = 0; d < hs; d++)
+                o[d] = bf16_dot(0.0f, v + d, (size_t)hs, p, 1, i + 1) / l;
+            lse[(size_t)bh * T + i] = mx + fm_logf(l);
+        }
+        free(q), free(k), free(v);
+    }
+    free(s), free(p);
 }
 
 void k_attention_bwd_bf16_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
                               const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
                               const float *lse /* [B,H,T] */, int B, int T, int C, int H)
 {
-    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
-    float *rq = kmalloc(sizeof(float) * (n3 + n1)), *rd = rq + n3; /* [B,T,3C], [B,T,C] */
-    k_round_bf16_ref(rq, qkv, n3);
-    k_round_bf16_ref(rd, dout, n1);
-    k_attention_bwd_ref(dqkv, rd, rq, out, lse, B, T, C, H);
-    free(rq);
+    int hs = C / H;
+    size_t ld3 = 3 * (size_t)C, tt = (size_t)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    float *p = kmalloc(sizeof(float) * 2 * tt), *ds = p + tt; /* [T,T] each, bf16 */
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        size_t r3 = (size_t)b * T * 3 * C + 3 * hs * h, r1 = (size_t)b * T * C + hs * h;
+        const float *x = qkv + r3, *g = dout + r1, *o = out + r1;
+        float *q = round_cols(x, ld3, T, hs), *k = round_cols(x + hs, ld3, T, hs);
+        float *v = round_cols(x + 2 * hs, ld3, T, hs), *gr = round_cols(g, (size_t)C, T, hs);
+        float *dx = dqkv + r3;
+        for (int i = 0; i < T; i++) {
+            float D = 0.0f;
+            for (int d = 0; d < hs; d++)
+                D += g[(size_t)i * C + d] * o[(size_t)i * C + d];
+            for (int j = 0; j < T; j++) {
+                float pij = 0.0f, dsij = 0.0f;
+                if (j <= i) {
+                    float sij = bf16_dot(0.0f, q + (size_t)i * hs, 1, k + (size_t)j * hs, 1, hs);
+                    float dp = bf16_dot(0.0f, gr + (size_t)i * hs, 1, v + (size_t)j * hs, 1, hs);
+                    pij = fm_expf(sij * scale - lse[(size_t)bh * T + i]);
+                    dsij = pij * (dp - D);
+                }
+                p[(size_t)i * T + j] = bf16_round(pij);
+                ds[(size_t)i * T + j] = bf16_round(dsij);
+            }
+        }
+        for (int j = 0; j < T; j++)
+            for (int d = 0; d < hs; d++) {
+                dx[(size_t)j * ld3 + 2 * hs + d] = bf16_dot(0.0f, gr + d, (size_t)hs, p + j, (size_t)T, T);
+                dx[(size_t)j * ld3 + hs + d] =
+                    bf16_dot(0.0f, q + d, (size_t)hs, ds + j, (size_t)T, T) * scale;
+                dx[(size_t)j * ld3 + d] =
+                    bf16_dot(0.0f, ds + (size_t)j * T, 1, k + d, (size_t)hs, T) * scale;
+            }
+        free(q), free(k), free(v), free(gr);
+    }
+    free(p);
 }

@@ -20,9 +20,9 @@
 #define TENSOR_IMPL_H
 #include "kernels/base.h"
 
-/* Which arithmetic a weight-gradient matmul runs: fp32, or bf16 operands
- * emulated or on vdpbf16ps. */
-enum tn_kind { TN_FP32, TN_BF16_EMU, TN_BF16_NATIVE };
+/* Which arithmetic a weight-gradient matmul or attention runs: fp32, or
+ * bf16 operands emulated or on vdpbf16ps (the same bits). */
+enum mm_kind { MM_FP32, MM_BF16_EMU, MM_BF16_NATIVE };
 
 /* Each row of kernels.def gives a type, e.g. matmul_ex_kernel: a function
  * taking the row's parameters. */

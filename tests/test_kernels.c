@@ -1986,115 +1986,131 @@ static void test_bf16_tn_all(void)
     free(a), free(b), free(out);
 }
 
-/* The gradient of sum(out * dout) for attention_naive's out, in double,
- * by the softmax's own backward (not the D = dO.O shortcut the kernels
- * take): dV_j = sum_i P_ij dO_i, dP_ij = dO_i.V_j,
- * dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik), dQ_i = sum_j dS_ij K_j / sqrt(hs),
- * dK_j = sum_i dS_ij Q_i / sqrt(hs), over the causal j <= i. */
-static void attention_bwd_naive(double *dqkv /* [B,T,3C] */, const double *dout /* [B,T,C] */,
-                                const double *qkv /* [B,T,3C] */, int B, int T, int C, int H)
+/* k_attention_bf16's contract (kernels.h) in double: the products' bf16
+ * operands by bf16_exact (P and dS rounded from their float values), the
+ * rest exact. The backward is given out and lse. */
+static void attention_bf16_naive(double *out /* [B,T,C] */, double *lse /* [B,H,T] */,
+                                 double *dqkv /* [B,T,3C] */, const float *qkv /* [B,T,3C] */,
+                                 const float *dout /* [B,T,C] */, const float *fo /* [B,T,C] */,
+                                 const float *fl /* [B,H,T] */, int B, int T, int C, int H)
 {
     int hs = C / H;
     size_t ld = 3 * (size_t)C;
-    double *p = malloc(sizeof(double) * (size_t)T), *dp = malloc(sizeof(double) * (size_t)T);
+    double *s = malloc(sizeof(double) * (size_t)T), *p = malloc(sizeof(double) * (size_t)T);
     memset(dqkv, 0, sizeof(double) * (size_t)B * T * ld);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            const double *base = qkv + (size_t)b * T * ld + 3 * hs * h;
-            double *dbase = dqkv + (size_t)b * T * ld + 3 * hs * h;
+            size_t r3 = (size_t)b * T * ld + 3 * hs * h, r1 = (size_t)b * T * C + hs * h;
+            const float *x = qkv + r3;
             for (int i = 0; i < T; i++) {
-                const double *q = base + i * ld, *g = dout + ((size_t)b * T + i) * C + hs * h;
-                double mx = -INFINITY, sum = 0, pdp = 0;
+                double mx = -INFINITY, l = 0, D = 0;
                 for (int j = 0; j <= i; j++) {
-                    p[j] = 0;
+                    s[j] = 0;
                     for (int d = 0; d < hs; d++)
-                        p[j] += q[d] * base[j * ld + hs + d] / sqrt(hs);
-                    mx = fmax(mx, p[j]);
+                        s[j] += bf16_exact(x[i * ld + d]) * bf16_exact(x[j * ld + hs + d]);
+                    s[j] /= sqrt(hs);
+                    mx = fmax(mx, s[j]);
                 }
                 for (int j = 0; j <= i; j++)
-                    sum += p[j] = exp(p[j] - mx);
-                for (int j = 0; j <= i; j++) {
-                    p[j] /= sum;
-                    dp[j] = 0;
-                    for (int d = 0; d < hs; d++)
-                        dp[j] += g[d] * base[j * ld + 2 * hs + d];
-                    pdp += p[j] * dp[j];
+                    l += p[j] = exp(s[j] - mx);
+                lse[((size_t)b * H + h) * T + i] = mx + log(l);
+                for (int d = 0; d < hs; d++) {
+                    double acc = 0;
+                    for (int j = 0; j <= i; j++)
+                        acc += bf16_exact((float)p[j]) * bf16_exact(x[j * ld + 2 * hs + d]);
+                    out[r1 + (size_t)i * C + d] = acc / l;
                 }
+                /* the backward, from the given out and lse */
+                const float *g = dout + r1 + (size_t)i * C;
+                for (int d = 0; d < hs; d++)
+                    D += (double)g[d] * fo[r1 + (size_t)i * C + d];
                 for (int j = 0; j <= i; j++) {
-                    double ds = p[j] * (dp[j] - pdp) / sqrt(hs);
+                    double pij = exp(s[j] - fl[((size_t)b * H + h) * T + i]), dp = 0;
+                    for (int d = 0; d < hs; d++)
+                        dp += bf16_exact(g[d]) * bf16_exact(x[j * ld + 2 * hs + d]);
+                    double pr = bf16_exact((float)pij), ds = bf16_exact((float)(pij * (dp - D)));
+                    double *dq = dqkv + r3 + i * ld, *dk = dqkv + r3 + j * ld + hs;
                     for (int d = 0; d < hs; d++) {
-                        dbase[i * ld + d] += ds * base[j * ld + hs + d];
-                        dbase[j * ld + hs + d] += ds * q[d];
-                        dbase[j * ld + 2 * hs + d] += p[j] * g[d];
+                        dq[d] += ds * bf16_exact(x[j * ld + hs + d]) / sqrt(hs);
+                        dk[d] += ds * bf16_exact(x[i * ld + d]) / sqrt(hs);
+                        dk[hs + d] += pr * bf16_exact(g[d]);
                     }
                 }
             }
         }
-    free(p), free(dp);
+    free(s), free(p);
 }
 
-/* The bf16 attention twins against a computation written here: the inputs
- * (qkv, and dout for the backward) rounded to bf16 by bf16_exact, then
- * causal attention and its backward in double. The backward is given the
- * double forward's out and lse. 1e-5 is a float twin's error on these
- * sums; rounding to bf16 moves the inputs by up to 2^-9, so a missed or
- * wrong rounding is far outside it, as is a wrong scale or mask. */
-static void test_bf16_attention_twins(const float *qkv, const float *dout, int B, int T, int C,
-                                      int H)
+/* got against want where some elements may differ by one bf16 rounding
+ * of a term: two computations of the same probability (or dS) a float ulp
+ * apart round to neighbouring bf16 values when it lies that close to a
+ * rounding boundary, about one in 2^15, and every output summing that
+ * term moves by up to 2^-8 of it (at T 300, 0.5% of the outputs). So:
+ * every element within FLIP_TOL (relative to want's rms or itself), and
+ * all but FLIP_SHARE of them within tol. Leaving the forward's P
+ * unrounded put 80-99% of the outputs past 1e-5 (measured on these
+ * shapes). */
+#define FLIP_TOL 1e-2
+#define FLIP_SHARE 0.02
+static void close_but_flips(const char *what, const float *got, const float *want, size_t n,
+                            double tol)
+{
+    double floor = rms(want, n) > 1e-30 ? rms(want, n) : 1e-30;
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        double s = fabs((double)want[i]) > floor ? fabs((double)want[i]) : floor;
+        off += !(d / s <= tol);
+    }
+    double worst = max_rel_err(got, want, n, floor);
+    CHECK(worst <= FLIP_TOL && off <= (size_t)(FLIP_SHARE * (double)n),
+          "%s [%s]: %zu of %zu elements beyond %.3g, the worst %.3g", what, isa_name(isa_get()), off,
+          n, tol, worst);
+}
+
+/* bf16 attention: the kernel on its default path (vdpbf16ps where
+ * k_matmul_bf16 uses it) equals the emulation, on every path; the kernels
+ * are within rounding of the twins (their exponentials and sums differ,
+ * and now and then a probability rounds to the other bf16); the twins are
+ * within rounding of the double contract. Leaving P or dS unrounded, or
+ * rounding V or dO where the contract does not, moves the results by
+ * about 2^-9 of a term: far outside 1e-4. */
+static void test_bf16_attention(int B, int T, int C, int H)
 {
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, nl = (size_t)B * H * T;
-    double *rq = malloc(sizeof(double) * n3), *rd = malloc(sizeof(double) * n1);
-    double *o = malloc(sizeof(double) * n1), *l = malloc(sizeof(double) * nl);
-    double *dq = malloc(sizeof(double) * n3);
-    float *fo = fvec(n1), *fl = fvec(nl), *fdq = fvec(n3), *got = fvec(n3), *gl = fvec(nl);
+    float *qkv = rvec(n3, 2.0f), *dout = rvec(n1, 1.0f);
+    float *o = fvec(n1), *lse = fvec(nl), *o2 = fvec(n1), *l2 = fvec(nl);
+    float *dq = fvec(n3), *dq2 = fvec(n3), *ro = fvec(n1), *rl = fvec(nl), *rdq = fvec(n3);
+    double *no = malloc(sizeof(double) * n1), *nlse = malloc(sizeof(double) * nl);
+    double *ndq = malloc(sizeof(double) * n3);
     char what[96];
-    for (size_t i = 0; i < n3; i++)
-        rq[i] = bf16_exact(qkv[i]);
-    for (size_t i = 0; i < n1; i++)
-        rd[i] = bf16_exact(dout[i]);
-    attention_naive(o, l, rq, B, T, C, H);
-    attention_bwd_naive(dq, rd, rq, B, T, C, H);
-    to_float(fo, o, n1);
-    to_float(fl, l, nl);
-    to_float(fdq, dq, n3);
-    k_attention_bf16_ref(got, gl, qkv, B, T, C, H);
-    snprintf(what, sizeof what, "attention_bf16_ref vs double B=%d T=%d C=%d H=%d", B, T, C, H);
-    close_to(what, got, fo, n1, 1e-5);
-    close_to(what, gl, fl, nl, 1e-5);
-    k_attention_bwd_bf16_ref(got, dout, qkv, fo, fl, B, T, C, H);
-    snprintf(what, sizeof what, "attention_bwd_bf16_ref vs double B=%d T=%d C=%d H=%d", B, T, C,
-             H);
-    close_to(what, got, fdq, n3, 1e-5);
-    free(rq), free(rd), free(o), free(l), free(dq), free(fo), free(fl), free(fdq), free(got);
-    free(gl);
-}
-
-/* The on-load rounding kernels equal rounding first (k_round_bf16) and
- * running the fp32 kernel, on every path; their twins match a double
- * computation of their own. */
-static void test_bf16_on_load(int B, int T, int C, int H, int seg)
-{
-    int n = B * T;
-    size_t n3 = (size_t)n * 3 * C, n1 = (size_t)n * C, nl = (size_t)B * H * T;
-    float *qkv = rvec(n3, 2.0f), *dout = rvec(n1, 1.0f), *rq = fvec(n3), *rd = fvec(n1);
-    size_t nw = n3 + (size_t)3 * C * C; /* room for any of the outputs */
-    float *o = fvec(n1), *lse = fvec(nl), *want = fvec(nw), *got = fvec(nw), *l2 = fvec(nl);
-    k_round_bf16_ref(rq, qkv, n3);
-    k_round_bf16_ref(rd, dout, n1);
+    k_attention_bf16_ref(ro, rl, qkv, B, T, C, H);
+    k_attention_bwd_bf16_ref(rdq, dout, qkv, ro, rl, B, T, C, H);
+    snprintf(what, sizeof what, "attention_bf16 vs its twin B=%d T=%d C=%d H=%d", B, T, C, H);
     for (int isa = 0; isa < isa_count(); isa++) {
         isa_set(isa);
-        k_attention(want, lse, rq, B, T, C, H);
-        k_attention_bf16(got, l2, qkv, B, T, C, H);
-        same_bits("attention_bf16 = attention of rounded qkv", got, want, sizeof(float) * n1);
-        same_bits("attention_bf16 lse", l2, lse, sizeof(float) * nl);
-        memcpy(o, want, sizeof(float) * n1);
-        k_attention_bwd(want, rd, rq, o, lse, B, T, C, H);
-        k_attention_bwd_bf16(got, dout, qkv, o, lse, B, T, C, H);
-        same_bits("attention_bwd_bf16 = bwd of rounded dout, qkv", got, want, sizeof(float) * n3);
+        k_attention_bf16(o, lse, qkv, B, T, C, H);
+        k_attention_bf16_emu(o2, l2, qkv, B, T, C, H);
+        same_bits("attention_bf16 = its emulation", o, o2, sizeof(float) * n1);
+        same_bits("attention_bf16 lse = its emulation's", lse, l2, sizeof(float) * nl);
+        close_but_flips(what, o, ro, n1, 1e-5);
+        close_to(what, lse, rl, nl, 1e-5);
+        k_attention_bwd_bf16(dq, dout, qkv, ro, rl, B, T, C, H);
+        k_attention_bwd_bf16_emu(dq2, dout, qkv, ro, rl, B, T, C, H);
+        same_bits("attention_bwd_bf16 = its emulation", dq, dq2, sizeof(float) * n3);
+        close_but_flips(what, dq, rdq, n3, 1e-5);
     }
-    test_bf16_attention_twins(qkv, dout, B, T, C, H);
-    free(qkv), free(dout), free(rq), free(rd), free(o), free(lse), free(want), free(got);
-    free(l2);
+    attention_bf16_naive(no, nlse, ndq, qkv, dout, ro, rl, B, T, C, H);
+    snprintf(what, sizeof what, "attention_bf16_ref vs double B=%d T=%d C=%d H=%d", B, T, C, H);
+    float *fn = fvec(n3);
+    to_float(fn, no, n1);
+    close_but_flips(what, ro, fn, n1, 1e-5);
+    close_to64(what, rl, nlse, nl, 1e-5);
+    to_float(fn, ndq, n3);
+    close_but_flips(what, rdq, fn, n3, 1e-5);
+    free(fn);
+    free(qkv), free(dout), free(o), free(lse), free(o2), free(l2), free(dq), free(dq2), free(ro);
+    free(rl), free(rdq), free(no), free(nlse), free(ndq);
 }
 
 /* ======================================================================
@@ -2156,6 +2172,10 @@ static void backends_attention(int B, int T, int C, int H)
                           k_attention_bf16(out, out + n1, qkv, B, T, C, H));
     SAME_ON_EVERY_BACKEND("attention_bwd_bf16", dq, n3,
                           k_attention_bwd_bf16(dq, dout, qkv, ref, lse, B, T, C, H));
+    SAME_ON_EVERY_BACKEND("attention_bf16_emu", out, n1 + nl,
+                          k_attention_bf16_emu(out, out + n1, qkv, B, T, C, H));
+    SAME_ON_EVERY_BACKEND("attention_bwd_bf16_emu", dq, n3,
+                          k_attention_bwd_bf16_emu(dq, dout, qkv, ref, lse, B, T, C, H));
     SAME_ON_EVERY_BACKEND("attention_last", out, (size_t)B * C,
                           k_attention_last(out, qkv, B, T, C, H));
     /* decode steps: B sequences of T positions, the caches filled as they go */
@@ -2259,8 +2279,10 @@ void test_kernels(void)
     test_shards(32, 128, 128); /* the default: one leaf per example */
     test_shards(8, 3, 3);      /* leaves shorter than a tile or a pass */
     test_bf16();
-    test_bf16_on_load(4, 128, 32, 4, 128);
-    test_bf16_on_load(3, 7, 24, 2, 3);
+    test_bf16_attention(4, 128, 32, 4);
+    test_bf16_attention(3, 7, 24, 2);
+    test_bf16_attention(2, 45, 30, 2);
+    test_bf16_attention(1, 300, 64, 2);
     test_bf16_tn_all();
     test_backends();
     isa_set(isa);
