@@ -2784,7 +2784,7 @@ static void bf_product(float *c, struct bf_opnd a, int a_cols, int a0, struct bf
  * tiles' loads past a head's last channel), then one head's buffers. */
 struct bf_att_bufs {
     float *rq, *rd;                             /* [T+1,3C]+16, [T+1,C]+16 */
-    float *qt, *sc, *ot, *pack;                 /* forward */
+    float *qt, *sc, *ot;                        /* forward */
     float *kt, *vt, *s, *dp, *pw, *ds, *dq, *D, *tv, *tk; /* backward */
     float *pk[8];                               /* native: packed operands */
 };
