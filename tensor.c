@@ -2830,10 +2830,10 @@ static size_t bf_att_carve(struct bf_att_bufs *b, float *base, int T, int C, int
         b->tv = bf_take(base, &at, VL * (size_t)hs);       /* [hs,16] a chunk's dV^T */
         b->tk = bf_take(base, &at, VL * (size_t)hs);       /* [hs,16] a chunk's dK^T */
     }
-    for (int k = 0; k < 8; k++)
-        b->pk[k] = bf_take(base, &at, native ? bf_pack_floats(T, hs) : 0);
     if (base) /* the rows past the last stay zero: nothing writes them */
         memset(base, 0, sizeof(float) * at);
+    for (int k = 0; k < 8; k++) /* written whole by each packing */
+        b->pk[k] = bf_take(base, &at, native ? bf_pack_floats(T, hs) : 0);
     return at;
 }
 

@@ -120,17 +120,19 @@ void k_attention_bwd(float *dqkv, const float *dout, const float *qkv, const flo
     kernels_now()->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, H, MM_FP32);
 }
 
+/* The bf16 kernels' arithmetic: vdpbf16ps where bf16_native() says, else
+ * its emulation (the same bits). */
+static int bf16_kind(void) { return bf16_native() ? MM_BF16_NATIVE : MM_BF16_EMU; }
+
 void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H)
 {
-    kernels_now()->attention(out, lse, qkv, B, T, C, H,
-                             bf16_native() ? MM_BF16_NATIVE : MM_BF16_EMU);
+    kernels_now()->attention(out, lse, qkv, B, T, C, H, bf16_kind());
 }
 
 void k_attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int B, int T, int C, int H)
 {
-    kernels_now()->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, H,
-                                 bf16_native() ? MM_BF16_NATIVE : MM_BF16_EMU);
+    kernels_now()->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, H, bf16_kind());
 }
 
 void k_attention_bf16_emu(float *out, float *lse, const float *qkv, int B, int T, int C, int H)
@@ -171,8 +173,7 @@ void k_matmul_bf16_gated(float *c, const float *a, const float *b, const float *
 
 void k_matmul_tn_seg_bf16(float *c, const float *a, const float *b, int n, int p, int q, int seg)
 {
-    kernels_now()->matmul_tn_seg(c, a, b, n, p, q, seg,
-                                 bf16_native() ? MM_BF16_NATIVE : MM_BF16_EMU);
+    kernels_now()->matmul_tn_seg(c, a, b, n, p, q, seg, bf16_kind());
 }
 
 void k_matmul_tn_seg_bf16_emu(float *c, const float *a, const float *b, int n, int p, int q,
