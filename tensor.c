@@ -1110,9 +1110,9 @@ UNROLL(4)
  *  2. dV and dK summed over those queries in accumulators, then
  *     transposed into the key rows a whole [hs,16] block at a time;
  *  3. at a group's last chunk, the group's share of dQ_i = scale sum_j
- *     dS_ij K_j, 16 channels in the lanes of a vector (Q_W queries at a
- *     time) while a head has more than 8 left, the last 8 or fewer in the
- *     lanes of a half vector, 8 queries at a time: so the chains overlap. */
+ *     dS_ij K_j, Q_W queries at a time so the chains overlap: 16 channels
+ *     in the lanes of a vector while a head has more than 8 left, the last
+ *     8 or fewer with two keys to a vector (bwd_q_pairs). */
 VINLINE void bwd_probs(float *pr /* [T,16] */,
                        float *ds /* the chunk's [T,16], rows lds apart */, size_t lds,
                        const float *dout /* [T,C], head's col */,
@@ -1210,11 +1210,15 @@ static int ds_group(int T)
  * multiple of 4 KiB apart (as key_stride). */
 static size_t ds_stride(int T) { return (size_t)ds_group(T) + VL; }
 
-/* A backward head's scratch after kt and vt: dS, P [T,16], D [T], and the
- * [hs,16] of dV and of dK for 16 keys. */
+/* bwd_q_pairs' scratch: the zipped keys [T/2,16], the odd sums [T,8]. */
+static size_t q_pairs_floats(int T) { return (size_t)VL * ((T + 1) / 2) + 8 * (size_t)T; }
+
+/* A backward head's scratch after kt and vt: dS, P [T,16], D [T], the
+ * [hs,16] of dV and of dK for 16 keys, and bwd_q_pairs' zipped keys and
+ * odd sums. */
 static size_t ds_floats(int T, int hs)
 {
-    return (size_t)T * (ds_stride(T) + VL + 1) + 2 * VL * (size_t)hs;
+    return (size_t)T * (ds_stride(T) + VL + 1) + 2 * VL * (size_t)hs + q_pairs_floats(T);
 }
 
 /* dQ_i = scale sum_j dS_ij K_j, summed a group of keys at a time: dS is
@@ -1223,47 +1227,89 @@ static size_t ds_floats(int T, int hs)
  * 0.78x-0.83x as long). Each query's sums wait between groups
  * in its own dQ row of dqkv: read back at each group but the first,
  * scaled and stored for good at the group that holds the query's own key.
- * A query's FMA chain still runs over keys 0, 1, ... in order, so the
- * bits are those of one pass over a whole row of dS. */
+ * Each sum's FMA chain runs over its keys in order, so the bits are those
+ * of one pass over a whole row of dS, whatever the group. */
 
 /* The pass's sums so far: zero at the first group, else from dq. */
-VINLINE vh q_sum_h(const float *dq, int kb, int nd) { return kb ? hload_n(dq, nd) : hzero(); }
 VINLINE vf q_sum_v(const float *dq, int kb, int nd) { return kb ? vload_n(dq, nd) : vzero(); }
 
-/* Keys kb..ke-1's share of dQ for queries i0..i0+W-1, channels d0..d0+nd-1
- * (nd <= 8), in half vectors (a head's channels come 8 at a time: 16 lanes
- * would carry 8 idle ones at full cost). The pass's last query sees keys
- * up to its own; the entries of dS past an earlier query's own key are
- * the zeros bwd_probs wrote on the diagonal. W is a constant at each call,
- * so the accumulators stay in registers. */
-VINLINE void bwd_q(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,lds] */,
-                   size_t lds, const float *qkv /* [T,3C], head's q col */, int C, int hs, int kb,
-                   int ke, int i0, int W, int d0, int nd)
+/* The channels of dQ that bwd_q_pairs takes (the last 8 or fewer; all of
+ * a head of 8) start at q_pairs_d0(hs); hs when there are none. */
+static int q_pairs_d0(int hs)
 {
-    const size_t ld3 = 3 * (size_t)C;
-    float *dq = dqkv + (size_t)i0 * ld3 + d0; /* [W,nd], rows ld3 apart */
-    const float *s = ds + (size_t)i0 * lds - kb; /* s[r * lds + j]: query i0+r, key j */
-    int j1 = min_int(ke, i0 + W), last = i0 < ke;
-    vh acc[8];
-UNROLL(8)
-    for (int r = 0; r < W; r++)
-        acc[r] = q_sum_h(dq + r * ld3, kb, nd);
-    for (int j = kb; j < j1; j++) {
-        vh k = hload_n(qkv + j * ld3 + hs + d0, nd);
-UNROLL(8)
-        for (int r = 0; r < W; r++)
-            acc[r] = hfma(hset(s[r * lds + j]), k, acc[r]);
-    }
-    vh scale = hset(last ? 1.0f / sqrtf((float)hs) : 1.0f); /* x 1 is exact */
-UNROLL(8)
-    for (int r = 0; r < W; r++)
-        hstore_n(dq + r * ld3, hmul(acc[r], scale), nd);
+    int d0 = 0;
+    while (hs - d0 > 8)
+        d0 += VL;
+    return min_int(d0, hs);
 }
 
-/* bwd_q on whole vectors: channels d0..d0+nd-1 (8 < nd <= 16) of queries
- * i0..i0+W-1 (W <= Q_W), for heads of more than 8 channels: each dS entry
- * then feeds 16 lanes, not 8. The same FMAs per element as bwd_q. Q_W
- * divides 16, so a pass's queries lie in one block of 16 rows. */
+/* Keys kb..ke-1's share of dQ for queries i0..i0+W-1 (W <= Q_W),
+ * channels d0..d0+nd-1 (nd <= 8). 8 channels fill half a vector, so the
+ * other half takes the next key: lane 2c of a query's vector sums channel
+ * c over the even keys, lane 2c+1 over the odd ones, each chain in key
+ * order, and dQ is the even sum plus the odd one: one FMA where a half
+ * vector took two (the backward of a head of 8: 0.93x-0.97x the time
+ * with dQ in half vectors, one key an FMA). kz holds keys j and j+1 zipped
+ * so (zip_keys); between groups the even sums wait in dq, the odd ones in
+ * odd. The pass's last query sees keys up to its own; the entries of dS
+ * past an earlier query's own key are the zeros bwd_probs wrote on the
+ * diagonal. W is a constant at each call, so the sums stay in registers. */
+VINLINE void bwd_q_pairs(float *dqkv /* [T,3C], head's q col */, float *odd /* [T,8] */,
+                         const float *ds /* [T,lds] */, size_t lds,
+                         const float *kz /* [T/2,16] */,
+                         const float *qkv /* [T,3C], head's q col */, int C, int hs, int kb,
+                         int ke, int i0, int W, int d0, int nd)
+{
+    const size_t ld3 = 3 * (size_t)C;
+    float *dq = dqkv + (size_t)i0 * ld3 + d0, *oq = odd + (size_t)i0 * 8; /* [W,nd], [W,8] */
+    const float *s = ds + (size_t)i0 * lds - kb; /* s[r * lds + j]: query i0+r, key j */
+    int j1 = min_int(ke, i0 + W), last = i0 < ke, j = kb; /* kb is even */
+    vf acc[Q_W];
+UNROLL(8)
+    for (int r = 0; r < W; r++)
+        acc[r] = kb ? hzip(hload_n(dq + r * ld3, nd), hload_n(oq + 8 * r, 8)) : vzero();
+    for (; j + 2 <= j1; j += 2) {
+        vf k = vload(kz + (size_t)8 * j); /* keys j and j+1 */
+UNROLL(8)
+        for (int r = 0; r < W; r++)
+            acc[r] = vfma(vdup2(s + r * lds + j), k, acc[r]);
+    }
+    if (j < j1) { /* an even key alone: its odd lanes add nothing */
+        vf k = hzip(hload_n(qkv + j * ld3 + hs + d0, nd), hzero());
+UNROLL(8)
+        for (int r = 0; r < W; r++)
+            acc[r] = vfma(vset(s[r * lds + j]), k, acc[r]);
+    }
+    vh scale = hset(1.0f / sqrtf((float)hs));
+UNROLL(8)
+    for (int r = 0; r < W; r++) {
+        vh even, odds;
+        hunzip(acc[r], &even, &odds);
+        if (last) {
+            hstore_n(dq + r * ld3, hmul(hadd(even, odds), scale), nd);
+        } else {
+            hstore_n(dq + r * ld3, even, nd);
+            hstore_n(oq + 8 * r, odds, 8);
+        }
+    }
+}
+
+/* Channels d0..d0+nd-1 of keys 0..T-1 zipped two keys a row for
+ * bwd_q_pairs: kz[j/2] = hzip(K_j, K_j+1), zero past the last key. */
+static void zip_keys(float *kz /* [T/2,16] */, const float *qkv /* [T,3C], head's q col */, int T,
+                     int C, int hs, int d0, int nd)
+{
+    const size_t ld3 = 3 * (size_t)C;
+    for (int j = 0; j < T; j += 2) {
+        vh k1 = j + 1 < T ? hload_n(qkv + (j + 1) * ld3 + hs + d0, nd) : hzero();
+        vstore(kz + (size_t)8 * j, hzip(hload_n(qkv + j * ld3 + hs + d0, nd), k1));
+    }
+}
+
+/* Keys kb..ke-1's share of dQ for queries i0..i0+W-1 (W <= Q_W),
+ * channels d0..d0+nd-1 (8 < nd <= 16), one chain over the keys in order
+ * per channel: each dS entry feeds 16 lanes. Q_W divides 16, so a pass's
+ * queries lie in one block of 16 rows. */
 VINLINE void bwd_q_wide(float *dqkv /* [T,3C], head's q col */, const float *ds /* [T,lds] */,
                         size_t lds, const float *qkv /* [T,3C], head's q col */, int C, int hs,
                         int kb, int ke, int i0, int W, int d0, int nd)
@@ -1301,22 +1347,22 @@ VINLINE void bwd_q_cols(float *dqkv, const float *ds, size_t lds, const float *q
 }
 
 /* Keys kb..ke-1's share of dQ, all channels: 16 at a time while more than
- * 8 are left, the last 8 or fewer in half vectors. */
-VINLINE void bwd_q_group(float *dqkv, const float *ds, size_t lds, const float *qkv, int T, int C,
-                         int hs, int kb, int ke)
+ * 8 are left, the last 8 or fewer in pairs of keys (bwd_q_pairs). */
+VINLINE void bwd_q_group(float *dqkv, float *odd, const float *ds, size_t lds, const float *kz,
+                         const float *qkv, int T, int C, int hs, int kb, int ke)
 {
-    int d0 = 0;
-    for (; hs - d0 > 8; d0 += VL)
+    int d0 = 0, dp = q_pairs_d0(hs);
+    for (; d0 < dp; d0 += VL)
         if (hs - d0 >= VL) /* a constant: whole vectors */
             bwd_q_cols(dqkv, ds, lds, qkv, T, C, hs, kb, ke, d0, VL);
         else
             bwd_q_cols(dqkv, ds, lds, qkv, T, C, hs, kb, ke, d0, hs - d0);
-    if (d0 < hs) {
-        int nd = hs - d0, i0 = kb;
-        for (; i0 + 8 <= T; i0 += 8)
-            bwd_q(dqkv, ds, lds, qkv, C, hs, kb, ke, i0, 8, d0, nd);
+    if (dp < hs) {
+        int nd = hs - dp, i0 = kb;
+        for (; i0 + Q_W <= T; i0 += Q_W)
+            bwd_q_pairs(dqkv, odd, ds, lds, kz, qkv, C, hs, kb, ke, i0, Q_W, dp, nd);
         for (; i0 < T; i0++)
-            bwd_q(dqkv, ds, lds, qkv, C, hs, kb, ke, i0, 1, d0, nd);
+            bwd_q_pairs(dqkv, odd, ds, lds, kz, qkv, C, hs, kb, ke, i0, 1, dp, nd);
     }
 }
 
@@ -1335,7 +1381,11 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
     size_t lds = ds_stride(T);
     float *pr = ds + (size_t)T * lds, *D = pr + VL * (size_t)T; /* [T,16], [T] */
     float *tv = D + T, *tk = tv + VL * (size_t)hs;                /* [hs,16] each */
+    float *kz = tk + VL * (size_t)hs, *odd = kz + VL * (size_t)((T + 1) / 2); /* [T/2,16], [T,8] */
     kv_transpose(kt, vt, qkv, T, C, hs, tp);
+    int dp = q_pairs_d0(hs);
+    if (dp < hs)
+        zip_keys(kz, qkv, T, C, hs, dp, hs - dp);
     /* Past 8 channels a row's chain waits on its additions, so 4 rows go
      * side by side (0.92x-0.96x the backward's time at head sizes 16-64);
      * at 8, one row at a time is faster (4 rows: 1.04x as long) */
@@ -1353,7 +1403,7 @@ VINLINE void attention_bwd_body(float *dqkv, const float *dout, const float *qkv
         bwd_probs(pr, dsc, lds, dout, qkv, lse, D, T, C, hs, kt, vt, tp, k0);
         bwd_kv(dqkv, pr, dsc, lds, dout, qkv, T, C, hs, k0, tv, tk);
         if (k0 + VL >= ke) /* the group's last chunk */
-            bwd_q_group(dqkv, ds, lds, qkv, T, C, hs, kb, ke);
+            bwd_q_group(dqkv, odd, ds, lds, kz, qkv, T, C, hs, kb, ke);
     }
 }
 

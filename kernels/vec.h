@@ -28,7 +28,9 @@
  * Half vectors: vh, 8 lanes, with h* versions of the few operations a loop
  * over 8 lanes needs (an attention head of 8 channels: 16 lanes would
  * carry 8 idle ones at full cost). Each h* operation is its v* twin on
- * fewer lanes, so it gives the same bits.
+ * fewer lanes, so it gives the same bits. Pairs put two half vectors in
+ * one vf, lane c of each in lanes 2c and 2c+1: hzip, hunzip, and vdup2
+ * (two floats repeated), so 8 channels of two sums fill 16 lanes.
  * Partial vectors: vload_n reads lanes 0..n-1 and zeroes the rest without
  * touching memory past them; vstore_n writes lanes 0..n-1 only. */
 #ifndef VEC_H
@@ -90,6 +92,26 @@ VINLINE vh hfma(vh a, vh b, vh c) { return _mm256_fmadd_ps(a, b, c); }
 VINLINE vh hmul(vh a, vh b) { return _mm256_mul_ps(a, b); }
 VINLINE vh hload_n(const float *p, int n) { return _mm256_maskz_loadu_ps((__mmask8)vlanes(n), p); }
 VINLINE void hstore_n(float *p, vh v, int n) { _mm256_mask_storeu_ps(p, (__mmask8)vlanes(n), v); }
+VINLINE vh hadd(vh a, vh b) { return _mm256_add_ps(a, b); }
+/* Pairs: lanes 2c and 2c+1 of a vf hold lane c of two half vectors. */
+VINLINE vf vdup2(const float *p) /* p[0], p[1], p[0], p[1], ... */
+{
+    double d;
+    memcpy(&d, p, sizeof d);
+    return _mm512_castpd_ps(_mm512_set1_pd(d));
+}
+VINLINE vf hzip(vh a, vh b)
+{
+    const __m512i ix = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutex2var_ps(_mm512_castps256_ps512(a), ix, _mm512_castps256_ps512(b));
+}
+VINLINE void hunzip(vf x, vh *a, vh *b)
+{
+    const __m512i ev = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
+    __m512 y = _mm512_permutexvar_ps(ev, x);
+    *a = _mm512_castps512_ps256(y);
+    *b = _mm512_extractf32x8_ps(y, 1);
+}
 
 VINLINE vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 VINLINE vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
@@ -251,6 +273,28 @@ VINLINE void hstore_n(float *p, vh v, int n)
         _mm256_storeu_ps(p, v);
     else
         _mm256_maskstore_ps(p, vlanes8(n), v);
+}
+VINLINE vh hadd(vh a, vh b) { return _mm256_add_ps(a, b); }
+VINLINE vf vdup2(const float *p)
+{
+    double d;
+    memcpy(&d, p, sizeof d);
+    __m256 t = _mm256_castpd_ps(_mm256_set1_pd(d));
+    vf r = {{t, t}};
+    return r;
+}
+VINLINE vf hzip(vh a, vh b)
+{
+    __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b); /* by 128-bit lane */
+    vf r = {{_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31)}};
+    return r;
+}
+VINLINE void hunzip(vf x, vh *a, vh *b)
+{
+    __m256 e = _mm256_shuffle_ps(x.h[0], x.h[1], _MM_SHUFFLE(2, 0, 2, 0)); /* 0 2 8 10 | 4 6 12 14 */
+    __m256 o = _mm256_shuffle_ps(x.h[0], x.h[1], _MM_SHUFFLE(3, 1, 3, 1));
+    *a = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+    *b = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
 #define VEC2_OP(name, call)                                                                    \
@@ -513,6 +557,28 @@ VINLINE void hstore_n(float *p, vh v, int n)
     vst1q_f32(t + 4, v.q[1]);
     if (n > 0)
         memcpy(p, t, sizeof(float) * (size_t)(n < 8 ? n : 8));
+}
+VINLINE vh hadd(vh a, vh b)
+{
+    vh r = {{vaddq_f32(a.q[0], b.q[0]), vaddq_f32(a.q[1], b.q[1])}};
+    return r;
+}
+VINLINE vf vdup2(const float *p)
+{
+    float32x4_t t = vcombine_f32(vld1_f32(p), vld1_f32(p));
+    vf r = {{t, t, t, t}};
+    return r;
+}
+VINLINE vf hzip(vh a, vh b)
+{
+    vf r = {{vzip1q_f32(a.q[0], b.q[0]), vzip2q_f32(a.q[0], b.q[0]), vzip1q_f32(a.q[1], b.q[1]),
+             vzip2q_f32(a.q[1], b.q[1])}};
+    return r;
+}
+VINLINE void hunzip(vf x, vh *a, vh *b)
+{
+    a->q[0] = vuzp1q_f32(x.q[0], x.q[1]), a->q[1] = vuzp1q_f32(x.q[2], x.q[3]);
+    b->q[0] = vuzp2q_f32(x.q[0], x.q[1]), b->q[1] = vuzp2q_f32(x.q[2], x.q[3]);
 }
 
 #define VEC4_OP(name, call)                                                                    \
@@ -797,6 +863,31 @@ VINLINE void hstore_n(float *p, vh v, int n)
 {
     if (n > 0)
         memcpy(p, v.f, sizeof(float) * (size_t)(n < 8 ? n : 8));
+}
+VINLINE vh hadd(vh a, vh b)
+{
+    for (int i = 0; i < 8; i++)
+        a.f[i] = a.f[i] + b.f[i];
+    return a;
+}
+VINLINE vf vdup2(const float *p)
+{
+    vf r;
+    for (int i = 0; i < 16; i++)
+        r.f[i] = p[i & 1];
+    return r;
+}
+VINLINE vf hzip(vh a, vh b)
+{
+    vf r;
+    for (int c = 0; c < 8; c++)
+        r.f[2 * c] = a.f[c], r.f[2 * c + 1] = b.f[c];
+    return r;
+}
+VINLINE void hunzip(vf x, vh *a, vh *b)
+{
+    for (int c = 0; c < 8; c++)
+        a->f[c] = x.f[2 * c], b->f[c] = x.f[2 * c + 1];
 }
 
 #define VPLAIN_OP(name, expr)                                                                  \

@@ -31,11 +31,13 @@
 /* Whole checkpoint files: when the checksum came to cover the header too,
  * these changed in its 16 hex digits alone (the tensors' bytes did not).
  * GOLDEN_BF16 changed when bf16 attention moved onto the bf16 tiles (P
- * and dS rounded, every product summed in vdpbf16ps's pairs). */
-#define GOLDEN_FP32 "e6ae8d4de0899eebdc694158652bf3d163bc44405acbd2707865650e6db3963e"
+ * and dS rounded, every product summed in vdpbf16ps's pairs). GOLDEN_FP32
+ * and GOLDEN_GELU changed when a head of 8's dQ came to sum its even and
+ * odd keys apart (tensor.c, bwd_q_pairs). */
+#define GOLDEN_FP32 "b5cad30233a2db54c2154a2fc4dd128aabfa57f39090c15f0a6363d8d10ceac3"
 #define GOLDEN_BF16 "2e88c46b4e5ce8cfbb8fc581fa0bd166ea2b0f05c70f98947bc593b9c36cf598"
 /* --activation gelu: the GELU kernels' e^x and divisions, on every path */
-#define GOLDEN_GELU "a573a0ec4a8fdf8eb2f14250ae525fa360142d449f261a221dad3cd66ce2cbc3"
+#define GOLDEN_GELU "012d55a70bbe4748debcbfd148097e07c8001858e430ae0d702652d9d2f93ac6"
 
 /* `gpt sample` from the fp32 golden checkpoint: 4 passages of 200 bytes,
  * past the 128-byte context, so the hash covers the prompt's forward, the
