@@ -133,10 +133,11 @@ void k_matmul_tn_seg_ref(float *c, const float *a, const float *b, int n, int p,
  * Scores scaled by 1/sqrt(hs); keys j > query i are skipped, not masked. */
 void k_attention(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
 void k_attention_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
-/* dqkv [B,T,3C] overwritten. dQ_i = sum_j dS_ij K_j / sqrt(hs) has one
- * chain over the keys in order for channels in whole groups of 16 (from
- * channel 0); the last 8 or fewer (all of a head of 8) sum the even keys
- * and the odd keys in two chains, then add them: tensor.c, bwd_q_pairs. */
+/* dqkv [B,T,3C] overwritten. dQ_i = sum_j dS_ij K_j / sqrt(hs), its
+ * channels taken 16 at a time from channel 0: a group of more than 8 has
+ * one chain over the keys in order per channel; a last group of 8 or
+ * fewer (all of a head of 8) sums the even keys and the odd keys in two
+ * chains, then adds them (tensor.c, bwd_q_pairs). */
 void k_attention_bwd(float *dqkv, const float *dout, const float *qkv,
                      const float *out, const float *lse, int B, int T, int C, int H);
 void k_attention_bwd_ref(float *dqkv, const float *dout, const float *qkv,
