@@ -53,6 +53,7 @@
 #define MM_V 4
 #define PV_G 8        /* attention: channels summed in one pass over the keys */
 #define KV_G 8        /* attention backward: channels of dK or dV per pass */
+#define SDP_TOGETHER 1 /* attention backward: S and dP in one pass, 8 sums */
 #define Q_W 8         /* attention backward: queries of dQ per pass, 16 channels each */
 #define BF_H 12, 8, 6, 4 /* bf16 tile heights for 1, 2, 3, 4 vectors */
 #define BF_V 4
@@ -65,6 +66,7 @@
 #define MM_V 1
 #define PV_G 4
 #define KV_G 6        /* 6x2 accumulators + 2 weights + 1 broadcast = 15 of 16 ymm */
+#define SDP_TOGETHER 0 /* 8 sums would take all 16 ymm */
 #define Q_W 4         /* 4x2 accumulators + 2 keys + 1 broadcast (a divisor of 16) */
 #define BF_H 6, 6, 6, 6 /* as MR: no tracker registers (the hardware flushes) */
 #define BF_V 1
@@ -77,6 +79,7 @@
 #define MM_V 1
 #define PV_G 4
 #define KV_G 4
+#define SDP_TOGETHER 0 /* 8 sums would take all 32 q */
 #define Q_W 4
 #define BF_H 4, 4, 4, 4
 #define BF_V 1
@@ -89,6 +92,7 @@
 #define MM_V 1
 #define PV_G 8
 #define KV_G 8
+#define SDP_TOGETHER 0
 #define Q_W 4
 #define BF_H 4, 4, 4, 4
 #define BF_V 1
@@ -1053,12 +1057,36 @@ UNROLL(4)
     }
 }
 
+/* S and dP of rows i..i+U-1 in one pass over the channels: keys_dot's
+ * sums for q against kt and for dO against vt, 2U chains side by side,
+ * where the registers hold 8 sums and their operands (SDP_TOGETHER). */
+VINLINE void keys_dot_sdp(vf *s /* [U] */, vf *dp /* [U] */,
+                          const float *q /* [U,hs], rows ldq apart */, size_t ldq,
+                          const float *g /* [U,hs], dO, rows ldg apart */, size_t ldg,
+                          const float *kt /* [hs,tp] */, const float *vt /* [hs,tp] */, int tp,
+                          int k0, int hs, int U)
+{
+UNROLL(4)
+    for (int u = 0; u < U; u++)
+        s[u] = vzero(), dp[u] = vzero();
+UNROLL_BY(8)
+    for (int d = 0; d < hs; d++) {
+        vf kd = vload(kt + (size_t)d * tp + k0), vd = vload(vt + (size_t)d * tp + k0);
+UNROLL(4)
+        for (int u = 0; u < U; u++) {
+            s[u] = vfma(vset(q[(size_t)u * ldq + d]), kd, s[u]);
+            dp[u] = vfma(vset(g[(size_t)u * ldg + d]), vd, dp[u]);
+        }
+    }
+}
+
 /* P and dS of queries i..i+U-1 (U <= 4) against keys k0..k0+15 (keys in
- * the lanes), in two passes over the channels so that 4 rows' sums fit the
- * registers: S and from it P, then dP and dS = P (dP - D). Four rows give
- * each pass 4 chains of FMAs and the exponential 4 vectors side by side;
- * with 2 rows and both sums in one pass, the head's backward took 1.04x-
- * 1.05x as long. */
+ * the lanes): S and from it P, dP and dS = P (dP - D). Four rows give the
+ * exponential 4 vectors side by side. Where 8 sums fit the registers
+ * beside their operands (SDP_TOGETHER: AVX-512), S and dP are summed in
+ * one pass, 8 chains of FMAs (the head's backward 0.96x the time of two
+ * passes); elsewhere in two, S then dP, 4 chains each (with 2 rows and
+ * both sums in one pass, AVX2 took 1.04x-1.05x as long). */
 VINLINE void bwd_probs_rows(float *pr /* [T,16] */,
                             float *ds /* the chunk's [T,16], rows lds apart */, size_t lds,
                             const float *dout /* [T,C], head's col */,
@@ -1067,8 +1095,12 @@ VINLINE void bwd_probs_rows(float *pr /* [T,16] */,
                             const float *vt /* [hs,tp] */, int tp, int k0, int i, int U,
                             size_t ld3, vf scale2, int masked)
 {
-    vf acc[4];
-    keys_dot(acc, qkv + (size_t)i * ld3, ld3, kt, tp, k0, hs, U); /* S */
+    const float *q = qkv + (size_t)i * ld3, *g = dout + (size_t)i * C; /* row i's */
+    vf acc[4], dp[4];
+    if (SDP_TOGETHER)
+        keys_dot_sdp(acc, dp, q, ld3, g, (size_t)C, kt, vt, tp, k0, hs, U);
+    else
+        keys_dot(acc, q, ld3, kt, tp, k0, hs, U); /* S */
 UNROLL(4)
     for (int u = 0; u < U; u++) {
         int r = i + u;
@@ -1077,13 +1109,17 @@ UNROLL(4)
         if (masked)
             p = vkeep(vlanes(r + 1 - k0), p); /* keys after r are not seen */
         vstore(pr + VL * (size_t)r, p);
+        if (SDP_TOGETHER)
+            vstore(ds + (size_t)r * lds, vmul(p, vsub(dp[u], vset(D[r]))));
     }
-    keys_dot(acc, dout + (size_t)i * C, (size_t)C, vt, tp, k0, hs, U); /* dP */
+    if (SDP_TOGETHER)
+        return;
+    keys_dot(dp, g, (size_t)C, vt, tp, k0, hs, U); /* dP */
 UNROLL(4)
     for (int u = 0; u < U; u++) {
         int r = i + u;
         vf p = vload(pr + VL * (size_t)r);
-        vstore(ds + (size_t)r * lds, vmul(p, vsub(acc[u], vset(D[r]))));
+        vstore(ds + (size_t)r * lds, vmul(p, vsub(dp[u], vset(D[r]))));
     }
 }
 
