@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "test.h"
 
 /* Every source file of the program: the .c, .h and .def files of the top
@@ -39,6 +40,18 @@ static int is_program_folder(const char *name)
     return 1;
 }
 
+/* Whether a listed entry is a folder: by the listing's own type where it
+ * gives one, else (a symbolic link, as arm64.sh's tree of links to the
+ * sources has, or a file system that leaves the type unknown) by stat,
+ * which follows links. */
+static int is_folder(const struct dirent *e, const char *path)
+{
+    struct stat st;
+    if (e->d_type != DT_LNK && e->d_type != DT_UNKNOWN)
+        return e->d_type == DT_DIR;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 /* The sources of folder dir ("." for the top level), and of its folders
  * when descend is set. */
 static void list_folder(const char *dir, int descend)
@@ -53,7 +66,7 @@ static void list_folder(const char *dir, int descend)
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (is_source(e->d_name) && nsources < MAX_SOURCES)
             sources[nsources++] = strdup(path);
-        else if (descend && e->d_type == DT_DIR && is_program_folder(e->d_name))
+        else if (descend && is_folder(e, path) && is_program_folder(e->d_name))
             list_folder(path, 0);
     }
     if (d)
