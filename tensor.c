@@ -1049,41 +1049,29 @@ static void attention_head(float *o, float *lse, const float *qkv, int T, int C,
 
 /* acc[u] = sum over channels d of x[u][d] t[d][k0..k0+15], in channel
  * order, for U <= 4 rows of x (rows ldx apart) against 16 keys of a
- * transposed [hs,tp] block (kt or vt): 4 rows give 4 chains of FMAs. */
+ * transposed [hs,tp] block (kt or vt); and, unless acc2 is NULL, the same
+ * for x2 against t2 into acc2 in the same pass (S and dP): 4 or 8 chains
+ * of FMAs side by side. */
 VINLINE void keys_dot(vf *acc /* [U] */, const float *x /* [U,hs], rows ldx apart */, size_t ldx,
-                      const float *t /* [hs,tp] */, int tp, int k0, int hs, int U)
+                      const float *t /* [hs,tp] */, vf *acc2 /* [U] or NULL */,
+                      const float *x2 /* [U,hs], rows ldx2 apart */, size_t ldx2,
+                      const float *t2 /* [hs,tp] */, int tp, int k0, int hs, int U)
 {
 UNROLL(4)
-    for (int u = 0; u < U; u++)
+    for (int u = 0; u < U; u++) {
         acc[u] = vzero();
+        if (acc2)
+            acc2[u] = vzero();
+    }
 UNROLL_BY(8)
     for (int d = 0; d < hs; d++) {
         vf td = vload(t + (size_t)d * tp + k0);
-UNROLL(4)
-        for (int u = 0; u < U; u++)
-            acc[u] = vfma(vset(x[(size_t)u * ldx + d]), td, acc[u]);
-    }
-}
-
-/* S and dP of rows i..i+U-1 in one pass over the channels: keys_dot's
- * sums for q against kt and for dO against vt, 2U chains side by side,
- * where the registers hold 8 sums and their operands (SDP_TOGETHER). */
-VINLINE void keys_dot_sdp(vf *s /* [U] */, vf *dp /* [U] */,
-                          const float *q /* [U,hs], rows ldq apart */, size_t ldq,
-                          const float *g /* [U,hs], dO, rows ldg apart */, size_t ldg,
-                          const float *kt /* [hs,tp] */, const float *vt /* [hs,tp] */, int tp,
-                          int k0, int hs, int U)
-{
-UNROLL(4)
-    for (int u = 0; u < U; u++)
-        s[u] = vzero(), dp[u] = vzero();
-UNROLL_BY(8)
-    for (int d = 0; d < hs; d++) {
-        vf kd = vload(kt + (size_t)d * tp + k0), vd = vload(vt + (size_t)d * tp + k0);
+        vf td2 = acc2 ? vload(t2 + (size_t)d * tp + k0) : td;
 UNROLL(4)
         for (int u = 0; u < U; u++) {
-            s[u] = vfma(vset(q[(size_t)u * ldq + d]), kd, s[u]);
-            dp[u] = vfma(vset(g[(size_t)u * ldg + d]), vd, dp[u]);
+            acc[u] = vfma(vset(x[(size_t)u * ldx + d]), td, acc[u]);
+            if (acc2)
+                acc2[u] = vfma(vset(x2[(size_t)u * ldx2 + d]), td2, acc2[u]);
         }
     }
 }
@@ -1105,10 +1093,7 @@ VINLINE void bwd_probs_rows(float *pr /* [T,16] */,
 {
     const float *q = qkv + (size_t)i * ld3, *g = dout + (size_t)i * C; /* row i's */
     vf acc[4], dp[4];
-    if (SDP_TOGETHER)
-        keys_dot_sdp(acc, dp, q, ld3, g, (size_t)C, kt, vt, tp, k0, hs, U);
-    else
-        keys_dot(acc, q, ld3, kt, tp, k0, hs, U); /* S */
+    keys_dot(acc, q, ld3, kt, SDP_TOGETHER ? dp : NULL, g, (size_t)C, vt, tp, k0, hs, U); /* S (dP) */
 UNROLL(4)
     for (int u = 0; u < U; u++) {
         int r = i + u;
@@ -1122,7 +1107,7 @@ UNROLL(4)
     }
     if (SDP_TOGETHER)
         return;
-    keys_dot(dp, g, (size_t)C, vt, tp, k0, hs, U); /* dP */
+    keys_dot(dp, g, (size_t)C, vt, NULL, NULL, 0, NULL, tp, k0, hs, U); /* dP */
 UNROLL(4)
     for (int u = 0; u < U; u++) {
         int r = i + u;
