@@ -629,6 +629,21 @@ static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
  * 1.18x as long. */
 #define TN_PACK_A 256
 
+/* Whether a weight gradient's leaf reads b ([rows, q]) where it is. Also
+ * rows of MM_PACK_Q floats when c is at most TN_PACK_B_N rows tall: each
+ * row of b then serves only a few row tiles, so packing it costs more than
+ * the lines it saves. The default model's head gradient (n 32, q 128)
+ * took 0.86x as long in place on both AVX-512 and AVX2; at n 64 the two
+ * ran level, at n 128-192 packed was 1.02x-1.09x faster. */
+#define TN_PACK_B_N 64
+static int tn_b_in_place(long rows, int n, int q)
+{
+    if (n <= TN_PACK_B_N && q <= MM_PACK_Q && rows * q <= (long)MM_KC * MM_NC)
+        return 1;
+    return b_in_place(rows, q);
+}
+
+
 /* Row tile r of c over the pass's rows [k0, k1) of a and b, its MR
  * columns of a first copied into ap, contiguous. a is [p,n], read as its
  * transpose: in place, each k of the tile takes a line of a, n floats on
@@ -815,7 +830,7 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
                             .t1 = tiles, .lda = n, .kind = (enum mm_kind)kind};
         if (kind != MM_FP32) /* [BF_TN_K, ldb + lda] floats hold either packing */
             t.pack = kmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(q) + round16(n)));
-        else if (!blocked && !b_in_place(seg < 1 ? p : min_int(seg, p), q))
+        else if (!blocked && !tn_b_in_place(seg < 1 ? p : min_int(seg, p), n, q))
             t.bpack = kmalloc(sizeof(float) * MM_KC * MM_NC); /* a leaf's wide b, packed */
         float *dst = c;
         int mine = split && omp_get_num_threads() == nth; /* this thread's own subtree */

@@ -1266,6 +1266,8 @@ static void test_seg_paths(void)
         {700, 24, 1540, 7}, /* c over 4 MiB: in blocks, edges in rows, columns and leaves */
         {301, 600, 300, 256}, /* a wide b packed, a packed (n >= 256), an edge of 1 row */
         {262, 600, 270, 0},   /* the same, one leaf of 3 k blocks, each resuming the last */
+        {32, 4096, 128, 128}, /* the head's gradient: rows of b 128 long read in place */
+        {65, 300, 128, 64},   /* the same rows packed: c over 64 rows */
     };
     static const int sr[][3] = {{1, 3, 1},      {65, 40, 8}, {1000, 96, 128}, {4096, 32, 128},
                                 {0, 5, 3},      {100, 17, 0}, {100, 17, 7},   {77, 64, 200},
