@@ -1268,6 +1268,7 @@ static void test_seg_paths(void)
         {262, 600, 270, 0},   /* the same, one leaf of 3 k blocks, each resuming the last */
         {32, 4096, 128, 128}, /* the head's gradient: rows of b 128 long read in place */
         {65, 300, 128, 64},   /* the same rows packed: c over 64 rows */
+        {262, 600, 4100, 300}, /* in blocks, leaves of 2 passes (256 rows and the rest) */
     };
     static const int sr[][3] = {{1, 3, 1},      {65, 40, 8}, {1000, 96, 128}, {4096, 32, 128},
                                 {0, 5, 3},      {100, 17, 0}, {100, 17, 7},   {77, 64, 200},
