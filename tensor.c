@@ -593,8 +593,9 @@ static void tree_sum(float *out /* [len] */, const float *const *parts /* m x [l
  * its rows in order from zero, one FMA per row, as matmul does; the leaves
  * are combined by the tree. */
 
-/* matmul_tn runs its long k loop in passes of this many rows of a and b:
- * one pass's rows stay in L1 while every tile of c uses them. */
+/* matmul_tn runs its long k loop, where it reads b in place, in passes of
+ * this many rows of a and b: one pass's rows stay in L1 while every tile
+ * of c uses them. (A packed b goes in passes of MM_KC: tn_leaf, tn_blocks.) */
 #define TN_KBLOCK 64
 _Static_assert(TN_KBLOCK <= MM_KC, "tn_leaf packs a pass of a into MM_KC rows");
 
@@ -643,7 +644,6 @@ static int tn_b_in_place(long rows, int n, int q)
         return 1;
     return b_in_place(rows, q);
 }
-
 
 /* Row tile r of c over the pass's rows [k0, k1) of a and b, its MR
  * columns of a first copied into ap, contiguous. a is [p,n], read as its
