@@ -616,7 +616,7 @@ struct tn_tree {
     float *tmp; /* [depth,n,q] */
     int n, seg, mr, t0, t1;
     int lda; /* a's row stride: n, unless this is a block's view (tn_blocks) */
-    int kpass; /* rows of a and b a pass (tn_leaf; at most MM_KC): TN_KBLOCK if 0 */
+    int kpass; /* rows of a and b a pass where b is not the leaf's to pack (tn_leaf), <= MM_KC */
     enum mm_kind kind;
     void *pack;   /* bf16: this thread's packed pairs of a leaf's rows */
     float *bpack; /* fp32, wide b: this thread's packed block of b, or NULL */
@@ -707,11 +707,10 @@ static void tn_leaf(const struct tn_tree *t, float *dst, int k0, int k1)
             }
         return;
     }
-    int kpass = t->kpass ? t->kpass : TN_KBLOCK;
-    for (int k = k0; k < k1; k += kpass) {
+    for (int k = k0; k < k1; k += t->kpass) {
         pass.k0 = k;
         pass.b = t->m->b + (size_t)k * t->m->ldb;
-        pass.k1 = min_int(k + kpass, k1);
+        pass.k1 = min_int(k + t->kpass, k1);
         tn_pass(t, &pass, ap);
     }
 }
@@ -835,7 +834,8 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
     {
         int me = omp_get_thread_num(), lo = 0, hi = L;
         struct tn_tree t = {.m = m, .tmp = tmp, .n = n, .seg = seg, .mr = mr, .t0 = 0,
-                            .t1 = tiles, .lda = n, .kind = (enum mm_kind)kind};
+                            .t1 = tiles, .lda = n, .kpass = TN_KBLOCK,
+                            .kind = (enum mm_kind)kind};
         if (kind != MM_FP32) /* [BF_TN_K, ldb + lda] floats hold either packing */
             t.pack = kmalloc(sizeof(float) * BF_TN_K * (size_t)(round16(q) + round16(n)));
         else if (!blocked && !tn_b_in_place(seg < 1 ? p : min_int(seg, p), n, q))
