@@ -51,11 +51,15 @@ static void key_node(struct key *k, const struct tnode *t)
 
 uint64_t g_hash_mask = ~(uint64_t)0;
 
-/* FNV-1a over the key's bytes; g_hash_mask narrows it, so tests can
- * force collisions and see the full key tell the traces apart. */
+/* FNV-1a by words (not bytes: 8x fewer multiplies while the cores wait),
+ * mixed; g_hash_mask narrows it, so tests can force collisions and see
+ * the full key tell the traces apart. */
 static uint64_t key_hash(const struct key *k)
 {
-    return fnv1a64((const unsigned char *)k->v, sizeof *k->v * (size_t)k->n) & g_hash_mask;
+    uint64_t h = FNV1A64_START;
+    for (int i = 0; i < k->n; i++)
+        h = (h ^ (uint64_t)k->v[i]) * FNV1A64_PRIME;
+    return mix64(h) & g_hash_mask;
 }
 
 struct key key_build(const struct trace *tr)

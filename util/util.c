@@ -95,7 +95,7 @@ uint64_t splitmix64(uint64_t *x) { return mix64(*x += SPLITMIX64_GAMMA); }
 uint64_t fnv1a64_more(uint64_t h, const unsigned char *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
+        h = (h ^ p[i]) * FNV1A64_PRIME;
     return h;
 }
 

@@ -34,6 +34,7 @@ double median_of(double *v, size_t n);
  * fingerprint. fnv1a64_more(FNV1A64_START, p, n) is fnv1a64(p, n), and
  * hashing in pieces gives the same value. */
 #define FNV1A64_START 0xcbf29ce484222325ull
+#define FNV1A64_PRIME 0x100000001b3ull
 uint64_t fnv1a64(const unsigned char *p, size_t n);
 uint64_t fnv1a64_more(uint64_t h, const unsigned char *p, size_t n);
 
