@@ -1117,11 +1117,15 @@ VINLINE void bwd_probs_rows(float *pr /* [T,16] */,
     const float *q = qkv + (size_t)i * ld3, *g = dout + (size_t)i * C; /* row i's */
     vf acc[4], dp[4];
     keys_dot(acc, q, ld3, kt, SDP_TOGETHER ? dp : NULL, g, (size_t)C, vt, tp, k0, hs, U); /* S (dP) */
+    /* in base 2, as the forward: P = 2^(s scale log2(e) - lse log2(e)) */
+UNROLL(4)
+    for (int u = 0; u < U; u++)
+        acc[u] = vfms(acc[u], scale2, vset(lse[i + u] * LOG2E));
+    vexp2_n(acc, U);
 UNROLL(4)
     for (int u = 0; u < U; u++) {
         int r = i + u;
-        /* in base 2, as the forward: P = 2^(s scale log2(e) - lse log2(e)) */
-        vf p = vexp2(vfms(acc[u], scale2, vset(lse[r] * LOG2E)));
+        vf p = acc[u];
         if (masked)
             p = vkeep(vlanes(r + 1 - k0), p); /* keys after r are not seen */
         vstore(pr + VL * (size_t)r, p);

@@ -1167,16 +1167,34 @@ static const float exp2_poly[EXP2_POLY_DEG + 1] = {1.53467176e-4f, 1.33999391e-3
  * gives garbage, which only a lane the caller masks can hold): x = n + f,
  * |f| <= 1/2, 2^f by exp2_poly, times 2^n from exponent bits. x is clamped
  * at -126 so that 2^n is a normal float: below it returns ~1e-38 instead
- * of a subnormal (harmless next to a softmax's 1); NaN gives NaN. */
+ * of a subnormal (harmless next to a softmax's 1); NaN gives NaN.
+ * vexp2_n takes U <= 4 vectors in place, each step for all U before the
+ * next, so that their chains overlap in the order the source gives them:
+ * called once a row, clang 14 ran 4 rows' chains one after another. */
+VINLINE void vexp2_n(vf *x /* [U] */, int U)
+{
+    vf n[4], f[4], p[4];
+UNROLL(4)
+    for (int u = 0; u < U; u++) {
+        x[u] = vmax(vset(-126.0f), x[u]);
+        n[u] = vround(x[u]);
+        f[u] = vsub(x[u], n[u]); /* exact */
+        p[u] = vset(exp2_poly[0]);
+    }
+UNROLL(6)
+    for (int k = 1; k <= EXP2_POLY_DEG; k++)
+UNROLL(4)
+        for (int u = 0; u < U; u++)
+            p[u] = vfma(p[u], f[u], vset(exp2_poly[k]));
+UNROLL(4)
+    for (int u = 0; u < U; u++)
+        x[u] = vldexp(p[u], n[u]);
+}
+
 VINLINE vf vexp2(vf x)
 {
-    x = vmax(vset(-126.0f), x);
-    vf n = vround(x);
-    vf f = vsub(x, n); /* exact */
-    vf p = vset(exp2_poly[0]);
-    for (int k = 1; k <= EXP2_POLY_DEG; k++)
-        p = vfma(p, f, vset(exp2_poly[k]));
-    return vldexp(p, n);
+    vexp2_n(&x, 1);
+    return x;
 }
 
 /* e^x within ~2 ulp for x <= 88, as softmax and cross-entropy need (their
