@@ -20,6 +20,7 @@ static void key_put(struct key *k, int64_t x)
         k->v = xrealloc(k->v, sizeof *k->v * (size_t)k->cap);
     }
     k->v[k->n++] = x;
+    k->hash = (k->hash ^ (uint64_t)x) * FNV1A64_PRIME; /* FNV-1a by words; key_build mixes it */
 }
 
 static void key_ref(struct key *k, struct ref r)
@@ -51,20 +52,9 @@ static void key_node(struct key *k, const struct tnode *t)
 
 uint64_t g_hash_mask = ~(uint64_t)0;
 
-/* FNV-1a by words (not bytes: 8x fewer multiplies while the cores wait),
- * mixed; g_hash_mask narrows it, so tests can force collisions and see
- * the full key tell the traces apart. */
-static uint64_t key_hash(const struct key *k)
-{
-    uint64_t h = FNV1A64_START;
-    for (int i = 0; i < k->n; i++)
-        h = (h ^ (uint64_t)k->v[i]) * FNV1A64_PRIME;
-    return mix64(h) & g_hash_mask;
-}
-
 struct key key_build(const struct trace *tr)
 {
-    struct key k = {0};
+    struct key k = {.hash = FNV1A64_START};
     key_put(&k, tr->n);
     key_put(&k, tr->nslots);
     key_put(&k, tr->nroots);
@@ -79,7 +69,7 @@ struct key key_build(const struct trace *tr)
         key_node(&k, &tr->nodes[i]);
     for (int r = 0; r < tr->nroots; r++)
         key_ref(&k, tr->roots[r]);
-    k.hash = key_hash(&k);
+    k.hash = mix64(k.hash) & g_hash_mask; /* the mask: tests force collisions */
     return k;
 }
 
