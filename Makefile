@@ -25,15 +25,15 @@ SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd
            compiler/dump.c compiler/explain.c \
            xla_sim.c device/exec.c device/exec_side.c device/allreduce.c device/metrics.c device/board.c device/ops.c \
            $(KONCE) cmd/pod.c pod/comm.c \
-           data/batch.c data/data.c data/loader.c data/text.c watch/watch.c \
-           safetensors/safetensors.c util/util.c pod/error.c util/rng.c util/fmath.c
+           data/batch.c data/data.c data/loader.c data/text.c watch/watch.c watch/pace.c \
+           safetensors/safetensors.c util/util.c pod/error.c util/rng.c util/fmath.c util/threads.c
 HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
            cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h cmd/evaluate.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
            device/ops.def device/ops.h device/exec.h device/exec_side.h device/board.h device/metrics.h \
            device/allreduce.h kernels/tensor_impl.h \
            kernels/kernels.h kernels/base.h kernels/kernels.def kernels/tensor_ref.h kernels/vec.h cmd/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
-           watch/watch.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h
+           watch/watch.h watch/pace.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h util/threads.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \

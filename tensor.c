@@ -1736,8 +1736,9 @@ static void layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /
                       const float *b /* [c] */, int n, int c)
 {
     int blocks = (n + LN_ROWS - 1) / LN_ROWS;
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int t = 0; t < blocks; t++) {
+    struct share *shr = share_alloc(blocks, 1); /* shared with stealing */
+#pragma omp parallel if ((long)n * c >= PAR_WORK)
+    FOR_SHARED(shr, t) {
         int i = t * LN_ROWS;
         if (i + LN_ROWS <= n)
             layernorm_rows(y, mean, rstd, x, w, b, i, LN_ROWS, c);
@@ -1745,6 +1746,7 @@ static void layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /
             for (; i < n; i++)
                 layernorm_rows(y, mean, rstd, x, w, b, i, 1, c);
     }
+    free(shr);
 }
 
 /* Rows [i0, i1): their dx (plus r1 + r2, those present, when the
@@ -1862,10 +1864,12 @@ static void layernorm_bwd_seg(float *dx /* [n,c] */, float *dw /* [c] */, float 
     int L = leaf_count(n, rows);
     float *pw = kmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
     float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int l = 0; l < L; l++)
+    struct share *shr = share_alloc(L, 1); /* shared with stealing */
+#pragma omp parallel if ((long)n * c >= PAR_WORK)
+    FOR_SHARED(shr, l)
         layernorm_bwd_block(dx, pw + (size_t)l * c, pb + (size_t)l * c, dy, x, w, mean, rstd, r1,
                             r2, leaf_lo(l, n, rows), leaf_hi(l, n, rows), c);
+    free(shr);
     if (blocked) { /* in block order */
         memset(dw, 0, sizeof(float) * (size_t)c);
         memset(db, 0, sizeof(float) * (size_t)c);
@@ -1920,8 +1924,9 @@ static void xent(float *loss /* [1] */, const float *logits /* [n,v] */,
                  const int32_t *targets /* [n] */, int n, int v)
 {
     double *row = kmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
-#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
-    for (int i = 0; i < n; i++) {
+    struct share *shr = share_alloc(n, 1); /* shared with stealing */
+#pragma omp parallel if ((long)n * v >= PAR_WORK)
+    FOR_SHARED(shr, i) {
         const float *x = logits + (size_t)i * v; /* [v] */
         float m, s;
         row[i] = 0.0;
@@ -1930,6 +1935,7 @@ static void xent(float *loss /* [1] */, const float *logits /* [n,v] */,
         row_stats(x, v, &m, &s, NULL);
         row[i] = (double)(m + fm_logf(s) - x[targets[i]]);
     }
+    free(shr);
     *loss = mean_loss(row, targets, n);
     free(row);
 }
@@ -1964,8 +1970,9 @@ static void xent_bwd(float *dlogits /* [n,v] */, float *loss /* [1] or NULL */,
         count += targets[i] >= 0;
     float scale = count ? dloss[0] / (float)count : 0.0f;
     double *row = loss ? kmalloc(sizeof(double) * (size_t)n) : NULL; /* [n] per-row losses */
-#pragma omp parallel for schedule(static) if ((long)n * v >= PAR_WORK)
-    for (int i = 0; i < n; i++) {
+    struct share *shr = share_alloc(n, 1); /* shared with stealing */
+#pragma omp parallel if ((long)n * v >= PAR_WORK)
+    FOR_SHARED(shr, i) {
         float *dx = dlogits + (size_t)i * v; /* [v] */
         if (row)
             row[i] = 0.0;
@@ -1974,6 +1981,7 @@ static void xent_bwd(float *dlogits /* [n,v] */, float *loss /* [1] or NULL */,
         else
             xent_bwd_row(dx, row ? row + i : NULL, logits + (size_t)i * v, targets[i], scale, v);
     }
+    free(shr);
     if (loss)
         *loss = mean_loss(row, targets, n);
     free(row);
@@ -1981,11 +1989,18 @@ static void xent_bwd(float *dlogits /* [n,v] */, float *loss /* [1] or NULL */,
 
 /* ---- element-wise ---- */
 
-/* Element-wise kernels (and Adam) run in chunks of ELT_CHUNK elements, a
- * thread each; every element is computed alone, so the split changes no
+/* Element-wise kernels (and Adam) run in chunks of ELT_CHUNK elements,
+ * claimed by the threads with stealing; every element is computed alone, so the split changes no
  * bit. Each chunk: whole vectors, then one partial vector. */
 #define ELT_CHUNK ((size_t)1 << 14)
 #define CHUNK_LEN(n, lo) ((n) - (lo) < ELT_CHUNK ? (n) - (lo) : ELT_CHUNK)
+#define ELT_CHUNKS(n) ((int)(((n) + ELT_CHUNK - 1) / ELT_CHUNK))
+/* for (size_t lo = 0; lo < n; lo += ELT_CHUNK), the chunks claimed with
+ * stealing from s = share_alloc(ELT_CHUNKS(n), 1), as FOR_SHARED does
+ * (the inner loop only binds lo, the chunk's first element, once). */
+#define FOR_SHARED_CHUNKS(s, n, lo)                                                            \
+    FOR_SHARED(s, lo##_chunk)                                                                  \
+        for (size_t lo = (size_t)lo##_chunk * ELT_CHUNK, lo##_once = 1; lo##_once; lo##_once = 0)
 
 /* Runs `body(i, w)` for the vectors of [0, n): w = 16, then the rest. */
 #define FOR_VECTORS(n, i, w, body)                                                             \
@@ -1996,42 +2011,50 @@ static void xent_bwd(float *dlogits /* [n,v] */, float *loss /* [1] or NULL */,
 
 static void add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+    struct share *shr = share_alloc(ELT_CHUNKS(n), 1); /* shared with stealing */
+#pragma omp parallel if (n >= 4 * PAR_WORK)
+    FOR_SHARED_CHUNKS(shr, n, lo)
         FOR_VECTORS(CHUNK_LEN(n, lo), i, w,
                     vstore_n(y + lo + i, vadd(vload_n(a + lo + i, w), vload_n(b + lo + i, w)), w))
+    free(shr);
 }
 
 /* y = ((x[0] + x[1]) + x[2]) + ...: one pass for m inputs. */
 static void add_n(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+    struct share *shr = share_alloc(ELT_CHUNKS(n), 1); /* shared with stealing */
+#pragma omp parallel if (n >= 4 * PAR_WORK)
+    FOR_SHARED_CHUNKS(shr, n, lo)
         FOR_VECTORS(CHUNK_LEN(n, lo), i, w, {
             vf s = vload_n(x[0] + lo + i, w);
             for (int k = 1; k < m; k++)
                 s = vadd(s, vload_n(x[k] + lo + i, w));
             vstore_n(y + lo + i, s, w);
         })
+    free(shr);
 }
 
 static void relu(float *y /* [n] */, const float *x /* [n] */, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+    struct share *shr = share_alloc(ELT_CHUNKS(n), 1); /* shared with stealing */
+#pragma omp parallel if (n >= 4 * PAR_WORK)
+    FOR_SHARED_CHUNKS(shr, n, lo)
         FOR_VECTORS(CHUNK_LEN(n, lo), i, w,
                     vstore_n(y + lo + i, vrelu(vload_n(x + lo + i, w)), w))
+    free(shr);
 }
 
 static void relu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float *y /* [n] */,
                      size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+    struct share *shr = share_alloc(ELT_CHUNKS(n), 1); /* shared with stealing */
+#pragma omp parallel if (n >= 4 * PAR_WORK)
+    FOR_SHARED_CHUNKS(shr, n, lo)
         FOR_VECTORS(CHUNK_LEN(n, lo), i, w, {
             vm on = vgt(vload_n(y + lo + i, w), vzero());
             vstore_n(dx + lo + i, vkeep(on, vload_n(dy + lo + i, w)), w);
         })
+    free(shr);
 }
 
 /* GELU (contract: k_gelu_ref, k_gelu_bwd_ref, whose bits these are: the
@@ -2059,21 +2082,24 @@ VINLINE vf gelu_s(vf t, vf *e)
 
 static void gelu(float *y /* [n] */, const float *x /* [n] */, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+    struct share *shr = share_alloc(ELT_CHUNKS(n), 1); /* shared with stealing */
+#pragma omp parallel if (n >= 4 * PAR_WORK)
+    FOR_SHARED_CHUNKS(shr, n, lo)
         FOR_VECTORS(CHUNK_LEN(n, lo), i, w, {
             vf e;
             vf xv = vload_n(x + lo + i, w);
             vstore_n(y + lo + i, vmul(xv, gelu_s(gelu_t(xv), &e)), w);
         })
+    free(shr);
 }
 
 /* dx = dy (s + slope s (e^t s)), the second term 0 where |t| > GELU_SAT */
 static void gelu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float *x /* [n] */,
                      size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_WORK)
-    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+    struct share *shr = share_alloc(ELT_CHUNKS(n), 1); /* shared with stealing */
+#pragma omp parallel if (n >= 4 * PAR_WORK)
+    FOR_SHARED_CHUNKS(shr, n, lo)
         FOR_VECTORS(CHUNK_LEN(n, lo), i, w, {
             vf e;
             vf xv = vload_n(x + lo + i, w);
@@ -2086,6 +2112,7 @@ static void gelu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float
             vf d = vadd(s, vsel(sat, vzero(), term));
             vstore_n(dx + lo + i, vmul(vload_n(dy + lo + i, w), d), w);
         })
+    free(shr);
 }
 
 /* ---- sums over rows ---- */
@@ -2140,9 +2167,11 @@ static void sum_rows_seg(float *out /* [q] */, const float *x /* [n,q] */, int n
     int blocked = seg < 0, rows = blocked ? ROW_BLOCK : seg;
     int L = leaf_count(n, rows);
     float *part = kmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
-#pragma omp parallel for schedule(static) if ((long)n * q >= PAR_WORK)
-    for (int l = 0; l < L; l++)
+    struct share *shr = share_alloc(L, 1); /* shared with stealing */
+#pragma omp parallel if ((long)n * q >= PAR_WORK)
+    FOR_SHARED(shr, l)
         sum_block(part + (size_t)l * q, x, leaf_lo(l, n, rows), leaf_hi(l, n, rows), q);
+    free(shr);
     if (blocked) {
         memset(out, 0, sizeof(float) * (size_t)q);
         for (int l = 0; l < L; l++)
@@ -2168,13 +2197,15 @@ static void sum_rows_seg(float *out /* [q] */, const float *x /* [n,q] */, int n
 static void transpose(float *out /* [s,r] */, const float *in /* [r,s] */, int r, int s)
 {
     int strips = (r + TR_BLOCK - 1) / TR_BLOCK;
-#pragma omp parallel for schedule(static) if ((long)r * s >= 4 * PAR_WORK)
-    for (int b = 0; b < strips; b++) {
+    struct share *shr = share_alloc(strips, 1); /* shared with stealing */
+#pragma omp parallel if ((long)r * s >= 4 * PAR_WORK)
+    FOR_SHARED(shr, b) {
         int i0 = b * TR_BLOCK, R = min_int(TR_BLOCK, r - i0);
         for (int j0 = 0; j0 < s; j0 += TR_BLOCK)
             vtranspose(out + (size_t)j0 * r + i0, (size_t)r, in + (size_t)i0 * s + j0, (size_t)s,
                        R, min_int(TR_BLOCK, s - j0));
     }
+    free(shr);
 }
 
 /* ---- embedding ---- */
@@ -2190,9 +2221,11 @@ static void embed(float *y /* [n,c] */, const int32_t *idx /* [n] */,
      * is then one contiguous copy (a gather per element is slower) */
     float *rows = kmalloc(sizeof(float) * (size_t)c * v); /* [v,c] */
     vtranspose(rows, (size_t)c, table, (size_t)v, c, v);
-#pragma omp parallel for schedule(static) if ((long)n * c >= PAR_WORK)
-    for (int i = 0; i < n; i++)
+    struct share *shr = share_alloc(n, 1); /* shared with stealing */
+#pragma omp parallel if ((long)n * c >= PAR_WORK)
+    FOR_SHARED(shr, i)
         memcpy(y + (size_t)i * c, rows + (size_t)idx[i] * c, sizeof(float) * (size_t)c);
+    free(shr);
     free(rows);
 }
 
@@ -2300,10 +2333,12 @@ static void adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
                  const float *g /* [n] */, size_t n, float lr, float b1, float b2, float eps, int t)
 {
     struct adam_k k = adam_consts(lr, b1, b2, eps, t);
-#pragma omp parallel for schedule(static) if (n >= PAR_WORK)
-    for (size_t lo = 0; lo < n; lo += ELT_CHUNK)
+    struct share *shr = share_alloc(ELT_CHUNKS(n), 1); /* shared with stealing */
+#pragma omp parallel if (n >= PAR_WORK)
+    FOR_SHARED_CHUNKS(shr, n, lo)
         FOR_VECTORS(CHUNK_LEN(n, lo), i, w,
                     adam_vec(p + lo + i, m + lo + i, v + lo + i, g + lo + i, w, &k))
+    free(shr);
 }
 
 /* ---- bf16 ---- */

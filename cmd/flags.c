@@ -7,6 +7,8 @@
 #include "cmd/pod.h"
 #include "pod/error.h"
 #include "util/util.h"
+#include "util/threads.h"
+#include "pod/comm.h"
 #include "xla_sim.h"
 #include "data/loader.h"
 #include <omp.h>
@@ -273,6 +275,10 @@ void check_prompt(const char *p, int vocab)
              (unsigned char)*c, (int)(c - p));
 }
 
+/* The thread count apply_common_flags chose, and why (the banners say). */
+static struct thread_budget budget = {.threads = 1, .why = "1 thread"};
+const char *threads_chosen(void) { return budget.why; }
+
 void apply_common_flags(const struct settings *s)
 {
     need(!strcmp(s->device, "cpu") || !strcmp(s->device, "xla"),
@@ -280,8 +286,8 @@ void apply_common_flags(const struct settings *s)
     if (s->metrics || getenv("GPT_METRICS_FILE"))
         xs_profile_enable(1);
     need(s->threads >= 0 && s->threads <= 1024, "--threads must be 0 (all cores) to 1024, got %d", s->threads);
-    if (s->threads)
-        omp_set_num_threads(s->threads);
+    thread_budget(&budget, s->threads, comm_ranks_on_host());
+    omp_set_num_threads(budget.threads);
     precision_of(s->precision);
 }
 

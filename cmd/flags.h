@@ -60,6 +60,9 @@ int was_given(const char *name); /* on the command line or --config, not by defa
 /* Each refuses, with a usage error (exit 2), what cannot run. */
 void check_prompt(const char *p, int vocab);
 void apply_common_flags(const struct settings *s); /* --device, --threads, --precision */
+/* "2 threads: 2 cores, quota 1.5 -> 1": the count --threads 0 chose from
+ * the machine (util/threads.h), or the one given, with its reason. */
+const char *threads_chosen(void);
 void check_train_flags(const struct settings *s);
 /* What the settings ask that the reference model cannot be, or NULL. */
 const char *reference_cannot(const struct settings *s);

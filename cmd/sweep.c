@@ -31,6 +31,7 @@
 #include "cmd/commands.h"
 #include "cmd/rundir.h"
 #include "util/util.h"
+#include "util/threads.h"
 #include "watch/watch.h"
 
 #define MAX_RUNS 256
@@ -448,8 +449,9 @@ int cmd_sweep(int argc, char **argv)
         return rc;
     if (!sw->parallel || sw->parallel > sw->n)
         sw->parallel = sw->n;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    sw->threads = cores / sw->parallel > 1 ? (int)(cores / sw->parallel) : 1;
+    struct thread_budget machine; /* the cores this sweep may use: affinity, quota */
+    thread_budget(&machine, 0, 1);
+    sw->threads = machine.threads / sw->parallel > 1 ? machine.threads / sw->parallel : 1;
     make_out_dir(sw->out); /* locked: a second sweep here is refused */
     printf("gpt sweep: %d run%s in %s, %d at once%s, %d thread%s each\n", sw->n,
            sw->n > 1 ? "s" : "", sw->out, sw->parallel,

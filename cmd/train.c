@@ -18,6 +18,7 @@
 #include "gpt.h"
 #include "data/loader.h"
 #include "watch/watch.h"
+#include "watch/pace.h"
 #include "xla_sim.h"
 #include "pod/comm.h"
 #include "util/rng.h"
@@ -55,6 +56,7 @@ struct trainer {
     int progress;            /* eval and compile progress lines on stderr */
     uint64_t data_hash;
     double t_start, t_steps; /* wall clock; seconds spent in training steps */
+    Pace pace;               /* whether other programs are slowing the steps */
 };
 
 static void emit_escaped(int c, void *ctx)
@@ -167,7 +169,33 @@ static void print_progress(struct trainer *tr, int step, float loss)
     printf("\r\033[Kstep %d/%d | %.2f ms/step | %.0f tok/s | ETA %d:%02d | loss %.4f",
            done, tr->s.steps, per * 1e3, step_windows(&tr->s) * tr->s.seq / per,
            (int)eta / 60, (int)eta % 60, loss);
+    if (tr->pace.busy)
+        printf(" | busy machine: %.1fx slower", tr->pace.slowdown);
     fflush(stdout);
+}
+
+/* Says, once as it starts and once as it ends, that the steps have
+ * slowed because other programs want the cores (watch/pace.h): on stderr
+ * and in the run log. */
+static void say_pace(struct trainer *tr, int step, int change)
+{
+    const Pace *p = &tr->pace;
+    if (!is_master())
+        return;
+    clear_progress(tr);
+    if (change > 0)
+        fprintf(stderr, "gpt: step %d: steps %.1fx slower than this run's best, its threads "
+                "waited %.0f%% of the time for a core: other programs are busy on this machine "
+                "(fewer of them, or --threads set to the cores they leave, restores the pace)\n",
+                step, p->slowdown, 100 * p->waited);
+    else
+        fprintf(stderr, "gpt: step %d: back to pace (%.2fx the best)\n", step, p->slowdown);
+    if (tr->log) {
+        char figures[160];
+        snprintf(figures, sizeof figures, "\"busy\":%d,\"slowdown\":%.3f,\"waited\":%.3f",
+                 change > 0, p->slowdown, p->waited);
+        runlog_note(tr->log, step, "pace", figures);
+    }
 }
 
 static void rng_hex(char *out, const Rng *r)
@@ -583,6 +611,7 @@ static void train_loop(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
     Batch share = host_share(&tr->train);
+    pace_start(&tr->pace);
     for (int step = tr->start; step < s->steps; step++) {
         if (s->profile && step == tr->start)
             xs_timeline_start();
@@ -594,6 +623,9 @@ static void train_loop(struct trainer *tr)
         float loss = model_train_step(&tr->model, tr->g, &share, (float)lr);
         double dt = now_seconds() - t0;
         tr->t_steps += dt;
+        int change = pace_step(&tr->pace, dt * 1e3, omp_get_max_threads());
+        if (change)
+            say_pace(tr, step, change);
         if (tr->log)
             runlog_step(tr->log, &(StepFigures){step, loss, lr, dt * 1e3,
                                                 step_windows(s) * s->seq / dt, xs_counter(C_UNCACHED),
@@ -833,8 +865,8 @@ static void run_training(struct trainer *tr)
     tr->progress = is_master() && progress_on_stderr(s->live);
     if (is_master()) /* a compile of GPT-2's size takes seconds: say so */
         watch_compiles(tr->progress, 1.0);
-    printf("gpt: %zu parameters, %s device, %s, %s kernels, %d threads, ", tr->model.nw,
-           s->device, s->precision, isa_name(isa_get()), omp_get_max_threads());
+    printf("gpt: %zu parameters, %s device, %s, %s kernels, %s; ", tr->model.nw, s->device,
+           s->precision, isa_name(isa_get()), threads_chosen());
     if (!tr->spec.text)
         printf("%d parts streamed / %zu test bytes\n", tr->corpus.parts.n,
                tr->test->n - tr->test->n_train);

@@ -63,6 +63,13 @@ static inline void my_share(int n, int *i0, int *i1)
 struct share;
 struct share *share_alloc(int n, int loops);
 int share_next(struct share *s, int loop, int *i0, int *i1);
+/* for (int i = 0; i < n; i++), the n items of share_alloc(n, 1) claimed
+ * with stealing, as the statement of an `omp parallel`: each thread runs
+ * the items it claims, so a late thread delays the loop by a chunk at
+ * most, not by its whole share. */
+#define FOR_SHARED(s, i)                                                   \
+    for (int i##_lo, i##_hi; share_next((s), 0, &i##_lo, &i##_hi);)        \
+        for (int i = i##_lo; i < i##_hi; i++)
 
 /* ---- leaves and the tree (the rule is stated in kernels.h) ---- */
 

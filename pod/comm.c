@@ -23,6 +23,7 @@ int comm_init(int *argc, char ***argv) { return 1; }
 void comm_finalize(void) {}
 int comm_rank(void) { return 0; }
 int comm_size(void) { return 1; }
+int comm_ranks_on_host(void) { return 1; }
 const char *comm_name(void) { return "single process"; }
 void comm_allgather(const void *mine, void *all, size_t bytes) { memmove(all, mine, bytes); }
 void comm_all_reduce(float *buf, size_t len, struct comm_traffic *moved) {}
@@ -41,7 +42,7 @@ _Noreturn void comm_abort(int code) { exit(code); }
 #include <unistd.h>
 #include <time.h>
 
-static int rank, size = 1;
+static int rank, size = 1, on_host = 1;
 /* each rank's host, for naming a peer that stops answering */
 static char host[COMM_MAX_RANKS][MPI_MAX_PROCESSOR_NAME];
 
@@ -53,6 +54,11 @@ int comm_init(int *argc, char ***argv)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    /* the ranks that share this host's memory share its cores too */
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &on_host);
+    MPI_Comm_free(&local);
     if (size <= COMM_MAX_RANKS) { /* larger pods are refused by the caller */
         char mine[MPI_MAX_PROCESSOR_NAME] = "";
         int len;
@@ -66,6 +72,7 @@ int comm_init(int *argc, char ***argv)
 void comm_finalize(void) { MPI_Finalize(); }
 int comm_rank(void) { return rank; }
 int comm_size(void) { return size; }
+int comm_ranks_on_host(void) { return on_host; }
 const char *comm_name(void) { return "Open MPI"; }
 
 /* Seconds MPI_Abort may take: it asks mpirun to end the job, and when the

@@ -22,6 +22,7 @@ int comm_init(int *argc, char ***argv);
 void comm_finalize(void);
 int comm_rank(void);   /* this process, 0..size-1; 0 is the master */
 int comm_size(void);   /* processes in the run */
+int comm_ranks_on_host(void); /* processes of the run on this host, this one included */
 const char *comm_name(void); /* "single process" or the transport's name */
 
 /* Seconds a collective may wait for the other processes (default 300). */

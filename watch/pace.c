@@ -1,0 +1,74 @@
+/* watch/pace.c: a busy machine noticed from the steps' pace (pace.h). */
+#include "watch/pace.h"
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double clock_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Seconds this process's threads have spent runnable but not running,
+ * summed over its threads (the kernel's schedstat: "run time, run delay,
+ * slices", in ns); 0 where /proc does not say. */
+static double run_delay_s(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    double sum = 0;
+    while (d && (e = readdir(d))) {
+        char path[300];
+        unsigned long long run, delay;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%.255s/schedstat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fscanf(f, "%llu %llu", &run, &delay) == 2)
+            sum += 1e-9 * (double)delay;
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return sum;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void pace_start(Pace *p)
+{
+    memset(p, 0, sizeof *p);
+    p->delay0 = run_delay_s();
+    p->t0 = clock_s();
+}
+
+int pace_step(Pace *p, double ms, int threads)
+{
+    p->ms[p->n++] = ms;
+    if (p->n < PACE_WINDOW)
+        return 0;
+    qsort(p->ms, PACE_WINDOW, sizeof *p->ms, by_value);
+    double median = p->ms[PACE_WINDOW / 2], now = clock_s(), delay = run_delay_s();
+    p->waited = now > p->t0 ? (delay - p->delay0) / ((now - p->t0) * (threads > 0 ? threads : 1)) : 0;
+    p->n = 0;
+    p->delay0 = delay;
+    p->t0 = now;
+    if (p->best == 0 || median < p->best)
+        p->best = median;
+    p->slowdown = median / p->best;
+    int was = p->busy;
+    if (!was && p->slowdown >= PACE_SLOW)
+        p->busy = 1;
+    else if (was && p->slowdown <= PACE_BACK)
+        p->busy = 0;
+    return p->busy == was ? 0 : p->busy ? 1 : -1;
+}

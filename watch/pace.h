@@ -1,0 +1,34 @@
+/* watch/pace.h: whether a run's steps have slowed because the machine is
+ * busy, to say so on the live line and in the log (a leaf: it reads the
+ * clock and /proc, nothing of gpt's).
+ *
+ * Steps are timed in windows of PACE_WINDOW; a window's median against
+ * the fastest window's median so far is the slowdown. The kernel's own
+ * account says why: the time this process's threads sat runnable waiting
+ * for a core (/proc/self/task/N/schedstat's run delay), as a share of the
+ * window's time. Steps PACE_SLOW times slower, with threads kept from
+ * their cores, is a busy machine; a window back within PACE_BACK of the
+ * best ends it. */
+#ifndef WATCH_PACE_H
+#define WATCH_PACE_H
+
+#define PACE_WINDOW 25  /* steps a window */
+#define PACE_SLOW 1.5   /* a window this much slower than the best is busy ... */
+#define PACE_BACK 1.25  /* ... and this close to it again is not */
+
+typedef struct Pace {
+    double ms[PACE_WINDOW]; /* this window's step times */
+    int n;                  /* of them so far */
+    double best;            /* the fastest window median yet; 0 before one */
+    double slowdown;        /* the last whole window's median / best */
+    double waited;          /* its threads' run delay / (its wall time x threads) */
+    double delay0, t0;      /* run delay (s) and clock at the window's start */
+    int busy;               /* the state said last */
+} Pace;
+
+void pace_start(Pace *p);
+/* One step of ms milliseconds; at a window's end, returns +1 when the run
+ * has just become busy, -1 when it has just recovered, else 0. */
+int pace_step(Pace *p, double ms, int threads);
+
+#endif
