@@ -33,6 +33,7 @@ struct settings {
     int grad_accum;   /* train: micro-batches of --batch windows an optimizer step */
     int remat;        /* train: recompute each block's activations in the backward pass */
     int shard_optimizer; /* train: Adam's moments split over the pod's cores (ZeRO-1) */
+    int log_eval_windows; /* train: each eval record lists its test windows' offsets */
 };
 
 /* Windows an optimizer step takes, all hosts together: --batch x --grad-accum. */

@@ -51,6 +51,7 @@ struct trainer {
     double t_rate;         /* t_steps at the last rate line */
     int rate_step;         /* and its step */
     Batch train, test_batch;
+    size_t *eval_starts;     /* --log-eval-windows: test_batch's offsets in *test, else NULL */
     Rng rng_data, rng_eval;
     int tty, start;          /* start: the first step to run (resume) */
     int progress;            /* eval and compile progress lines on stderr */
@@ -122,7 +123,7 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
 {
     const struct settings *s = &tr->s;
     sample_windows(&tr->test_batch, tr->test, tr->test->n_train,
-                   tr->test->n - tr->test->n_train, &tr->rng_eval);
+                   tr->test->n - tr->test->n_train, &tr->rng_eval, tr->eval_starts);
     double eval_s;
     float test_loss = test_loss_chunked(tr, &eval_s);
     int n = (int)strlen(s->prompt), total = n > s->eval_bytes ? n : s->eval_bytes;
@@ -134,7 +135,8 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
     model_generate(&tr->model, tr->g, text, n, total, &so, &tr->rng_eval);
     clear_progress(tr);
     if (tr->log)
-        runlog_eval(tr->log, step, train_loss, test_loss, eval_s, text, (size_t)total);
+        runlog_eval(tr->log, step, train_loss, test_loss, eval_s, text, (size_t)total,
+                    tr->eval_starts, s->eval_batch);
     report_rates(tr, step, train_loss);
     printf("step %6d | train %.4f | test %.4f | ", step, train_loss, test_loss);
     for (int i = 0; i < total; i++)
@@ -860,6 +862,8 @@ static void run_training(struct trainer *tr)
     const struct settings *s = &tr->s;
     batch_alloc(&tr->train, step_windows(s), s->seq);
     batch_alloc(&tr->test_batch, s->eval_batch, s->seq);
+    if (s->log_eval_windows)
+        tr->eval_starts = xcalloc((size_t)s->eval_batch, sizeof *tr->eval_starts);
     tr->g = new_graph(s);
     tr->tty = want_live_line(s->live);
     tr->progress = is_master() && progress_on_stderr(s->live);
@@ -911,6 +915,7 @@ static void run_training(struct trainer *tr)
     g_free(tr->g);
     batch_free(&tr->train);
     batch_free(&tr->test_batch);
+    free(tr->eval_starts);
     model_free(&tr->model);
     free(tr->data.bytes);
     free(tr->test_set.bytes);
@@ -992,6 +997,8 @@ int cmd_train(int argc, char **argv)
         {"eval-every", O_INT, &s->eval_every, "steps between eval lines"},
         {"eval-batch", O_INT, &s->eval_batch, "random test windows per eval"},
         {"eval-bytes", O_INT, &s->eval_bytes, "length of each eval continuation, prompt included"},
+        {"log-eval-windows", O_FLAG, &s->log_eval_windows, "each eval record of metrics.jsonl "
+         "lists where its test windows start (byte offsets in the test text)"},
         {"final-bytes", O_INT, &s->final_bytes, "length of the final passage, prompt included"},
         {"prompt", O_STR, &s->prompt, "prompt for continuations"},
         {"seed", O_REAL, &s->seed, "random seed (weights, batches, sampling)"},

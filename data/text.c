@@ -112,10 +112,12 @@ void load_corpus(Data *d, const char *spec, int need_len, int vocab)
 
 /* B random windows of T bytes from [lo, lo+len), starts uniform in
  * [0, len-T) as in the reference. */
-void sample_windows(Batch *b, const Data *d, size_t lo, size_t len, Rng *r)
+void sample_windows(Batch *b, const Data *d, size_t lo, size_t len, Rng *r, size_t *starts)
 {
     for (int i = 0; i < b->B; i++) {
         size_t s = lo + rng_below(r, len - b->T);
+        if (starts)
+            starts[i] = s;
         for (int t = 0; t < b->T; t++)
             b->tok[(size_t)i * b->T + t] = d->bytes[s + t];
     }

@@ -16,7 +16,8 @@ void load_data(Data *d, const char *path, int need_len, int vocab, int split);
 void load_corpus(Data *d, const char *spec, int need_len, int vocab); /* all test */
 int is_corpus(const char *spec); /* --data names parts, not one file */
 
-/* B random windows of T bytes from d's [lo, lo+len). */
-void sample_windows(Batch *b, const Data *d, size_t lo, size_t len, Rng *r);
+/* B random windows of T bytes from d's [lo, lo+len); starts (may be NULL)
+ * gets each window's first byte's offset in d, [B]. */
+void sample_windows(Batch *b, const Data *d, size_t lo, size_t len, Rng *r, size_t *starts);
 
 #endif

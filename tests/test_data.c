@@ -736,7 +736,7 @@ static void check_test_windows(void)
         Rng r;
         rng_seed(&r, 1234 + gap, RNG_EVAL);
         for (int c = 0; c < CALLS; c++) {
-            sample_windows(&b, &d, LO, len, &r);
+            sample_windows(&b, &d, LO, len, &r, NULL);
             for (int i = 0; i < B; i++) {
                 const int32_t *w = b.tok + (size_t)i * T;
                 for (int t = 0; t < T; t++) /* T consecutive bytes of the text */

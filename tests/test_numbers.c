@@ -2,7 +2,10 @@
  * its own: the sampler (temperature and top-k) against softmax computed in
  * float64, the learning-rate schedules against their closed forms. The
  * expected values come from libm (exp, cos) in double here, never from
- * the project's fm_ functions, and every random draw has a fixed seed. */
+ * the project's fm_ functions, and every random draw has a fixed seed.
+ * Through the binary: the eval lines' test losses and windows, and every
+ * byte of their continuations, of the final passage and of gpt sample,
+ * against PyTorch's reference and a float64 sampler (tests/eval_check.py). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,6 +371,66 @@ static void check_cli_top1(void)
     CHECK(rc == 0 && copies == 3, "'%s': %d passages of the 3 are greedy:\n%s", cmd, copies, out);
 }
 
+/* A short run whose every eval line tests/eval_check.py can redo: 7 eval
+ * windows go through the model 3 at a time (--batch), so in chunks of 3,
+ * 3 and 1 padded to 3; a checkpoint after every step holds the weights
+ * the eval of the step before saw (the eval at step s follows update s);
+ * the continuations (40 bytes), the final passage (80) and the passages of
+ * gpt sample (100, 90) outrun the context of 32, so the window slides. */
+#define PT DIR "/pt"
+#define PT_CKPT PT "/ckpt-00000005.safetensors"
+#define PT_TRAIN "./gpt train --embed 16 --heads 2 --layers 2 --mlp 32 --context 32 --seq 24 " \
+                 "--batch 3 --eval-batch 7 --eval-every 2 --steps 5 --ckpt-every 1 --keep 5 " \
+                 "--eval-bytes 40 --final-bytes 80 --live off --log-eval-windows --data " \
+                 DIR "/d.txt --out " PT
+#define PT_SAMPLE_1 "--ckpt " PT_CKPT " --seed 5 --temperature 0.8 --top-k 40 --bytes 100 " \
+                    "--prompt 'Holmes '"
+#define PT_SAMPLE_2 "--ckpt " PT_CKPT " --seed 7 --temperature 1.3 --top-k 0 --bytes 90 " \
+                    "--num-samples 2 --prompt 'the cat '"
+#define PT_CHECK "/usr/bin/python3 tests/eval_check.py --run " PT " --data " DIR "/d.txt " \
+                 "--train-output " PT ".out --final-bytes 80 --sample " PT "-s1.out \"" \
+                 PT_SAMPLE_1 "\" --sample " PT "-s2.out \"" PT_SAMPLE_2 "\""
+enum { PT_OKS = 27 }; /* eval_check.py's checks: 1, 6 an eval, 2 + 2 + 4 for the passages */
+
+/* The eval lines, the final passage and gpt sample against PyTorch: each
+ * of eval_check.py's checks is one here, its FAIL line the message. */
+static void check_against_pytorch(void)
+{
+    static char out[1 << 16];
+    if (t_run("/usr/bin/python3 -c 'import torch'", out, sizeof out) != 0) {
+        SKIP_MISSING("python3-torch", "the eval lines, the final passage and gpt sample not "
+                     "held to PyTorch's reference: no torch for /usr/bin/python3");
+        return;
+    }
+    char *plain = (char *)t_slurp(DIR "/cosine/metrics.jsonl", NULL); /* a run without the flag */
+    CHECK(plain && strstr(plain, "\"kind\":\"eval\"") && !strstr(plain, "\"windows\""),
+          DIR "/cosine/metrics.jsonl, of a run without --log-eval-windows: no eval logged, or "
+          "one with windows");
+    free(plain);
+    static const char *const runs[] = {
+        PT_TRAIN " > " PT ".out",
+        "./gpt sample " PT_SAMPLE_1 " > " PT "-s1.out",
+        "./gpt sample " PT_SAMPLE_2 " > " PT "-s2.out",
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        int rc = t_run(runs[i], out, sizeof out);
+        CHECK(rc == 0, "'%s' exited %d: %s", runs[i], rc, out);
+        if (rc)
+            return;
+    }
+    int rc = t_run(PT_CHECK, out, sizeof out), oks = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strncmp(line, "ok: ", 4))
+            CHECK(++oks, "%s", line);
+        else if (!strncmp(line, "accepted: ", 10)) /* fp32 rounding's choice: said, not failed */
+            fprintf(stderr, "numbers: eval_check.py: %s\n", line);
+        else if (strncmp(line, "note: ", 6))
+            CHECK(0, "eval_check.py: %s", line);
+    }
+    CHECK(rc == 0 && oks == PT_OKS, "'%s' exited %d after %d of %d checks", PT_CHECK, rc, oks,
+          PT_OKS);
+}
+
 static void check_cli(void)
 {
     char out[4096];
@@ -376,6 +439,7 @@ static void check_cli(void)
     check_recorded_rates("cosine", 14, 3);
     check_recorded_rates("linear", 9, 0);
     check_cli_top1();
+    check_against_pytorch();
 }
 
 void test_numbers(void)

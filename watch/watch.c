@@ -457,7 +457,7 @@ void runlog_step(RunLog *l, const StepFigures *f)
 }
 
 void runlog_eval(RunLog *l, int step, float train_loss, float test_loss, double eval_s,
-                 const char *text, size_t n)
+                 const char *text, size_t n, const size_t *windows, int nw)
 {
     double wall = wall_now();
     char train[32], test[32];
@@ -465,6 +465,12 @@ void runlog_eval(RunLog *l, int step, float train_loss, float test_loss, double 
             "\"continuation\":", step, json_number(train, sizeof train, train_loss),
             json_number(test, sizeof test, test_loss));
     json_string(l->jsonl, text, n);
+    if (windows) {
+        fputs(",\"windows\":[", l->jsonl);
+        for (int i = 0; i < nw; i++)
+            fprintf(l->jsonl, "%s%zu", i ? "," : "", windows[i]);
+        fputc(']', l->jsonl);
+    }
     fprintf(l->jsonl, ",\"time\":{\"wall\":%.3f,\"eval_s\":%.3f}}\n", wall, eval_s);
     fflush(l->jsonl);
     series_add(&l->test, step, test_loss, wall);

@@ -37,9 +37,10 @@ RunLog *runlog_open(const char *dir, const char *config_json, int resume_step, c
                     size_t elen);
 void runlog_step(RunLog *l, const StepFigures *f);
 /* An eval line: its test loss, the seconds the loss took (under "time")
- * and the continuation (n bytes, any bytes). */
+ * and the continuation (n bytes, any bytes); with windows (else NULL), the
+ * offsets where its nw test windows start in the test text. */
 void runlog_eval(RunLog *l, int step, float train_loss, float test_loss, double eval_s,
-                 const char *text, size_t n);
+                 const char *text, size_t n, const size_t *windows, int nw);
 /* A line of free-form figures under "time", e.g. per-core rates. */
 void runlog_note(RunLog *l, int step, const char *kind, const char *time_json);
 /* Flushes and frees; 0, or -1 with err if a write failed. */
