@@ -177,8 +177,8 @@ static void print_progress(struct trainer *tr, int step, float loss)
 }
 
 /* Says, once as it starts and once as it ends, that the steps have
- * slowed because other programs want the cores (watch/pace.h): on stderr
- * and in the run log. */
+ * slowed because other programs want the cores (watch/pace.h), on stderr;
+ * the run log's step lines carry the figures while it lasts. */
 static void say_pace(struct trainer *tr, int step, int change)
 {
     const Pace *p = &tr->pace;
@@ -192,12 +192,6 @@ static void say_pace(struct trainer *tr, int step, int change)
                 step, p->slowdown, 100 * p->waited);
     else
         fprintf(stderr, "gpt: step %d: back to pace (%.2fx the best)\n", step, p->slowdown);
-    if (tr->log) {
-        char figures[160];
-        snprintf(figures, sizeof figures, "\"busy\":%d,\"slowdown\":%.3f,\"waited\":%.3f",
-                 change > 0, p->slowdown, p->waited);
-        runlog_note(tr->log, step, "pace", figures);
-    }
 }
 
 static void rng_hex(char *out, const Rng *r)
@@ -628,10 +622,13 @@ static void train_loop(struct trainer *tr)
         int change = pace_step(&tr->pace, dt * 1e3, omp_get_max_threads());
         if (change)
             say_pace(tr, step, change);
+        int busy = tr->pace.busy;
         if (tr->log)
             runlog_step(tr->log, &(StepFigures){step, loss, lr, dt * 1e3,
                                                 step_windows(s) * s->seq / dt, xs_counter(C_UNCACHED),
-                                                xs_counter(C_CACHED), xs_counter(C_HOST_READ)});
+                                                xs_counter(C_CACHED), xs_counter(C_HOST_READ),
+                                                busy ? tr->pace.slowdown : 0,
+                                                busy ? tr->pace.waited : 0});
         if (!isfinite(loss))
             die_all(1, "training diverged at step %d (loss %g); try a smaller --lr", step, loss);
         if (step % s->eval_every == 0)

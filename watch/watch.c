@@ -446,8 +446,12 @@ void runlog_step(RunLog *l, const StepFigures *f)
     char loss[32];
     fprintf(l->jsonl, "{\"kind\":\"step\",\"step\":%d,\"loss\":%s,\"lr\":%.9g,\"time\":{"
             "\"wall\":%.3f,\"ms\":%.4f,\"tokens_per_s\":%.1f,\"compiles\":%ld,\"cache_hits\":%ld,"
-            "\"host_reads\":%ld}}\n", f->step, json_number(loss, sizeof loss, f->loss), f->lr, wall,
+            "\"host_reads\":%ld", f->step, json_number(loss, sizeof loss, f->loss), f->lr, wall,
             f->ms, f->tokens_per_s, f->compiles, f->cache_hits, f->host_reads);
+    if (f->slowdown > 0) /* the machine is busy: how much slower, and why */
+        fprintf(l->jsonl, ",\"busy_slowdown\":%.3f,\"waited_for_core\":%.3f", f->slowdown,
+                f->waited);
+    fputs("}}\n", l->jsonl);
     fflush(l->jsonl);
     series_add(&l->train, f->step, f->loss, wall);
     write_event(l->events, wall, f->step, NULL, "train/loss", f->loss);

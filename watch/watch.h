@@ -28,6 +28,7 @@ typedef struct StepFigures {
     double lr;
     double ms, tokens_per_s; /* this step */
     long compiles, cache_hits, host_reads; /* so far in this process */
+    double slowdown, waited; /* while the machine is busy (watch/pace.h), else 0 */
 } StepFigures;
 
 /* Opens dir's log. config_json: one JSON object of the run's settings.
