@@ -661,7 +661,11 @@ static void final_passage(struct trainer *tr)
     rng_seed(&r, (uint64_t)s->seed, RNG_FINAL);
     model_generate(&tr->model, tr->g, text, n, total, &so, &r);
     clear_progress(tr);
-    printf("\n%s\n\n", text);
+    /* every byte, as gpt sample writes it: %s would end the passage at
+     * the first 0 byte the sampler draws */
+    putchar('\n');
+    fwrite(text, 1, (size_t)total, stdout);
+    fputs("\n\n", stdout);
     free(text);
 }
 

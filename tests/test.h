@@ -43,7 +43,8 @@ int t_in_ci(void);
 /* Largest |a-b| / max(|b|, floor) over n floats. */
 double max_rel_err(const float *a, const float *b, size_t n, double floor);
 
-/* Runs cmd through the shell; returns its exit code, output in out. */
+/* Runs cmd through the shell; returns its exit code, output in out (0
+ * bytes in it read as '?', so that the string goes on). */
 int t_run(const char *cmd, char *out, size_t n);
 /* Starts cmd (a shell line) in the background; returns its pid. */
 pid_t t_spawn(const char *cmd);

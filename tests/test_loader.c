@@ -22,7 +22,7 @@
 static void eval_lines(const char *log, char *out, size_t n)
 {
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "grep '^step' %s", log);
+    snprintf(cmd, sizeof cmd, "grep -a '^step' %s", log);
     t_run(cmd, out, n);
 }
 

@@ -310,8 +310,8 @@ static void check_pod_log(void)
     char out[65536];
     int rc = t_run(MPIRUN "-np 2 " LOGRUN " --out tests/tmp/m-log > tests/tmp/m-log.txt && "
                    "./gpt train " TINY " --steps 30 --final-bytes 0 --cores 2 --out "
-                   "tests/tmp/m-log1 > tests/tmp/m-log1.txt && grep '^step' tests/tmp/m-log.txt "
-                   "> tests/tmp/m-log.ev && grep '^step' tests/tmp/m-log1.txt | cmp - "
+                   "tests/tmp/m-log1 > tests/tmp/m-log1.txt && grep -a '^step' tests/tmp/m-log.txt "
+                   "> tests/tmp/m-log.ev && grep -a '^step' tests/tmp/m-log1.txt | cmp - "
                    "tests/tmp/m-log.ev", out, sizeof out);
     CHECK(rc == 0 && !has_byte("tests/tmp/m-log.txt", "\r\033"), "a pod's log in a file has the live "
           "line, or other eval lines than one process's (rc %d): %s", rc, out);
