@@ -309,6 +309,7 @@ static const struct {
     {"remat", test_remat},
     {"shard", test_shard},
     {"accum", test_accum},
+    {"bytes", test_bytes},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */

@@ -114,5 +114,6 @@ void test_progress(void);
 void test_remat(void);
 void test_shard(void);
 void test_accum(void);
+void test_bytes(void);
 
 #endif
