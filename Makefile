@@ -40,7 +40,8 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
            tests/test_loader.c tests/test_watch.c tests/test_homework.c tests/test_fmath.c \
            tests/test_golden.c tests/test_numbers.c tests/test_optim.c \
            tests/test_house.c tests/test_lock.c tests/test_config.c \
-           tests/test_progress.c tests/test_remat.c tests/test_shard.c
+           tests/test_progress.c tests/test_remat.c tests/test_shard.c \
+           tests/test_accum.c tests/test_bytes.c
 TESTHDR := tests/test.h tests/adam_reference.h tests/gelu_reference.h
 
 # The kernels: tensor.c is written once over the vector layer (vec.h) and

@@ -11,6 +11,8 @@
 #include "test.h"
 #include "safetensors/safetensors.h"
 #include "tensor.h"
+#include "data/loader.h"
+#include "data/text.h"
 
 int t_pass, t_fail, t_skip;
 
@@ -235,6 +237,59 @@ void t_write_words(const char *path, size_t at_least)
     free(buf);
 }
 
+int t_have_mpi(const char *what)
+{
+    if (!t_have("command -v mpirun")) {
+        SKIP_MISSING("openmpi-bin", "%s: no mpirun", what);
+        return 0;
+    }
+    if (access("./gpt-mpi", X_OK)) {
+        SKIP_MISSING("libopenmpi-dev", "%s: no ./gpt-mpi (make gpt-mpi builds it with mpicc)",
+                     what);
+        return 0;
+    }
+    return 1;
+}
+
+/* Every byte value, 0 and those >= 128 included: a 64-bit LCG's top
+ * byte, so that no two windows of a few KB of it are alike. */
+void t_write_bytes(const char *path, size_t n)
+{
+    unsigned char *buf = malloc(n);
+    uint64_t x = 59;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        buf[i] = (unsigned char)(x >> 56);
+    }
+    FILE *f = fopen(path, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    free(buf);
+}
+
+void t_train_windows(const char *path, int seq, int vocab, uint64_t seed, int windows,
+                     int steps, unsigned char *out)
+{
+    Data d;
+    load_data(&d, path, seq, vocab, 1);
+    Rng rng;
+    rng_seed(&rng, seed, RNG_DATA);
+    LoaderSpec spec = {.T = seq, .B = windows, .streams = 1, .count = 1, .vocab = vocab,
+                       .seed = seed, .text = d.bytes, .text_len = d.n_train, .rng = rng};
+    char err[1024];
+    Loader *l = loader_start(&spec, NULL, NULL, err, sizeof err);
+    CHECK(l, "%s: the loader does not start: %s", path, err);
+    size_t step_bytes = (size_t)windows * (size_t)seq;
+    for (int s = 0; l && s < steps; s++) {
+        const unsigned char *rows = loader_next(l, NULL, err, sizeof err);
+        CHECK(rows, "%s: the loader's step %d: %s", path, s, err);
+        if (rows)
+            memcpy(out + (size_t)s * step_bytes, rows, step_bytes);
+    }
+    loader_stop(l);
+    free(d.bytes);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -256,6 +311,8 @@ static const struct {
     {"progress", test_progress},
     {"remat", test_remat},
     {"shard", test_shard},
+    {"accum", test_accum},
+    {"bytes", test_bytes},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */

@@ -2,6 +2,7 @@
 #ifndef TEST_H
 #define TEST_H
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -68,6 +69,26 @@ int t_steps_logged(const char *dir);
 void t_wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid);
 /* At least `at_least` bytes of pseudo-English from a fixed seed. */
 void t_write_words(const char *path, size_t at_least);
+/* A number's macro as a string literal, for a command line: T_STR(SEQ). */
+#define T_STR_(x) #x
+#define T_STR(x) T_STR_(x)
+/* mpirun as the suites start pods: as root in CI, more ranks than cores,
+ * OpenMP threads left free, one thread a rank; the single-copy mechanism
+ * off, as containers need. */
+#define T_MPIRUN "mpirun --allow-run-as-root --oversubscribe --bind-to none " \
+                 "-x OMP_NUM_THREADS=1 --mca btl_vader_single_copy_mechanism none "
+/* 1 when mpirun and ./gpt-mpi (which make test builds where mpicc is) are
+ * here; else a counted skip of `what` naming the package that brings the
+ * missing one. */
+int t_have_mpi(const char *what);
+/* n bytes of every value, 0 and >= 128 included, from a fixed seed. */
+void t_write_bytes(const char *path, size_t n);
+/* The windows gpt train draws from the text file path with no --test-data
+ * (from its first 80%): steps steps of `windows` windows (--batch x
+ * --grad-accum) of seq bytes with --seed seed, drawn here by the library's
+ * loader as the run draws them, into out [steps][windows][seq]. */
+void t_train_windows(const char *path, int seq, int vocab, uint64_t seed, int windows,
+                     int steps, unsigned char *out);
 
 /* Each suite is one function, listed in tests/main.c. */
 void test_kernels(void);
@@ -93,5 +114,7 @@ void test_config(void);
 void test_progress(void);
 void test_remat(void);
 void test_shard(void);
+void test_accum(void);
+void test_bytes(void);
 
 #endif

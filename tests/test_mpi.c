@@ -10,31 +10,11 @@
 #include <unistd.h>
 #include "test.h"
 
-/* As root in CI, 4 ranks on 2 cores, OpenMP threads left free, one thread
- * a rank; the single-copy mechanism off, as containers need. */
-#define MPIRUN "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 " \
-               "--mca btl_vader_single_copy_mechanism none "
+#define MPIRUN T_MPIRUN
 #define DATA "tests/tmp/mpi.txt"
 #define TINY "--embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 8 " \
              "--eval-batch 8 --eval-every 10 --data " DATA " --threads 1"
 #define CKPT(dir, step) "tests/tmp/" dir "/ckpt-000000" step ".safetensors"
-
-/* mpirun and ./gpt-mpi (which make test builds where mpicc is), or a
- * counted skip naming the package that brings the missing one. */
-static int have_mpi(void)
-{
-    char out[256];
-    if (t_run("command -v mpirun", out, sizeof out)) {
-        SKIP_MISSING("openmpi-bin", "the mpi suite: no mpirun");
-        return 0;
-    }
-    if (access("./gpt-mpi", X_OK)) {
-        SKIP_MISSING("libopenmpi-dev", "the mpi suite: no ./gpt-mpi (make gpt-mpi builds it "
-                     "with mpicc)");
-        return 0;
-    }
-    return 1;
-}
 
 /* One training run of the pod np x cores (np 0: ./gpt, one process). */
 static int train(int np, int cores, const char *flags, const char *out_dir, char *out, size_t n)
@@ -440,7 +420,7 @@ static void check_kill(void)
 
 void test_mpi(void)
 {
-    if (!have_mpi())
+    if (!t_have_mpi("the mpi suite"))
         return;
     char out[256];
     t_run("rm -rf tests/tmp/m-* && mkdir -p tests/tmp", out, sizeof out);

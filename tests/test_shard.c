@@ -22,8 +22,7 @@
 #define TINY "--embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 8 " \
              "--eval-batch 8 --eval-every 10 --data " DATA " --threads 1"
 #define CKPT(dir, step) "tests/tmp/" dir "/ckpt-000000" step ".safetensors"
-#define MPIRUN "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 " \
-               "--mca btl_vader_single_copy_mechanism none "
+#define MPIRUN T_MPIRUN
 
 /* The reference's parameters for one block, counted from its definition
  * (tests/reference_model.py): both embeddings, the block's qkv weight,
@@ -160,21 +159,6 @@ static void check_config(void)
           "--config's shard-optimizer = true did not shard (rc %d): %s", rc, out);
 }
 
-/* mpirun and ./gpt-mpi, or a counted skip naming the package. */
-static int have_mpi(void)
-{
-    char out[256];
-    if (t_run("command -v mpirun", out, sizeof out)) {
-        SKIP_MISSING("openmpi-bin", "the shard suite's pods: no mpirun");
-        return 0;
-    }
-    if (access("./gpt-mpi", X_OK)) {
-        SKIP_MISSING("libopenmpi-dev", "the shard suite's pods: no ./gpt-mpi (make gpt-mpi)");
-        return 0;
-    }
-    return 1;
-}
-
 /* Pods of 2 and 4 ranks, and of 2 ranks x 2 cores, sharded: one process's
  * bytes; the master sends no more than the unsharded all-reduce did (the
  * reduce-scatter and the all-gather are its two halves), also past the
@@ -236,6 +220,6 @@ void test_shard(void)
     check_state_per_core();
     check_resume();
     check_config();
-    if (have_mpi())
+    if (t_have_mpi("the shard suite's pods"))
         check_pods();
 }
