@@ -80,7 +80,7 @@ int cmd_sample(int argc, char **argv)
         {"device", O_STR, &s.device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s.metrics, "print the XLA metrics and kernel profile at the end"},
         {"naive", O_FLAG, &s.naive, "grow the input a byte at a time, as the reference does"},
-        {"threads", O_INT, &s.threads, "OpenMP threads, 0 = all cores"},
+        {"threads", O_INT, &s.threads, "OpenMP threads, 0 = the cores this process may use"},
         {"precision", O_STR, &s.precision, "fp32, bf16 or bf16-pure (default: the checkpoint's)"},
         {"hbm", O_STR, &s.hbm, "HBM of the simulated core, e.g. 16G"},
     };
@@ -162,7 +162,7 @@ int cmd_eval(int argc, char **argv)
         {"heads", O_INT, &s.heads, "heads, for files without our metadata"},
         {"device", O_STR, &s.device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s.metrics, "print the XLA metrics and kernel profile at the end"},
-        {"threads", O_INT, &s.threads, "OpenMP threads, 0 = all cores"},
+        {"threads", O_INT, &s.threads, "OpenMP threads, 0 = the cores this process may use"},
         {"precision", O_STR, &s.precision, "fp32, bf16 or bf16-pure (default: the checkpoint's)"},
         {"hbm", O_STR, &s.hbm, "HBM of the simulated core, e.g. 16G"},
     };

@@ -285,7 +285,7 @@ void apply_common_flags(const struct settings *s)
          "--device must be cpu or xla, got '%s'", s->device);
     if (s->metrics || getenv("GPT_METRICS_FILE"))
         xs_profile_enable(1);
-    need(s->threads >= 0 && s->threads <= 1024, "--threads must be 0 (all cores) to 1024, got %d", s->threads);
+    need(s->threads >= 0 && s->threads <= 1024, "--threads must be 0 (the cores this process may use) to 1024, got %d", s->threads);
     thread_budget(&budget, s->threads, comm_ranks_on_host());
     omp_set_num_threads(budget.threads);
     precision_of(s->precision);

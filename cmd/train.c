@@ -1024,7 +1024,7 @@ int cmd_train(int argc, char **argv)
         {"verbose", O_FLAG, &s->verbose, "per-core throughput lines at each eval (PyTorch/XLA's)"},
         {"profile", O_STR, &s->profile, "write a timeline of the first steps (Chrome trace JSON)"},
         {"profile-steps", O_INT, &s->profile_steps, "steps --profile records"},
-        {"threads", O_INT, &s->threads, "OpenMP threads, 0 = all cores"},
+        {"threads", O_INT, &s->threads, "OpenMP threads, 0 = the cores this process may use"},
         {"tpu", O_STR, &s->tpu, "simulate this TPU board (v2-8, v3-8, v4-8, v5e-8, v5p-8, v6e-8)"},
         {"cores", O_INT, &s->cores, "simulated cores, data parallel (power of two; 0 = --tpu's or 1)"},
         {"hbm", O_STR, &s->hbm, "HBM per core, e.g. 16G or 8M (default: --tpu's, or 16G)"},
