@@ -98,7 +98,7 @@ static void check_eval_windows(void)
     Rng r, replay;
     rng_seed(&r, SEED, RNG_EVAL);
     replay = r;
-    sample_windows(&b, &d, d.n_train, d.n - d.n_train, &r);
+    sample_windows(&b, &d, d.n_train, d.n - d.n_train, &r, NULL);
     size_t n;
     unsigned char *text = t_slurp(TEXT, &n);
     int wrong = 0, zero = 0, high = 0;
