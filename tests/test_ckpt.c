@@ -1,6 +1,8 @@
 /* tests/test_ckpt.c: safetensors checkpoints written and read back, a
- * PyTorch-written file, and hostile files that must be refused with a
- * message rather than crash or load garbage. */
+ * PyTorch-written file, hostile files that must be refused with a
+ * message rather than crash or load garbage, and a run directory's
+ * checkpoints: --keep's rotation, a resume's eval generator, and
+ * --auto-resume. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -400,6 +402,65 @@ static void check_damaged_copies(void)
     free(good);
 }
 
+/* ---- a run directory's checkpoints: --keep, --resume, --auto-resume ---- */
+
+#define ROT_DIR "tests/tmp/ckr"
+#define ROT_RUN "./gpt train --embed 16 --mlp 24 --heads 2 --layers 1 --context 16 --seq 16 " \
+                "--batch 2 --eval-batch 4 --eval-every 3 --eval-bytes 24 --final-bytes 0 " \
+                "--data " DMG_DATA
+
+/* The ckpt-*.safetensors of dir, by step, as "4 6 8 " (ls sorts them). */
+static void ckpt_steps(const char *dir, char *out, size_t n)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "cd %s && for f in ckpt-*.safetensors; do n=${f#ckpt-}; "
+             "n=${n%%.safetensors}; printf '%%s ' $(expr $n + 0); done", dir);
+    if (t_run(cmd, out, n))
+        *out = 0;
+}
+
+/* The line of out that starts with "step N |" (an eval line), or "". */
+static void eval_line_of(const char *out, int step, char *line, size_t n)
+{
+    char head[32];
+    snprintf(head, sizeof head, "step %6d |", step);
+    const char *at = strstr(out, head);
+    snprintf(line, n, "%.*s", at ? (int)strcspn(at, "\n") : 0, at ? at : "");
+}
+
+/* Saves at 2, 4, 6 and 8 and at the end, 10: --keep 3 leaves 6, 8 and 10.
+ * A resume from 6 (copied alone into a new directory) prints the straight
+ * run's eval lines at 6 and 9 (the test windows and the text drawn by the
+ * eval generator the checkpoint saved). --auto-resume resumes a directory
+ * that --keep 1 leaves one checkpoint in. */
+static void check_rotation(void)
+{
+    char out[65536], resumed[65536], got[256], a[512], b[512];
+    t_run("rm -rf " ROT_DIR " && mkdir -p " ROT_DIR "/resumed " ROT_DIR "/one", out, sizeof out);
+    int rc = t_run(ROT_RUN " --steps 10 --ckpt-every 2 --keep 3 --out " ROT_DIR "/run", out,
+                   sizeof out);
+    ckpt_steps(ROT_DIR "/run", got, sizeof got);
+    CHECK(rc == 0 && !strcmp(got, "6 8 10 "), "--keep 3 of checkpoints at 2, 4, 6, 8 and 10 "
+          "left steps '%s' (want '6 8 10 '; rc %d)", got, rc);
+    rc = t_run("cp " ROT_DIR "/run/ckpt-00000006.safetensors " ROT_DIR "/resumed/ && ./gpt train "
+               "--resume --steps 10 --data " DMG_DATA " --out " ROT_DIR "/resumed", resumed,
+               sizeof resumed);
+    for (int step = 6; step <= 9; step += 3) {
+        eval_line_of(out, step, a, sizeof a);
+        eval_line_of(resumed, step, b, sizeof b);
+        CHECK(rc == 0 && *a && !strcmp(a, b), "resumed from step 6, the eval line of step %d "
+              "is '%s'; the straight run's '%s' (rc %d)", step, b, a, rc);
+    }
+    rc = t_run(ROT_RUN " --steps 4 --ckpt-every 2 --keep 1 --out " ROT_DIR "/one && " ROT_RUN
+               " --steps 6 --ckpt-every 2 --keep 1 --auto-resume --out " ROT_DIR "/one", out,
+               sizeof out);
+    ckpt_steps(ROT_DIR "/one", got, sizeof got);
+    CHECK(rc == 0 && strstr(out, "--auto-resume: continuing from " ROT_DIR "/one/ckpt-00000004."
+                            "safetensors (step 4)") && !strcmp(got, "6 "),
+          "--auto-resume on a directory of one checkpoint (--keep 1): rc %d, left '%s': %s", rc,
+          got, out);
+}
+
 void test_ckpt(void)
 {
     check_roundtrip();
@@ -407,4 +468,5 @@ void test_ckpt(void)
     check_hostile();
     check_wrong_width();
     check_damaged_copies();
+    check_rotation();
 }

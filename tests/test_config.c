@@ -55,32 +55,42 @@ static void check_same_run(const char *a, const char *b, const char *out_a, cons
     free(lb);
 }
 
-/* A config and the same flags on the command line: the same checkpoint. */
+/* A small run's config at path: preamble, then its lines, each ended by
+ * eol. */
+static void write_small_run(const char *path, const char *eol, const char *preamble)
+{
+    static const char *const lines[] = {
+        "# a small run", "", "embed = 16", "mlp=32", "  heads   =   2  ", "layers = 1",
+        "context = 32", "seq = 32", "batch = 4", "eval-batch = 8", "eval-every = 5",
+        "final-bytes = 16", "lr = 3e-3", "activation = gelu", "no-mlp = false",
+        "prompt = the cat sat", "steps = 6", "data = " TMP "/d.txt"};
+    FILE *f = fopen(path, "w");
+    fputs(preamble, f);
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+        fprintf(f, "%s%s", lines[i], eol);
+    fclose(f);
+}
+
+/* A config and the same flags on the command line: the same checkpoint;
+ * so too the file saved with CRLF line ends (a Windows editor's: no value
+ * keeps its \r), and the file after 8 KiB of comments (read whole, past
+ * the first 4 KiB its reader starts with). */
 static void check_same_as_flags(void)
 {
-    write_text(TMP "/run.conf",
-               "# a small run\n"
-               "\n"
-               "embed = 16\n"
-               "mlp=32\n"
-               "  heads   =   2  \n"
-               "layers = 1\n"
-               "context = 32\n"
-               "seq = 32\n"
-               "batch = 4\n"
-               "eval-batch = 8\n"
-               "eval-every = 5\n"
-               "final-bytes = 16\n"
-               "lr = 3e-3\n"
-               "activation = gelu\n"
-               "no-mlp = false\n"
-               "prompt = the cat sat\n"
-               "steps = 6\n"
-               "data = " TMP "/d.txt\n");
+    write_small_run(TMP "/run.conf", "\n", "");
     check_same_run("./gpt train --config " TMP "/run.conf --out " TMP "/f1",
                    "./gpt train " TINY " --lr 3e-3 --activation gelu --prompt 'the cat sat' "
                    "--steps 6 --out " TMP "/f2",
                    TMP "/f1", TMP "/f2", 6, "--config vs the same flags");
+    write_small_run(TMP "/crlf.conf", "\r\n", "");
+    check_same_run("./gpt train --config " TMP "/crlf.conf --out " TMP "/f3", "true", TMP "/f3",
+                   TMP "/f2", 6, "a --config file with CRLF line ends vs the same flags");
+    char comments[8192 + 1];
+    for (size_t i = 0; i + 64 <= sizeof comments - 1; i += 64)
+        snprintf(comments + i, 65, "# %-61s\n", "a long note before the settings");
+    write_small_run(TMP "/long.conf", "\n", comments);
+    check_same_run("./gpt train --config " TMP "/long.conf --out " TMP "/f4", "true", TMP "/f4",
+                   TMP "/f2", 6, "an 8 KiB --config file vs the same flags");
 }
 
 /* The command line wins over the file, before or after --config. */

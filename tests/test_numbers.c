@@ -316,33 +316,58 @@ static void check_schedule_everywhere(void)
 #define TINY "--embed 8 --heads 1 --layers 1 --mlp 16 --context 16 --seq 16 --batch 2 " \
              "--eval-every 1000 --final-bytes 0 --live off --data " DIR "/d.txt"
 
-/* The rates a run's metrics.jsonl records, step by step, against the closed
- * form: the trainer follows the schedule it was given. */
-static void check_recorded_rates(const char *decay, int steps, int warmup)
+/* The rates dir's metrics.jsonl records for steps first.. against the
+ * closed form of s: how many steps it has in order, from first; *bad,
+ * how many rates are off. */
+static int recorded_rates(const char *dir, const struct settings *s, int first, int *bad)
 {
-    char cmd[1024], out[65536];
-    snprintf(cmd, sizeof cmd, "./gpt train " TINY " --steps %d --warmup %d --decay %s "
-             "--lr 2e-3 --min-lr 3e-4 --out " DIR "/%s", steps, warmup, decay, decay);
-    int rc = t_run(cmd, out, sizeof out);
-    CHECK(rc == 0, "'%s' exited %d: %s", cmd, rc, out);
-    snprintf(cmd, sizeof cmd, DIR "/%s/metrics.jsonl", decay);
-    char *log = (char *)t_slurp(cmd, NULL);
-    struct settings s = schedule(2e-3, 3e-4, warmup, steps, decay);
-    int seen = 0, bad = 0;
+    char path[256];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *log = (char *)t_slurp(path, NULL);
+    int seen = first;
     const char *key = "\"kind\":\"step\",\"step\":";
     for (char *line = log ? strtok(log, "\n") : NULL; line; line = strtok(NULL, "\n")) {
         char *step = strstr(line, key), *lr = strstr(line, "\"lr\":");
         if (!step || !lr)
             continue; /* the config line, eval lines */
         int n = atoi(step + strlen(key));
-        double got = strtod(lr + strlen("\"lr\":"), NULL), want = closed_form(&s, n);
+        double got = strtod(lr + strlen("\"lr\":"), NULL), want = closed_form(s, n);
         seen += n == seen;
-        if (!(fabs(got - want) <= 1e-8 * want) && bad++ < 3) /* printed with 9 digits */
-            fprintf(stderr, "  %s step %d: recorded rate %.9g, want %.9g\n", decay, n, got, want);
+        if (!(fabs(got - want) <= 1e-8 * want) && (*bad)++ < 3) /* printed with 9 digits */
+            fprintf(stderr, "  %s step %d: recorded rate %.9g, want %.9g\n", dir, n, got, want);
     }
-    CHECK(log && seen == steps && bad == 0, "%s: " DIR "/%s/metrics.jsonl had %d of %d steps in order, "
-          "%d rates off the closed form", decay, decay, seen, steps, bad);
+    int read = log != NULL;
     free(log);
+    return read ? seen - first : -1;
+}
+
+/* The rates a run's metrics.jsonl records, step by step, against the closed
+ * form: the trainer follows the schedule it was given; and so does a run
+ * resumed from its checkpoint at step `resume_at` (in a directory of its
+ * own), from that step on: the schedule does not start again. */
+static void check_recorded_rates(const char *decay, int steps, int warmup, int resume_at)
+{
+    char cmd[1024], out[65536], dir[128], again[128];
+    snprintf(dir, sizeof dir, DIR "/%s", decay);
+    snprintf(again, sizeof again, DIR "/%s-resumed", decay);
+    snprintf(cmd, sizeof cmd, "./gpt train " TINY " --steps %d --warmup %d --decay %s "
+             "--lr 2e-3 --min-lr 3e-4 --ckpt-every %d --keep 100 --out %s", steps, warmup, decay,
+             resume_at, dir);
+    int rc = t_run(cmd, out, sizeof out);
+    CHECK(rc == 0, "'%s' exited %d: %s", cmd, rc, out);
+    struct settings s = schedule(2e-3, 3e-4, warmup, steps, decay);
+    int bad = 0, seen = recorded_rates(dir, &s, 0, &bad);
+    CHECK(seen == steps && bad == 0, "%s: %s/metrics.jsonl had %d of %d steps in order, %d "
+          "rates off the closed form", decay, dir, seen, steps, bad);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/ckpt-%08d.safetensors %s/ && ./gpt train "
+             "--resume --steps %d --data " DIR "/d.txt --out %s", again, dir, resume_at, again,
+             steps, again);
+    rc = t_run(cmd, out, sizeof out);
+    bad = 0;
+    seen = recorded_rates(again, &s, resume_at, &bad);
+    CHECK(rc == 0 && seen == steps - resume_at && bad == 0, "%s resumed at step %d: rc %d, "
+          "%s/metrics.jsonl had %d of %d steps in order, %d rates off the closed form: %s",
+          decay, resume_at, rc, again, seen, steps - resume_at, bad, rc ? out : "");
 }
 
 /* --top-k 1 prints what temperature 0 prints, at any temperature and seed,
@@ -436,8 +461,8 @@ static void check_cli(void)
     char out[4096];
     t_run("rm -rf " DIR " && mkdir -p " DIR, out, sizeof out);
     t_write_words(DIR "/d.txt", 20000);
-    check_recorded_rates("cosine", 14, 3);
-    check_recorded_rates("linear", 9, 0);
+    check_recorded_rates("cosine", 14, 3, 2);
+    check_recorded_rates("linear", 9, 0, 5);
     check_cli_top1();
     check_against_pytorch();
 }

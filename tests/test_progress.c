@@ -1,16 +1,21 @@
 /* tests/test_progress.c: gpt eval in chunks, and the progress lines of
- * long work. gpt eval's loss over a test split (eval_split) has the same
- * bits whatever its chunk; by default a chunk is the checkpoint's
- * training batch, so an eval fits wherever a training step fits (the
- * simulated core's --hbm says so); and a compile tells a person at a
- * terminal which stage it is in, clears its line when done, and leaves a
- * line saying how long it took. */
+ * long work. gpt eval's loss over a test split (eval_split) is the mean
+ * of its windows scored one at a time, and has the same bits whatever its
+ * chunk; by default a chunk is the checkpoint's training batch, so an
+ * eval fits wherever a training step fits (the simulated core's --hbm
+ * says so); a compile tells a person at a terminal which stage it is in,
+ * clears its line when done, and leaves a line saying how long it took;
+ * and the live line's ms/step and tok/s, and the run log's rates, are
+ * what the run log's step times say, in a resumed run too. */
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "cmd/ckpt.h"
 #include "cmd/evaluate.h"
 #include "compiler/compiler.h"
+#include "data/text.h"
 #include "graph.h"
 #include "util/rng.h"
 #include "xla_sim.h"
@@ -47,6 +52,27 @@ static char *release_stderr(const char *path)
 
 /* ---- eval_split: the bits do not depend on the chunk ---- */
 
+/* The test split's mean loss from its definition: every whole window of
+ * T bytes from n_train on, each scored alone (batch_loss of one window,
+ * the mean of its T-1 targets), averaged in float64. No batches, no
+ * padding: what eval_split must give within float rounding. */
+static double split_loss_by_window(Model *m, Graph *g, const Data *d, int T, long *windows)
+{
+    Batch one;
+    batch_alloc(&one, 1, T);
+    double sum = 0;
+    long n = 0;
+    for (size_t at = d->n_train; at + (size_t)T <= d->n; at += (size_t)T, n++) {
+        for (int t = 0; t < T; t++)
+            one.tok[t] = d->bytes[at + (size_t)t];
+        batch_finish(&one);
+        sum += batch_loss(m, g, &one);
+    }
+    batch_free(&one);
+    *windows = n;
+    return sum / (double)n;
+}
+
 /* A test split of 10 windows of 13 bytes (and 5 left over), in batches of
  * 7: a full batch and a padded one. Chunks of 7 are today's one forward
  * pass a batch (batch_loss); 3 and 1 leave padded last chunks, 0 and 40
@@ -68,6 +94,13 @@ static void check_split_bits(void)
     long windows = 0, w;
     double whole = eval_split(&m, cpu, &d, 7, 7, &windows, NULL);
     CHECK(windows == 10, "eval_split counted %ld windows of 13 in 135 bytes, want 10", windows);
+    /* the padded batch's 4 rows of zeros count for nothing, and its 3
+     * windows weigh 3 of 10: the mean of the 10 windows scored one by one */
+    long alone_n;
+    double alone = split_loss_by_window(&m, cpu, &d, c.context, &alone_n);
+    CHECK(alone_n == 10 && fabs(whole - alone) <= 1e-6 * alone, "eval_split's loss %.9f over "
+          "10 windows in batches of 7; the windows one at a time give %.9f (%ld windows)", whole,
+          alone, alone_n);
     static const int chunks[] = {3, 1, 0, 40, 7};
     for (size_t k = 0; k < sizeof chunks / sizeof *chunks; k++) {
         double eager = eval_split(&m, cpu, &d, 7, chunks[k], &w, NULL);
@@ -102,6 +135,42 @@ static const char *loss_line(const char *out)
     return at ? at : "";
 }
 
+/* gpt eval's loss line against the test split of `data` scored window by
+ * window (split_loss_by_window) with the checkpoint's weights loaded here:
+ * 0 when they agree within float rounding and count the same windows. */
+static int eval_line_matches(const char *line, const char *ckpt, const char *data, char *why,
+                             size_t n)
+{
+    StFile f;
+    Config c;
+    Model m;
+    Data d;
+    double said;
+    long windows, said_windows;
+    char err[256];
+    if (sscanf(line, "loss %lf bpb %*f (%ld windows", &said, &said_windows) != 2 ||
+        st_load(&f, ckpt, err, sizeof err)) {
+        snprintf(why, n, "no loss line, or %s does not load", ckpt);
+        return -1;
+    }
+    if (ckpt_config(&f, &c, 0)) {
+        st_free(&f);
+        snprintf(why, n, "%s describes no model", ckpt);
+        return -1;
+    }
+    model_init(&m, &c, 0);
+    ckpt_load_weights(&m, &f, 0, err, sizeof err);
+    st_free(&f);
+    load_data(&d, data, c.context, c.vocab, 1);
+    Graph *g = g_new();
+    double want = split_loss_by_window(&m, g, &d, c.context, &windows);
+    g_free(g);
+    free(d.bytes);
+    model_free(&m);
+    snprintf(why, n, "the windows one at a time: loss %.6f over %ld windows", want, windows);
+    return !(fabs(said - want) <= 1e-5 * want + 1e-6 && said_windows == windows);
+}
+
 /* A checkpoint trained at --batch 4 under HBM: its eval of 64 windows a
  * batch fits there too, in chunks of 4; in one chunk of 64 it does not
  * (the core's check refuses the program). The loss line is the same
@@ -117,6 +186,9 @@ static void check_eval_fits(void)
                ref, sizeof ref);
     CHECK(rc == 0 && strstr(ref, "loss "), "gpt eval in one chunk of 64 failed (%d): %s", rc,
           ref);
+    char why[256];
+    CHECK(!eval_line_matches(loss_line(ref), TMP "/run/ckpt-00000002.safetensors", TMP "/d.txt",
+                             why, sizeof why), "gpt eval says '%s'; %s", ref, why);
     const char *runs[] = {"", "--chunk 3", "--chunk 1000"};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         char cmd[512];
@@ -277,6 +349,121 @@ static void check_compile_lines(void)
     }
 }
 
+/* ---- the live line's figures ---- */
+
+#define LIVE "--embed 16 --mlp 32 --heads 2 --layers 1 --context 32 --seq 32 --batch 2 " \
+             "--grad-accum 2 --eval-batch 4 --eval-every 3 --eval-bytes 0 --final-bytes 0 --live on " \
+             "--data " TMP "/d.txt"
+#define LIVE_WINDOWS (2 * 2) /* a step: --batch x --grad-accum windows */
+#define LIVE_TOKENS (LIVE_WINDOWS * 32) /* of --seq bytes */
+#define LIVE_STEPS 64
+
+/* Each step's milliseconds as dir's run log records them (ms[step]). */
+static void logged_ms(const char *dir, double *ms)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *log = (char *)t_slurp(path, NULL);
+    const char *key = "\"kind\":\"step\",\"step\":";
+    for (char *line = log ? strtok(log, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        char *step = strstr(line, key), *at = strstr(line, "\"ms\":");
+        int n = step ? atoi(step + strlen(key)) : -1;
+        if (at && n >= 0 && n < LIVE_STEPS)
+            ms[n] = atof(at + strlen("\"ms\":"));
+    }
+    free(log);
+}
+
+/* Every live line of out against the run log of dir, whose run started
+ * at step start: "step D/S | P ms/step | R tok/s" says P = the mean of
+ * steps start..D-1's logged times (the steps this process ran), and R P
+ * = a step's tokens. Returns the lines checked. */
+static int check_live_lines(const char *out, const char *dir, int start)
+{
+    double ms[LIVE_STEPS] = {0};
+    logged_ms(dir, ms);
+    int lines = 0;
+    for (const char *at = out; (at = strstr(at, "\r\033[Kstep ")); at++) {
+        int done, steps;
+        double per, tps, sum = 0;
+        if (sscanf(at + 4, "step %d/%d | %lf ms/step | %lf tok/s", &done, &steps, &per, &tps) != 4
+            || done <= start || done > LIVE_STEPS)
+            continue;
+        for (int k = start; k < done; k++)
+            sum += ms[k];
+        double mean = sum / (done - start);
+        lines++;
+        CHECK(mean > 0 && fabs(per - mean) <= 0.0051 + 1e-3 * mean &&
+                  fabs(tps * mean * 1e-3 - LIVE_TOKENS) <= 0.01 * LIVE_TOKENS,
+              "%s: the live line 'step %d/%d | %.2f ms/step | %.0f tok/s'; the run log's steps "
+              "%d..%d took %.4f ms on average, and a step is %d tokens", dir, done, steps, per,
+              tps, start, done - 1, mean, LIVE_TOKENS);
+    }
+    return lines;
+}
+
+/* The "rate" notes of dir's run log (one an eval line, on one core): Rate
+ * is the windows a second of the steps since the note before (or since
+ * the run's start), GlobalRate of every step this process ran, from the
+ * logged step times. Returns the notes checked. */
+static int check_rate_notes(const char *dir, int start)
+{
+    double ms[LIVE_STEPS] = {0};
+    logged_ms(dir, ms);
+    char path[256];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *log = (char *)t_slurp(path, NULL);
+    const char *key = "{\"kind\":\"rate\",\"step\":";
+    int notes = 0, since = start;
+    for (const char *at = log; at && (at = strstr(at, key)); at++) {
+        int step;
+        double rate, global, window = 0, all = 0;
+        if (sscanf(at + strlen(key), "%d,\"time\":{\"rate\":%lf,\"global_rate\":%lf", &step,
+                   &rate, &global) != 3 || step < since || step >= LIVE_STEPS)
+            break;
+        for (int k = start; k <= step; k++) {
+            all += ms[k] * 1e-3;
+            window += k >= since ? ms[k] * 1e-3 : 0;
+        }
+        double want = LIVE_WINDOWS * (step + 1 - since) / window;
+        double want_global = LIVE_WINDOWS * (step + 1 - start) / all;
+        CHECK(fabs(rate - want) <= 1e-3 * want + 0.01 &&
+                  fabs(global - want_global) <= 1e-3 * want_global + 0.01,
+              "%s: at step %d the run log says rate %.2f, global_rate %.2f windows a second; "
+              "its step times give %.2f (steps %d..%d) and %.2f (steps %d..%d)", dir, step, rate,
+              global, want, since, step, want_global, start, step);
+        notes++;
+        since = step + 1;
+    }
+    free(log);
+    return notes;
+}
+
+/* The live line's ms/step and tok/s, and the run log's rates, of a run
+ * and of its resume from the middle, against the run log's own step
+ * times (--live on writes the line into a file too). */
+static void check_live_figures(void)
+{
+    char out[65536];
+    t_write_words(TMP "/d.txt", 39000);
+    int rc = t_run("rm -rf " TMP "/live " TMP "/live-r && ./gpt train " LIVE " --steps 8 "
+                   "--ckpt-every 4 --out " TMP "/live", out, sizeof out);
+    int lines = check_live_lines(out, TMP "/live", 0);
+    CHECK(rc == 0 && lines > 0, "a run with --live on: rc %d, %d live lines: %.2000s", rc, lines,
+          out);
+    int notes = check_rate_notes(TMP "/live", 0);
+    CHECK(notes == 3, "the run log of 8 steps, an eval every 3, has %d rate notes, want 3",
+          notes);
+    rc = t_run("mkdir -p " TMP "/live-r && cp " TMP "/live/ckpt-00000004.safetensors " TMP
+               "/live-r/ && ./gpt train --resume --steps 8 --live on --data " TMP "/d.txt --out "
+               TMP "/live-r", out, sizeof out);
+    lines = check_live_lines(out, TMP "/live-r", 4);
+    CHECK(rc == 0 && lines > 0, "its resume from step 4 with --live on: rc %d, %d live lines: "
+          "%.2000s", rc, lines, out);
+    notes = check_rate_notes(TMP "/live-r", 4);
+    CHECK(notes == 1, "the run log resumed at step 4 has %d rate notes, want 1 (step 6)", notes);
+}
+
 void test_progress(void)
 {
     char out[256];
@@ -285,4 +472,5 @@ void test_progress(void)
     check_compile_hook();
     check_eval_fits();
     check_compile_lines();
+    check_live_figures();
 }
