@@ -3020,7 +3020,7 @@ static void attention_head_bf16(float *o /* [T,C], head's col */, float *lse /* 
         for (int d = 0; d < hs; d++)
             vstore(b->ot + VL * d, vdiv(vload(b->ot + VL * d), l));
         vtranspose(o + (size_t)i0 * C, (size_t)C, b->ot, VL, hs, w);
-        vstore_n(lse + i0, vadd(vmul(mx, vset(LN2)), vlog(l)), w); /* back to base e */
+        vstore_n(lse + i0, vadd(vmul(mx, vset(LN2)), vlog(l)), w); /* to base e, as in fp32 */
     }
 }
 
