@@ -342,10 +342,9 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void nap(double s)
+static struct timespec seconds(double s)
 {
-    struct timespec t = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    nanosleep(&t, NULL);
+    return (struct timespec){(time_t)s, (long)((s - floor(s)) * 1e9)};
 }
 
 /* GPT_TEST_TIMEOUT, or SUITE_LIMIT_S; exits 2 when it is no number > 0. */
@@ -374,6 +373,7 @@ static void check_fault_var(const char *var)
     }
 }
 
+/* Whether environment variable var names this suite. */
 static int names(const char *var, const char *suite)
 {
     const char *v = getenv(var);
@@ -440,7 +440,7 @@ static enum ending await_suite(pid_t suite, double limit, int *signo)
         double left = deadline - now_s();
         if (left <= 0)
             return TIMED_OUT;
-        struct timespec t = {(time_t)left, (long)((left - floor(left)) * 1e9)};
+        struct timespec t = seconds(left);
         int got = sigtimedwait(&awaited, NULL, &t);
         if (got > 0 && got != SIGCHLD) {
             *signo = got;
@@ -480,7 +480,8 @@ static int await_leftovers(pid_t group, pid_t suite, double s)
     int n;
     while ((n = signal_leftovers(group, 0)) > 0 && now_s() < until) {
         reap_orphans(suite);
-        nap(POLL_S);
+        struct timespec poll = seconds(POLL_S);
+        nanosleep(&poll, NULL);
     }
     return n;
 }
