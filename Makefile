@@ -41,7 +41,8 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
            tests/test_golden.c tests/test_numbers.c tests/test_optim.c \
            tests/test_house.c tests/test_lock.c tests/test_config.c \
            tests/test_progress.c tests/test_remat.c tests/test_shard.c \
-           tests/test_accum.c tests/test_bytes.c
+           tests/test_accum.c tests/test_bytes.c \
+           tests/test_harness.c
 TESTHDR := tests/test.h tests/adam_reference.h tests/gelu_reference.h
 
 # The kernels: tensor.c is written once over the vector layer (vec.h) and
@@ -210,7 +211,8 @@ MEMRUN := --embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 \
 VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
             --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect
 
-# The sanitized suites (tests/run-debug, last) start ./gpt and ./gpt-mpi.
+# The sanitized suites (tests/run-debug, last) start ./gpt and ./gpt-mpi;
+# slower under the sanitizers, each gets an hour rather than 10 minutes.
 check-mem: gpt $(MPI_BIN) debug
 	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure && mkdir -p tests/tmp
 	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
@@ -236,7 +238,7 @@ check-mem: gpt $(MPI_BIN) debug
 	rm tests/tmp/mem-st/ckpt-00000010.safetensors
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --data 'pipe:cat tests/tmp/mem-sh/train-00000{0..3}.tar' \
 	    --test-data tests/tmp/mem.txt --resume --out tests/tmp/mem-st
-	./tests/run-debug
+	GPT_TEST_TIMEOUT=3600 ./tests/run-debug
 
 # libFuzzer on the checkpoint loader, then on the tar reader, each for
 # FUZZ_SECONDS. New inputs go to tests/tmp/fuzz*; the seeds are committed.
@@ -286,16 +288,16 @@ docs: gpt
 # suites under qemu-aarch64-static (Debian: qemu-user-static) through
 # tests/arm64.sh: ARM64_SUITES if set, else all but ARM64_SKIP (two that
 # user-mode qemu cannot pass, the house suite, which reads the native
-# build, and two about processes and files rather than arithmetic: the
-# run directory's lock and --config files; tests/arm64.sh says why), in
-# about 5 minutes.
+# build, and three about processes and files rather than arithmetic: the
+# run directory's lock, --config files and tests/run's own harness;
+# tests/arm64.sh says why), in about 5 minutes.
 ARM64_CC     := aarch64-linux-gnu-gcc
 ARM64_NM     := aarch64-linux-gnu-nm
 ARM64_OBJCOPY := aarch64-linux-gnu-objcopy
 ARM64_CFLAGS  = $(CFLAGS) $(WARN) -fopenmp -static
 ARM64_KOBJ   := build/arm64/tensor-neon.o build/arm64/tensor-scalar.o
 ARM64_SUITES ?=
-ARM64_SKIP   ?= cli homework house lock config
+ARM64_SKIP   ?= cli homework house lock config harness
 build/arm64/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh
 	@mkdir -p build/arm64
 	$(ARM64_CC) $(CFLAGS) $(WARN) -fopenmp $(KFLAGS_$*) -c -o $@ tensor.c

@@ -20,9 +20,10 @@
 # which qemu itself sets before gpt installs its handler; and house, which
 # reads the native build's objects and binary with nm (the source tree's
 # shape, the same on every architecture, checked by the native make test);
-# and lock and config, about processes, file locks and flag files rather
-# than arithmetic (the same code on every architecture, checked natively;
-# lock's runs freeze and kill trainers on a clock qemu would stretch).
+# and lock, config and harness, about processes, file locks, flag files
+# and tests/run itself rather than arithmetic (the same code on every
+# architecture, checked natively; lock's runs freeze and kill trainers on
+# a clock qemu would stretch, and harness re-executes /proc/self/exe).
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 QEMU=${QEMU:-qemu-aarch64-static}

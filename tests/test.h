@@ -6,15 +6,21 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-extern int t_pass, t_fail, t_skip;
+/* The checks counted so far. They live in memory that each suite's
+ * process shares with tests/run, so that a suite that crashes or hangs
+ * keeps the counts it got to (tests/main.c runs each in a process). */
+struct t_counts {
+    int pass, fail, skip;
+};
+extern struct t_counts *t_counts;
 
 /* One counted assertion; a failure prints where and why, and goes on. */
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \
         if (cond) {                                                        \
-            t_pass++;                                                      \
+            t_counts->pass++;                                              \
         } else {                                                           \
-            t_fail++;                                                      \
+            t_counts->fail++;                                              \
             fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
             fprintf(stderr, __VA_ARGS__);                                  \
             fputc('\n', stderr);                                           \
@@ -67,6 +73,10 @@ int t_same_tensors(const char *a, const char *b);
 int t_newest_step(const char *dir);
 int t_steps_logged(const char *dir);
 void t_wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid);
+/* 1 when process pid runs (exists and has not ended: a zombie has), with
+ * its parent's pid and its process group in *ppid, *pgrp (either may be
+ * NULL); from /proc. */
+int t_running(long pid, long *ppid, long *pgrp);
 /* At least `at_least` bytes of pseudo-English from a fixed seed. */
 void t_write_words(const char *path, size_t at_least);
 /* A number's macro as a string literal, for a command line: T_STR(SEQ). */
@@ -116,5 +126,6 @@ void test_remat(void);
 void test_shard(void);
 void test_accum(void);
 void test_bytes(void);
+void test_harness(void);
 
 #endif

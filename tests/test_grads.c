@@ -14,6 +14,17 @@
 
 #define MAXIN 4
 
+/* The differences' step, and the tolerance of a gradient against them,
+ * relative to the largest gradient of the input (FD_SCALE_FLOOR where all
+ * are smaller): a step of 1e-2 keeps truncation (~step^2 times the third
+ * derivative) and the float forward's rounding (~1e-7 of L divided by the
+ * step) below 1e-4 of that scale (6.8e-5 at worst, layernorm's x, as
+ * measured); FD_TOL is some 300 times that, and a wrong rule is off by
+ * O(1) of it. */
+#define FD_STEP 1e-2f
+#define FD_TOL 2e-2
+#define FD_SCALE_FLOOR 1e-3
+
 struct gcase {
     const char *name;
     int nin;
@@ -56,20 +67,20 @@ static void check_input(Graph *g, const struct gcase *c, float **data, const flo
                         int i, const float *an)
 {
     long n = (long)c->rows[i] * c->cols[i], step = n > 40 ? n / 40 : 1;
-    double scale = 1e-3, worst = 0;
+    double scale = FD_SCALE_FLOOR, worst = 0;
     for (long j = 0; j < n; j++)
         scale = fmax(scale, fabs(an[j]));
     for (long j = 0; j < n; j += step) {
         float keep = data[i][j];
-        data[i][j] = keep + 1e-2f;
+        data[i][j] = keep + FD_STEP;
         double lp = objective(g, c, data, r);
-        data[i][j] = keep - 1e-2f;
+        data[i][j] = keep - FD_STEP;
         double lm = objective(g, c, data, r);
         data[i][j] = keep;
-        double fd = (lp - lm) / (2e-2);
+        double fd = (lp - lm) / (2.0 * FD_STEP);
         worst = fmax(worst, fabs(fd - an[j]) / scale);
     }
-    CHECK(worst < 2e-2, "%s: input %d gradient off by %.3g of its scale", c->name, i, worst);
+    CHECK(worst < FD_TOL, "%s: input %d gradient off by %.3g of its scale", c->name, i, worst);
 }
 
 static void check_case(const struct gcase *c)
