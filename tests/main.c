@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <dirent.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
@@ -230,6 +231,21 @@ void t_write_words(const char *path, size_t at_least)
     fwrite(buf, 1, n, f);
     fclose(f);
     free(buf);
+}
+
+int t_cores(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+void t_threads_said(char *buf, size_t n, int ranks)
+{
+    int cores = t_cores(), each = cores / ranks > 1 ? cores / ranks : 1;
+    int len = snprintf(buf, n, "%d thread%s: %d core%s", each, each > 1 ? "s" : "", cores,
+                       cores > 1 ? "s" : "");
+    if (ranks > 1 && len < (int)n)
+        snprintf(buf + len, n - (size_t)len, ", %d ranks on this host -> %d", ranks, each);
 }
 
 static const struct {

@@ -67,6 +67,17 @@ int t_steps_logged(const char *dir);
 void t_wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid);
 /* At least `at_least` bytes of pseudo-English from a fixed seed. */
 void t_write_words(const char *path, size_t at_least);
+/* The cores this process may run on (its affinity mask), as gpt counts
+ * them; and the thread count gpt's banner should say for them, shared by
+ * `ranks` processes of a pod on this host (1: alone), with no cgroup CPU
+ * quota, as "1 thread: 2 cores, 2 ranks on this host -> 1". */
+int t_cores(void);
+void t_threads_said(char *buf, size_t n, int ranks);
+
+/* A sed command that leaves of a run log (metrics.jsonl) what must be the
+ * same bits run after run: the "time" fields go, and the "pace" notes (a
+ * busy machine said), which are all time. */
+#define T_LOG_SED "sed '/\"kind\":\"pace\"/d; s/,\"time\":{[^}]*}}$/}/'"
 
 /* Each suite is one function, listed in tests/main.c. */
 void test_kernels(void);
