@@ -1761,7 +1761,7 @@ static const struct {
 };
 
 /* The models timed: the default, and a larger one, fewer steps (--quick
- * gives it one layer). */
+ * gives each one layer). */
 static const struct load_shape {
     const char *name, *flags;
     int steps, quick_steps;
