@@ -167,8 +167,9 @@ bench/bench: $(OBJ) $(KOBJ) $(HDR) bench/bench.c
 
 # With clang, libomp and mimalloc there, both builds are made first, so
 # bench/bench's flavours section can time clang's step against gcc's
-# (make bench-flavours times three layouts).
-bench: bench/bench
+# (make bench-flavours times three layouts). The load section runs ./gpt
+# (and ./gpt-mpi, where mpicc is) as a user does.
+bench: bench/bench gpt $(MPI_BIN)
 	if [ -n "$(HAVE_LLVM)" ]; then $(MAKE) --no-print-directory gpt-llvm bench/gpt-gcc; fi
 	./bench/bench $(BENCH_FLAGS)
 

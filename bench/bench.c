@@ -13,8 +13,12 @@
  *     larger shapes and GPT-2 small's; gcc's build against clang's;
  *   - the data loader: steps a second it makes from tar shards, from files
  *     and through pipe:cat, next to the steps a second training takes;
- *   - last, the summary: every target of the fourth speed issue (35), the
- *     figure measured, met or MISSED, or why it was not measured.
+ *   - under load: gpt train alone and beside busy processes, with gpt's
+ *     own thread count and --threads 1; a pod of 2 ranks on this host
+ *     against one process of --cores 2;
+ *   - last, the summary: every target of the fourth speed issue (35) and
+ *     of issue 60 (the load section's), the figure measured, met or
+ *     MISSED, or why it was not measured.
  *
  * Contenders always run alternately, round after round, and the table
  * quotes medians: on a shared machine the noise then falls on all of them
@@ -26,15 +30,18 @@
  *   with the machine it was measured on, so two runs can be compared.
  *
  * SECTION: kernels, steps, isa, eval, torch, scaling, shapes, gpt2,
- * flavours, loader (the projected full run needs steps and eval); the peak
+ * flavours, loader, load (the projected full run needs steps and eval); the peak
  * is always measured (the other sections quote percentages of it).
  */
 #include <errno.h>
 #include <limits.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -128,7 +135,7 @@ static void record(const char *section, const char *name, double value, const ch
 }
 
 /* --only's names */
-static const char sections[] = "kernels,steps,isa,eval,torch,scaling,shapes,gpt2,flavours,loader";
+static const char sections[] = "kernels,steps,isa,eval,torch,scaling,shapes,gpt2,flavours,loader,load";
 
 /* Whether the comma-separated list has the item name[0..len). */
 static int list_has(const char *list, const char *name, size_t len)
@@ -172,7 +179,7 @@ static int only_ok(const char *list)
 enum target_id {
     T_STEP_1CORE, T_STEP_V38, T_STEP_AVX2, T_THREADS, T_BF16_NATIVE, T_BF16_EMULATED,
     T_SHAPE_256, T_SHAPE_384, T_SHAPE_768, T_GPT2, T_ATT_FWD, T_ATT_BWD, T_WIDE_MM, T_LLVM,
-    T_MANY, T_FULL_RUN, NTARGETS,
+    T_MANY, T_FULL_RUN, T_LOAD_1, T_LOAD_2, T_LOAD_THREADS, T_POD_HOST, NTARGETS,
     T_NONE = -1 /* a figure with no target of issue 35 */
 };
 
@@ -204,6 +211,11 @@ static struct target {
     [T_LLVM] = {"clang build's step over gcc's", "flavours", 1, 1.05, "x"},
     [T_MANY] = {"sample --num-samples 16, bytes/s over one", "eval", 0, 4.0, "x"},
     [T_FULL_RUN] = {"full default run, projected", "steps or eval", 1, 7.0, "min"},
+    /* issue 60's: a machine that runs other work */
+    [T_LOAD_1] = {"step beside 1 busy process over alone (worst)", "load", 1, 1.5, "x"},
+    [T_LOAD_2] = {"step beside 2 busy processes over alone (worst)", "load", 1, 2.2, "x"},
+    [T_LOAD_THREADS] = {"beside busy ones, over --threads 1 (worst)", "load", 1, 1.0, "x"},
+    [T_POD_HOST] = {"pod of 2 ranks on one host over --cores 2", "load", 1, 1.2, "x"},
 };
 
 static int target_met(enum target_id id, double got)
@@ -270,7 +282,7 @@ static void format_figure(enum target_id id, double got, char *buf, size_t n)
 static void summary(void)
 {
     int met = 0, missed = 0, none = 0;
-    printf("targets of the fourth speed issue (35)%s\n",
+    printf("targets of the fourth speed issue (35) and of issue 60 (load)%s\n",
            opt.quick ? " (--quick: the figures mean nothing)" : "");
     printf("  %-46s %11s  %-9s %-7s %s\n", "target", "measured", "target", "verdict", "worst of / why");
     for (int id = 0; id < NTARGETS; id++) {
@@ -1603,23 +1615,38 @@ static void gpt2_table(void)
 
 /* ---- gcc's build against clang's (make LLVM=1) ---- */
 
-/* ms/step of one `gpt train` of the default model (xla, 1 core, fp32) by
- * the binary bin, as bench/flavours.sh runs it; -1 if it failed. Its run
- * directory goes under dir and is removed after. */
-static double train_ms(const char *bin, const char *dir, int steps)
+/* ms/step of one `gpt train` run, "launch bin train --data D --steps N
+ * [flags] --out dir/run" (launch: "" or an mpirun line), as gpt prints it
+ * at the end ("12.34 ms/step over N steps"): the timed steps alone, no
+ * eval line, checkpoint or final passage among them. -1 if it failed.
+ * threads (n > 0) gets the banner's thread count and its reason. The run
+ * directory is removed after. */
+static double gpt_train_ms(const char *launch, const char *bin, const char *flags,
+                           const char *dir, int steps, char *threads, size_t n)
 {
     char cmd[4 * PATH_MAX], line[512];
-    snprintf(cmd, sizeof cmd, "'%s' train --data '%s' --steps %d --eval-every 100000 "
-             "--ckpt-every 100000 --final-bytes 0 --out '%s/run' 2>&1; rm -rf '%s/run'", bin,
-             opt.data, steps, dir, dir);
+    snprintf(cmd, sizeof cmd, "%s '%s' train --data '%s' --steps %d --eval-every 100000 "
+             "--ckpt-every 100000 --final-bytes 0 %s --out '%s/run' 2>&1; rm -rf '%s/run'",
+             launch, bin, opt.data, steps, flags, dir, dir);
     FILE *p = popen(cmd, "r");
     double ms = -1;
-    while (p && fgets(line, sizeof line, p))
+    while (p && fgets(line, sizeof line, p)) {
+        const char *at = strstr(line, " kernels, "), *end = at ? strchr(at, ';') : NULL;
         if (strstr(line, "ms/step over")) /* "12.34 ms/step over N steps; ..." */
             ms = atof(line);
+        if (n && !strncmp(line, "gpt: ", 5) && end) /* "..., avx512 kernels, 1 thread: 2 cores; " */
+            snprintf(threads, n, "%.*s", (int)(end - at - 10), at + 10);
+    }
     if (p)
         pclose(p); /* rm's status: the run's is its ms/step line */
     return ms;
+}
+
+/* The default model (xla, 1 core, fp32) by the binary bin, as
+ * bench/flavours.sh runs it. */
+static double train_ms(const char *bin, const char *dir, int steps)
+{
+    return gpt_train_ms("", bin, "", dir, steps, NULL, 0);
 }
 
 /* The two builds alternately, round after round; the median of each
@@ -1671,6 +1698,226 @@ static void flavours_table(void)
            target_text(T_LLVM), mark(judge(T_LLVM, x, "xla 1 core, fp32")));
     record("flavours", "clang step over gcc's", x, "x", target_text(T_LLVM),
            target_met(T_LLVM, x));
+}
+
+/* ---- under load: gpt train beside other busy programs (issue 60) ----
+ * A user's machine runs other work. The real binary trains beside plain
+ * spinning processes the bench starts: its OpenMP runtime is told how to
+ * wait before it starts (util/threads.c), which this dynamically linked
+ * bench cannot do for its own steps, so the steps here are gpt's own. */
+
+enum { MAX_BUSY = 2 };
+
+struct busy {
+    pid_t pid[MAX_BUSY];
+    int n;
+};
+
+static void busy_stop(struct busy *b)
+{
+    for (int i = 0; i < b->n; i++) {
+        kill(b->pid[i], SIGKILL);
+        waitpid(b->pid[i], NULL, 0);
+    }
+    b->n = 0;
+}
+
+/* n processes that spin until killed; each dies with the bench too
+ * (PR_SET_PDEATHSIG), should the bench die first. -1 if fork failed. */
+static int busy_start(struct busy *b, int n)
+{
+    pid_t bench = getpid();
+    b->n = 0;
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            busy_stop(b);
+            return -1;
+        }
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != bench) /* the bench died before prctl */
+                _exit(0);
+            for (;;)
+                ;
+        }
+        b->pid[b->n++] = pid;
+    }
+    return 0;
+}
+
+/* Each shape's contenders: gpt's own thread count or --threads 1, and
+ * how many busy processes run beside it. */
+enum { ALONE, BESIDE1, BESIDE2, T1_BESIDE1, T1_BESIDE2, NLOAD };
+static const struct {
+    const char *label, *flags;
+    int busy;
+} load_runs[NLOAD] = {
+    [ALONE] = {"alone", "", 0},
+    [BESIDE1] = {"beside 1 busy process", "", 1},
+    [BESIDE2] = {"beside 2 busy processes", "", 2},
+    [T1_BESIDE1] = {"--threads 1 beside 1 busy process", "--threads 1", 1},
+    [T1_BESIDE2] = {"--threads 1 beside 2 busy processes", "--threads 1", 2},
+};
+
+/* The models timed: the default, and a larger one, fewer steps (--quick
+ * gives each one layer). */
+static const struct load_shape {
+    const char *name, *flags;
+    int steps, quick_steps;
+} load_shapes[] = {
+    {"default config", "", 300, 20},
+    {"embed 256, 8 heads, mlp 1024, 4 layers", "--embed 256 --heads 8 --mlp 1024 --layers 4", 12,
+     2},
+};
+
+static int load_rounds(void) { return opt.quick ? 1 : 5; }
+
+/* The 1-minute load average as the section starts: what else the machine
+ * runs (the busy processes come on top of it). */
+static double load_average(void)
+{
+    double avg = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%lf", &avg) != 1)
+        avg = -1;
+    if (f)
+        fclose(f);
+    return avg;
+}
+
+/* One run of a contender beside its busy processes; -1 if it failed. */
+static double beside_busy_ms(const char *launch, const char *bin, const char *flags, int busy,
+                       const char *dir, int steps, char *threads, size_t n)
+{
+    struct busy b;
+    if (busy_start(&b, busy))
+        return -1;
+    double ms = gpt_train_ms(launch, bin, flags, dir, steps, threads, n);
+    busy_stop(&b);
+    return ms;
+}
+
+/* A ratio's row: the median of the rounds' ratios against its target. */
+static void load_ratio_row(const char *shape, const char *label, double *r, int rounds,
+                           enum target_id id)
+{
+    char name[112];
+    double x = median_of(r, rounds);
+    snprintf(name, sizeof name, "%s, %s", shape, label);
+    int met = judge(id, x, name);
+    printf("    %-56s %9s %10.2fx   %s %s\n", label, "", x, target_text(id), mark(met));
+    record("load", name, x, "x", target_text(id), met);
+}
+
+/* The contenders of one shape alternately, round after round; 0 if a run
+ * failed. */
+static int load_shape_table(const struct load_shape *sh, const char *gpt, const char *dir)
+{
+    int rounds = load_rounds(), steps = opt.quick ? sh->quick_steps : sh->steps;
+    double ms[NLOAD][MAX_ROUNDS], over[NLOAD][MAX_ROUNDS], vs_t1[2][MAX_ROUNDS];
+    char flags[256], threads[160] = "?";
+    for (int r = 0; r < rounds; r++) {
+        for (int c = 0; c < NLOAD; c++) {
+            snprintf(flags, sizeof flags, "%s%s %s", sh->flags, opt.quick ? " --layers 1" : "",
+                     load_runs[c].flags);
+            ms[c][r] = beside_busy_ms("", gpt, flags, load_runs[c].busy, dir, steps,
+                                c == ALONE ? threads : NULL, c == ALONE ? sizeof threads : 0);
+            if (ms[c][r] <= 0)
+                return 0;
+            over[c][r] = ms[c][r] / ms[ALONE][r];
+        }
+        vs_t1[0][r] = ms[BESIDE1][r] / ms[T1_BESIDE1][r];
+        vs_t1[1][r] = ms[BESIDE2][r] / ms[T1_BESIDE2][r];
+    }
+    printf("  %s, %d steps (gpt alone: %s)\n", sh->name, steps, threads);
+    printf("    %-56s %9s %11s   %s\n", "run", "ms/step", "over alone", "target");
+    for (int c = 0; c < NLOAD; c++) {
+        char name[112];
+        double m = median_of(ms[c], rounds), x = median_of(over[c], rounds);
+        enum target_id id = c == BESIDE1 ? T_LOAD_1 : c == BESIDE2 ? T_LOAD_2 : T_NONE;
+        printf("    %-56s %9.2f", load_runs[c].label, m);
+        if (c != ALONE)
+            printf(" %10.2fx", x);
+        if (id != T_NONE)
+            printf("   %s %s", target_text(id), mark(judge(id, x, sh->name)));
+        putchar('\n');
+        snprintf(name, sizeof name, "%s, %s", sh->name, load_runs[c].label);
+        record("load", name, m, "ms", NULL, 0);
+        if (id != T_NONE) {
+            snprintf(name, sizeof name, "%s, %s, over alone", sh->name, load_runs[c].label);
+            record("load", name, x, "x", target_text(id), target_met(id, x));
+        }
+    }
+    load_ratio_row(sh->name, "beside 1 busy: gpt's threads over --threads 1", vs_t1[0], rounds,
+                   T_LOAD_THREADS);
+    load_ratio_row(sh->name, "beside 2 busy: gpt's threads over --threads 1", vs_t1[1], rounds,
+                   T_LOAD_THREADS);
+    return 1;
+}
+
+/* A pod of 2 ranks on this host against one process of --cores 2 (the
+ * same global batch: each rank holds one replica), alternately. */
+static void load_pod(const char *gpt, const char *dir)
+{
+    char mpi[PATH_MAX + 16], one[160] = "?", pod[160] = "?";
+    snprintf(mpi, sizeof mpi, "%s/../gpt-mpi", opt.dir);
+    printf("  a pod of 2 ranks on this host (mpirun -np 2 ./gpt-mpi) against one process of "
+           "--cores 2, default config\n");
+    if (access(mpi, X_OK) || system("command -v mpirun >/dev/null 2>&1")) {
+        unmeasurable(T_POD_HOST, "no mpirun or ./gpt-mpi (make gpt-mpi)");
+        printf("    skipped: no mpirun or ./gpt-mpi (make gpt-mpi builds it where mpicc is)\n\n");
+        return;
+    }
+    int rounds = load_rounds(), steps = opt.quick ? 20 : 300;
+    double ms[2][MAX_ROUNDS], over[MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++) {
+        ms[0][r] = gpt_train_ms("", gpt, "--cores 2", dir, steps, one, sizeof one);
+        ms[1][r] = gpt_train_ms("mpirun --allow-run-as-root --oversubscribe --bind-to none "
+                                "--mca btl_vader_single_copy_mechanism none -np 2", mpi, "",
+                                dir, steps, pod, sizeof pod);
+        if (ms[0][r] <= 0 || ms[1][r] <= 0) {
+            unmeasurable(T_POD_HOST, "a gpt train run failed");
+            printf("    not measured: a gpt train run failed\n\n");
+            return;
+        }
+        over[r] = ms[1][r] / ms[0][r];
+    }
+    double x = median_of(over, rounds);
+    char label[240];
+    printf("    %-56s %9s %11s   %s\n", "run", "ms/step", "over one", "target");
+    snprintf(label, sizeof label, "--cores 2 (%s)", one);
+    printf("    %-56s %9.2f\n", label, median_of(ms[0], rounds));
+    snprintf(label, sizeof label, "2 ranks (%s)", pod); /* rank 0's banner */
+    int met = judge(T_POD_HOST, x, "default config");
+    printf("    %-56s %9.2f %10.2fx   %s %s\n\n", label, median_of(ms[1], rounds), x,
+           target_text(T_POD_HOST), mark(met));
+    record("load", "pod of 2 ranks on one host over --cores 2", x, "x", target_text(T_POD_HOST),
+           met);
+}
+
+static void load_table(void)
+{
+    char gpt[PATH_MAX + 16], dir[64];
+    snprintf(gpt, sizeof gpt, "%s/../gpt", opt.dir);
+    printf("under load: ./gpt train alone and beside plain spinning processes, median of %d "
+           "alternating rounds (load average %.2f as it starts)\n", load_rounds(), load_average());
+    temp_template(dir, sizeof dir, "gpt-bench-load");
+    const char *why = access(gpt, X_OK) ? "no ./gpt (make gpt)"
+                      : !mkdtemp(dir)   ? "no temporary directory"
+                                        : NULL;
+    for (size_t i = 0; !why && i < sizeof load_shapes / sizeof *load_shapes; i++)
+        if (!load_shape_table(&load_shapes[i], gpt, dir))
+            why = "a gpt train run failed";
+    if (!why)
+        load_pod(gpt, dir);
+    if (why) {
+        enum target_id ids[] = {T_LOAD_1, T_LOAD_2, T_LOAD_THREADS, T_POD_HOST};
+        for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
+            unmeasurable(ids[i], why);
+        printf("  not measured: %s\n\n", why);
+    }
+    rmdir(dir);
 }
 
 /* ---- start-up ---- */
@@ -1903,6 +2150,8 @@ static void run_sections(void)
         gpt2_table();
     if (wanted("flavours"))
         flavours_table();
+    if (wanted("load"))
+        load_table();
     if (wanted("loader"))
         loader_table(best[BEST_FP32].ms);
     summary();

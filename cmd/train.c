@@ -679,26 +679,32 @@ static void refuse_overwrite(const struct settings *s)
             "continues that run, or choose another --out", s->out, steps[0]);
 }
 
-/* Each host's ms/step, its part spent in the cross-host all-reduce, and
- * the bytes it sent and received a step: a straggler shows as the host that
- * waits least (the others wait for it). */
+/* Each host's threads (and why: the ranks sharing its cores), its
+ * ms/step, its part spent in the cross-host all-reduce, and the bytes it
+ * sent and received a step: a straggler shows as the host that waits
+ * least (the others wait for it). */
 static void report_hosts(double step_seconds, int steps)
 {
     enum { MS, WAIT, SENT, RECEIVED, FIGURES };
+    struct host_report {
+        double f[FIGURES];
+        char threads[160]; /* threads_chosen(): "1 thread: 2 cores, 2 ranks on this host -> 1" */
+    } mine, all[COMM_MAX_RANKS];
     double per = steps > 0 ? steps : 1;
-    double mine[FIGURES] = {[MS] = step_seconds / per,
-                            [WAIT] = xs_metric_sum(M_HOST_ALL_REDUCE) / per,
-                            [SENT] = (double)xs_counter(C_HOST_SENT_BYTES) / per,
-                            [RECEIVED] = (double)xs_counter(C_HOST_RECEIVED_BYTES) / per};
-    double all[FIGURES * COMM_MAX_RANKS];
     if (comm_size() == 1)
         return;
-    comm_allgather(mine, all, sizeof mine);
+    memset(&mine, 0, sizeof mine);
+    mine.f[MS] = step_seconds / per;
+    mine.f[WAIT] = xs_metric_sum(M_HOST_ALL_REDUCE) / per;
+    mine.f[SENT] = (double)xs_counter(C_HOST_SENT_BYTES) / per;
+    mine.f[RECEIVED] = (double)xs_counter(C_HOST_RECEIVED_BYTES) / per;
+    snprintf(mine.threads, sizeof mine.threads, "%s", threads_chosen());
+    comm_allgather(&mine, all, sizeof mine);
     for (int r = 0; r < comm_size(); r++) {
-        const double *f = all + FIGURES * r;
-        printf("gpt: rank %d: %.2f ms/step, %.2f of them in the cross-host all-reduce; "
-               "%.0f bytes sent, %.0f received a step\n", r, f[MS] * 1e3, f[WAIT] * 1e3,
-               f[SENT], f[RECEIVED]);
+        const double *f = all[r].f;
+        printf("gpt: rank %d: %s; %.2f ms/step, %.2f of them in the cross-host all-reduce; "
+               "%.0f bytes sent, %.0f received a step\n", r, all[r].threads, f[MS] * 1e3,
+               f[WAIT] * 1e3, f[SENT], f[RECEIVED]);
     }
 }
 

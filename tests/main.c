@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -318,6 +319,21 @@ void t_train_windows(const char *path, int seq, int vocab, uint64_t seed, int wi
     }
     loader_stop(l);
     free(d.bytes);
+}
+
+int t_cores(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+void t_threads_said(char *buf, size_t n, int ranks)
+{
+    int cores = t_cores(), each = cores / ranks > 1 ? cores / ranks : 1;
+    int len = snprintf(buf, n, "%d thread%s: %d core%s", each, each > 1 ? "s" : "", cores,
+                       cores > 1 ? "s" : "");
+    if (ranks > 1 && len < (int)n)
+        snprintf(buf + len, n - (size_t)len, ", %d ranks on this host -> %d", ranks, each);
 }
 
 static const struct {

@@ -99,6 +99,17 @@ void t_write_bytes(const char *path, size_t n);
  * loader as the run draws them, into out [steps][windows][seq]. */
 void t_train_windows(const char *path, int seq, int vocab, uint64_t seed, int windows,
                      int steps, unsigned char *out);
+/* The cores this process may run on (its affinity mask), as gpt counts
+ * them; and the thread count gpt's banner should say for them, shared by
+ * `ranks` processes of a pod on this host (1: alone), with no cgroup CPU
+ * quota, as "1 thread: 2 cores, 2 ranks on this host -> 1". */
+int t_cores(void);
+void t_threads_said(char *buf, size_t n, int ranks);
+
+/* A sed command that leaves of a run log (metrics.jsonl) what must be the
+ * same bits run after run: the "time" fields go (a busy machine's figures
+ * among them). */
+#define T_LOG_SED "sed 's/,\"time\":{[^}]*}}$/}/'"
 
 /* Each suite is one function, listed in tests/main.c. */
 void test_kernels(void);

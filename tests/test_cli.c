@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "tensor.h"
+#include "util/threads.h"
 #include "util/util.h"
 #include "test.h"
 
@@ -187,7 +188,7 @@ static void check_kill_resume(void)
           "after %d SIGKILLs (%d cut a write; seed %u) the resumed run's checkpoint differs (rc %d)",
           kills, cut, seed, rc);
     /* and its run log is the straight run's, once the "time" fields go */
-    rc = t_run("for d in k0 k1; do sed 's/,\"time\":{[^}]*}}$/}/' tests/tmp/$d/metrics.jsonl > "
+    rc = t_run("for d in k0 k1; do " T_LOG_SED " tests/tmp/$d/metrics.jsonl > "
                "tests/tmp/$d.log; done; cmp tests/tmp/k0.log tests/tmp/k1.log && wc -l < "
                "tests/tmp/k0.log", out, sizeof out);
     CHECK(rc == 0 && atoi(out) > 400, "after %d SIGKILLs (seed %u) the resumed run's log differs "
@@ -226,7 +227,7 @@ static void check_auto_resume(void)
                           "tests/tmp/k3/ckpt-00001500.safetensors"),
           "after %d SIGKILLs (%d cut a write) and a damaged checkpoint, --auto-resume did not "
           "end with the straight run's checkpoint (rc %d): %.2000s", kills, cut, rc, out);
-    rc = t_run("for d in k3 k4; do sed 's/,\"time\":{[^}]*}}$/}/' tests/tmp/$d/metrics.jsonl > "
+    rc = t_run("for d in k3 k4; do " T_LOG_SED " tests/tmp/$d/metrics.jsonl > "
                "tests/tmp/$d.log; done; cmp tests/tmp/k3.log tests/tmp/k4.log", out, sizeof out);
     CHECK(rc == 0, "after %d SIGKILLs the --auto-resume run's log differs: %s", kills, out);
     rc = t_run(AUTORUN, out, sizeof out);
@@ -503,6 +504,127 @@ static void check_activation(void)
 #undef ACT
 }
 
+/* One step of the small model, OMP_NUM_THREADS unset: the thread count
+ * is gpt's own choice. */
+#define ONE_STEP "env -u OMP_NUM_THREADS ./gpt train " SMALL " --steps 1"
+
+/* The banner of `run` (a shell line ending in gpt train's flags) says
+ * "kernels, <said>;": the thread count and its reason. */
+static void check_banner_threads(const char *run, const char *said, const char *dir)
+{
+    char cmd[1024], out[65536], want[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && %s --out %s", dir, run, dir);
+    snprintf(want, sizeof want, "kernels, %s;", said);
+    int rc = t_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, want), "%s: the banner does not say '%s' (rc %d): %.500s", run,
+          want, rc, out);
+}
+
+/* The thread count from the machine (the affinity mask: taskset), from
+ * --threads and from OMP_NUM_THREADS, each said with its reason. */
+static void check_threads_said(void)
+{
+    char said[160];
+    if (cgroup_cpu_quota() > 0) {
+        SKIP_MACHINE("the thread count from the cores alone: the tests run under a CPU quota "
+                     "of %.3g", cgroup_cpu_quota());
+    } else {
+        t_threads_said(said, sizeof said, 1);
+        check_banner_threads(ONE_STEP, said, "tests/tmp/th-all");
+    }
+    if (!t_have("taskset -c 0 true"))
+        SKIP_MISSING("util-linux", "the thread count under taskset -c 0 not checked: no taskset");
+    else
+        check_banner_threads("taskset -c 0 " ONE_STEP, "1 thread: 1 core", "tests/tmp/th-one");
+    check_banner_threads(ONE_STEP " --threads 3", "3 threads: --threads", "tests/tmp/th-flag");
+    check_banner_threads("OMP_NUM_THREADS=3 ./gpt train " SMALL " --steps 1",
+                         "3 threads: OMP_NUM_THREADS", "tests/tmp/th-env");
+}
+
+/* text into a control file; 0 when the kernel took it (it says so at the
+ * write, which fclose makes). */
+static int write_control(const char *dir, const char *file, const char *text)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int bad = fputs(text, f) < 0;
+    return fclose(f) || bad ? -1 : 0;
+}
+
+/* 1 when the whitespace-separated list in file has word. */
+static int control_has(const char *path, const char *word)
+{
+    char *text = (char *)t_slurp(path, NULL), *tok, *save = NULL;
+    int found = 0;
+    for (tok = text ? strtok_r(text, " \n", &save) : NULL; tok && !found;
+         tok = strtok_r(NULL, " \n", &save))
+        found = !strcmp(tok, word);
+    free(text);
+    return found;
+}
+
+/* A new cgroup with a CPU quota of 1.5 cores: cgroup v1's cpu hierarchy
+ * (cpu.cfs_quota_us 150000 a period of 100000), else a child of this
+ * process's cgroup2 where the cpu controller is enabled (cpu.max
+ * "150000 100000"). dir gets its path; NULL, or why none could be made. */
+static const char *make_quota_cgroup(char *dir, size_t n)
+{
+    static const char *const v1[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"};
+    static const char *const v2[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
+    char path[600], mine[512] = "";
+    for (size_t i = 0; i < sizeof v1 / sizeof *v1; i++) {
+        snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", v1[i]);
+        snprintf(dir, n, "%s/gpt-test-%d", v1[i], (int)getpid());
+        if (access(path, F_OK) || mkdir(dir, 0755))
+            continue;
+        if (!write_control(dir, "cpu.cfs_period_us", "100000") &&
+            !write_control(dir, "cpu.cfs_quota_us", "150000"))
+            return NULL;
+        rmdir(dir);
+    }
+    char *cg = (char *)t_slurp("/proc/self/cgroup", NULL), *at = cg ? strstr(cg, "0::") : NULL;
+    if (at && (at == cg || at[-1] == '\n'))
+        sscanf(at + 3, "%511[^\n]", mine);
+    free(cg);
+    for (size_t i = 0; mine[0] && i < sizeof v2 / sizeof *v2; i++) {
+        snprintf(path, sizeof path, "%s%s/cgroup.subtree_control", v2[i], mine);
+        snprintf(dir, n, "%s%s/gpt-test-%d", v2[i], strcmp(mine, "/") ? mine : "", (int)getpid());
+        if (!control_has(path, "cpu") || mkdir(dir, 0755))
+            continue;
+        if (!write_control(dir, "cpu.max", "150000 100000"))
+            return NULL;
+        rmdir(dir);
+    }
+    return "no cgroup with a CPU quota could be made (no writable cgroup v1 cpu hierarchy, "
+           "and no cpu controller enabled below this process's cgroup2)";
+}
+
+/* gpt train in a cgroup of 1.5 cores on a machine of 2 or more: 1 thread,
+ * and the banner says the quota. The cgroup is removed after. */
+static void check_quota(void)
+{
+    char dir[600], cmd[2048], said[160];
+    const char *why = make_quota_cgroup(dir, sizeof dir);
+    if (why) {
+        SKIP_MACHINE("the thread count under a cgroup CPU quota: %s", why);
+        return;
+    }
+    if (t_cores() < 2 || cgroup_cpu_quota() > 0) {
+        SKIP_MACHINE("the thread count under a quota of 1.5: %d core%s here%s", t_cores(),
+                     t_cores() > 1 ? "s" : "", cgroup_cpu_quota() > 0 ? ", already a quota" : "");
+    } else {
+        snprintf(said, sizeof said, "1 thread: %d cores, quota 1.5 -> 1", t_cores());
+        /* the shell joins the cgroup, then becomes gpt */
+        snprintf(cmd, sizeof cmd, "sh -c 'echo $$ > %s/cgroup.procs && exec \"$@\"' sh "
+                 ONE_STEP, dir);
+        check_banner_threads(cmd, said, "tests/tmp/th-quota");
+    }
+    CHECK(rmdir(dir) == 0, "the test's cgroup %s could not be removed", dir);
+}
+
 void test_cli(void)
 {
     make_data();
@@ -518,4 +640,6 @@ void test_cli(void)
     check_tpu();
     check_grad_accum();
     check_activation();
+    check_threads_said();
+    check_quota();
 }

@@ -140,7 +140,7 @@ static void check_race(void)
              "/solo > /dev/null 2>&1", w + 1);
     t_run(cmd, out, sizeof out);
     int rcmp = t_run("cd " DIR " && for d in r solo; do ls -A $d | grep -v '^events' > $d.ls; "
-                     "sed 's/,\"time\":{[^}]*}}$/}/' $d/metrics.jsonl > $d.log; done; "
+                     T_LOG_SED " $d/metrics.jsonl > $d.log; done; "
                      "cmp r.ls solo.ls && cmp r.log solo.log && cmp r/ckpt-00001000.safetensors "
                      "solo/ckpt-00001000.safetensors && cmp r/ckpt-00001500.safetensors "
                      "solo/ckpt-00001500.safetensors && ls r | grep -c '^events'",

@@ -8,12 +8,18 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "util/threads.h"
 #include "test.h"
 
+/* As root in CI, 4 ranks on 2 cores, the single-copy mechanism off, as
+ * containers need; OpenMP threads left to each rank's own choice. */
+#define MPIRUN_OWN_THREADS "mpirun --allow-run-as-root --oversubscribe --bind-to none " \
+                           "--mca btl_vader_single_copy_mechanism none "
 #define MPIRUN T_MPIRUN
 #define DATA "tests/tmp/mpi.txt"
-#define TINY "--embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 8 " \
-             "--eval-batch 8 --eval-every 10 --data " DATA " --threads 1"
+#define TINY_OWN_THREADS "--embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 8 " \
+                         "--eval-batch 8 --eval-every 10 --data " DATA
+#define TINY TINY_OWN_THREADS " --threads 1"
 #define CKPT(dir, step) "tests/tmp/" dir "/ckpt-000000" step ".safetensors"
 
 /* One training run of the pod np x cores (np 0: ./gpt, one process). */
@@ -418,6 +424,33 @@ static void check_kill(void)
           "the run resumed after a kill differs from a straight one (rc %d)", rc);
 }
 
+/* Two ranks on this host share its cores: each rank's thread count is
+ * its share (1 each on a 2-core machine), and each says so in its line of
+ * the pod's report (rank 0 in its banner too); the checkpoint is one
+ * process's of --cores 2, whose threads are all the cores. */
+static void check_ranks_on_host(void)
+{
+    char out[65536], said[160], want[200];
+    if (cgroup_cpu_quota() > 0) {
+        SKIP_MACHINE("the threads of 2 ranks on one host: the tests run under a CPU quota");
+        return;
+    }
+    t_threads_said(said, sizeof said, 2);
+    int rc = t_run("env -u OMP_NUM_THREADS " MPIRUN_OWN_THREADS "-np 2 ./gpt-mpi train "
+                   TINY_OWN_THREADS " --steps 6 --out tests/tmp/m-host", out, sizeof out);
+    for (int rank = 0; rank < 2; rank++) {
+        snprintf(want, sizeof want, "gpt: rank %d: %s; ", rank, said);
+        CHECK(rc == 0 && strstr(out, want), "2 ranks on one host: no line '%s' (rc %d): %s",
+              want, rc, out);
+    }
+    snprintf(want, sizeof want, "kernels, %s;", said);
+    CHECK(strstr(out, want), "2 ranks on one host: the banner does not say '%s': %s", want, out);
+    rc = t_run("env -u OMP_NUM_THREADS ./gpt train " TINY_OWN_THREADS " --cores 2 --steps 6 "
+               "--out tests/tmp/m-host-one", out, sizeof out);
+    CHECK(rc == 0 && t_same_file(CKPT("m-host", "06"), CKPT("m-host-one", "06")),
+          "2 ranks on one host differ from one process of --cores 2 (rc %d): %s", rc, out);
+}
+
 void test_mpi(void)
 {
     if (!t_have_mpi("the mpi suite"))
@@ -440,4 +473,5 @@ void test_mpi(void)
     check_pod_log();
     check_kill();
     check_hung_rank();
+    check_ranks_on_host();
 }

@@ -4,10 +4,13 @@
  * (rsvg-convert) with both curves in the picture; the TensorBoard event
  * file passes an independent reader (python3-protobuf) that checks every
  * CRC and value against the log. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include "watch/pace.h"
 #include "test.h"
 
 #define WD "tests/tmp/wt"
@@ -18,21 +21,11 @@
 /* The log with every "time":{...} object cut out. */
 static char *deterministic_log(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    size_t cap = 1 << 20, n = 0;
-    char *out = calloc(cap, 1), line[8192];
-    while (f && out && fgets(line, sizeof line, f)) {
-        char *t = strstr(line, ",\"time\":{");
-        if (t)
-            strcpy(t, "}\n");
-        size_t k = strlen(line);
-        if (n + k + 1 > cap)
-            break;
-        memcpy(out + n, line, k + 1);
-        n += k;
-    }
-    if (f)
-        fclose(f);
+    enum { CAP = 1 << 20 };
+    char cmd[512], *out = calloc(CAP, 1);
+    snprintf(cmd, sizeof cmd, T_LOG_SED " %s", path);
+    if (out && t_run(cmd, out, CAP))
+        out[0] = 0;
     return out;
 }
 
@@ -189,6 +182,129 @@ static void check_diverged(void)
     CHECK(rc == 0 && atoi(out) >= 1, "the diverged run's log: rc %d: %s", rc, out);
 }
 
+/* One window of steps of about ms each to pace_step (a spread of +-2%
+ * around ms, its median ms); returns what the window's end said, and
+ * counts anything said before the end. */
+static int pace_window(Pace *p, double ms, double spread, int *early)
+{
+    int said = 0;
+    for (int i = 0; i < PACE_WINDOW; i++) {
+        said = pace_step(p, ms * (1 + spread * (i % 5 - 2) / 2), 1);
+        *early += i < PACE_WINDOW - 1 && said;
+    }
+    return said;
+}
+
+/* pace_step on synthetic step times: steady steps never flag, even
+ * jittery ones; a stretch twice as slow says +1 at its first window, once,
+ * and the first window back says -1; a slowdown between PACE_BACK and
+ * PACE_SLOW neither starts nor ends one. */
+static void check_pace_unit(void)
+{
+    const double base = 10, between = base * (PACE_SLOW + PACE_BACK) / 2;
+    static const int steady = 40;
+    const struct {
+        double ms;
+        int says;
+    } script[] = {
+        {base, 0},     {base * 1.05, 0}, {base, 0},      {2 * base, 1}, {2 * base, 0},
+        {base, -1},    {base, 0},        {between, 0},   {2 * base, 1}, {between, 0},
+        {base * PACE_BACK * 0.96, -1},
+    };
+    Pace p;
+    int early = 0, flagged = 0;
+    pace_start(&p);
+    for (int w = 0; w < steady; w++) /* steps up to 40% apart, medians 10% apart */
+        flagged += pace_window(&p, base * (1 + 0.1 * (w % 2)), 0.4, &early) != 0;
+    CHECK(flagged == 0 && !p.busy, "steady steps flagged %d times", flagged);
+    pace_start(&p);
+    for (size_t w = 0; w < sizeof script / sizeof *script; w++) {
+        int said = pace_window(&p, script[w].ms, 0.02, &early);
+        CHECK(said == script[w].says, "window %zu of %.2f ms (best %.2f): pace_step said %d, "
+              "want %d", w, script[w].ms, p.best, said, script[w].says);
+        if (script[w].says > 0)
+            CHECK(p.slowdown > 1.9 && p.slowdown < 2.1, "twice as slow said as %.3fx",
+                  p.slowdown);
+    }
+    CHECK(early == 0, "pace_step said a change %d times before a window's end", early);
+}
+
+/* The step lines of dir's log that say the machine busy (their "time"
+ * carries busy_slowdown while it lasts). */
+static int pace_notes(const char *dir)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *log = (char *)t_slurp(path, NULL), *at = log;
+    int n = 0;
+    while (at && (at = strstr(at, "\"busy_slowdown\":")))
+        n++, at++;
+    free(log);
+    return n;
+}
+
+/* Whether the newest step line of dir's log says busy (0 when none). */
+static int pace_busy(const char *dir)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *log = (char *)t_slurp(path, NULL), *line = NULL;
+    for (char *at = log; at && (at = strstr(at, "{\"kind\":\"step\"")); at++)
+        line = at;
+    char *end = line ? strchr(line, '\n') : NULL;
+    if (end)
+        *end = 0;
+    int said = line && strstr(line, "\"busy_slowdown\":");
+    free(log);
+    return said;
+}
+
+enum { BUSY_LOOPS = 2, CALM_WINDOWS = 20 };
+
+/* A run on one core (taskset -c 0) that two busy loops pinned to the same
+ * core join once it has timed two windows, its pace not said busy (other
+ * work on the machine may make it so first: then it waits for the pace to
+ * come back): it says so on stderr and its log's step lines past the
+ * loops' start carry busy_slowdown. */
+static void check_pace_note(void)
+{
+    char out[4096];
+    if (!t_have("taskset -c 0 true")) {
+        SKIP_MISSING("util-linux", "the pace note of a slowed run not checked: no taskset");
+        return;
+    }
+    pid_t run = t_spawn("exec taskset -c 0 ./gpt train --data " WD "/text.txt --steps 100000 "
+                        "--eval-every 100000 --ckpt-every 100000 --out " WD "/pace "
+                        ">/dev/null 2>" WD "/pace.err"), busy[BUSY_LOOPS];
+    int want = 2 * PACE_WINDOW + 1;
+    t_wait_for(t_steps_logged, WD "/pace", want, run);
+    for (int w = 0; w < CALM_WINDOWS && pace_busy(WD "/pace"); w++)
+        t_wait_for(t_steps_logged, WD "/pace", want += PACE_WINDOW, run);
+    int from = t_steps_logged(WD "/pace"), notes = pace_notes(WD "/pace");
+    int calm = !pace_busy(WD "/pace");
+    for (int i = 0; calm && i < BUSY_LOOPS; i++)
+        busy[i] = t_spawn("exec taskset -c 0 sh -c 'while :; do :; done'");
+    if (calm)
+        t_wait_for(pace_notes, WD "/pace", notes + 1, run);
+    for (int i = 0; calm && i < BUSY_LOOPS; i++)
+        kill(busy[i], SIGKILL), waitpid(busy[i], NULL, 0);
+    kill(run, SIGKILL);
+    waitpid(run, NULL, 0);
+    if (!calm) {
+        SKIP_MACHINE("the pace note of a slowed run: the machine kept the run busy for %d "
+                     "windows before the test's own busy loops", CALM_WINDOWS);
+        return;
+    }
+    int rc = t_run("grep -a busy_slowdown " WD "/pace/metrics.jsonl | tail -1 && cat " WD
+                   "/pace.err", out, sizeof out);
+    const char *line = strstr(out, "{\"kind\":\"step\",\"step\":");
+    int step = line ? atoi(line + strlen("{\"kind\":\"step\",\"step\":")) : -1;
+    CHECK(rc == 0 && line && strstr(line, "\"busy_slowdown\":") && step >= from &&
+              strstr(out, "other programs are busy on this machine"),
+          "busy loops on the run's core from step %d: no step line past it says busy, or no "
+          "line on stderr: %s", from, out);
+}
+
 void test_watch(void)
 {
     char out[256];
@@ -202,4 +318,6 @@ void test_watch(void)
     check_profile();
     check_debug_warnings();
     check_diverged();
+    check_pace_unit();
+    check_pace_note();
 }
