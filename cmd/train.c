@@ -58,6 +58,12 @@ struct trainer {
     uint64_t data_hash;
     double t_start, t_steps; /* wall clock; seconds spent in training steps */
     Pace pace;               /* whether other programs are slowing the steps */
+    struct thread_trial {    /* fewer threads on a busy machine (adapt_threads) */
+        int full, now;       /* the count chosen at the start; the count running */
+        int trying;          /* this window tries `now` against ref_ms */
+        double ref_ms;       /* the median step of the window before the trial */
+        int since, seen;     /* windows since the last trial; pace windows seen */
+    } trial;
 };
 
 static void emit_escaped(int c, void *ctx)
@@ -172,7 +178,8 @@ static void print_progress(struct trainer *tr, int step, float loss)
            done, tr->s.steps, per * 1e3, step_windows(&tr->s) * tr->s.seq / per,
            (int)eta / 60, (int)eta % 60, loss);
     if (tr->pace.busy)
-        printf(" | busy machine: %.1fx slower", tr->pace.slowdown);
+        printf(" | busy machine: %.1fx slower, %d thread%s", tr->pace.slowdown, tr->trial.now,
+               tr->trial.now > 1 ? "s" : "");
     fflush(stdout);
 }
 
@@ -192,6 +199,55 @@ static void say_pace(struct trainer *tr, int step, int change)
                 step, p->slowdown, 100 * p->waited);
     else
         fprintf(stderr, "gpt: step %d: back to pace (%.2fx the best)\n", step, p->slowdown);
+}
+
+/* On a busy machine fewer threads can be faster: a step is some 140
+ * short parallel regions, each as slow as its slowest thread, and another
+ * program may hold a thread off its core. When the pace says busy, or the
+ * threads waited PACE_CONTENDED of a window for their cores, the
+ * next window of steps runs on one thread; the faster count is kept, and
+ * another trial comes THREAD_RETRY windows later (the other program may
+ * have ended). Any thread count gives the same bits. */
+#define THREAD_RETRY 8    /* windows between trials */
+#define THREAD_GAIN 0.95  /* a trial's count is kept when this much faster */
+
+static void run_threads(struct thread_trial *t, int n)
+{
+    t->now = n;
+    omp_set_num_threads(n);
+}
+
+static void adapt_threads(struct trainer *tr, int step)
+{
+    struct thread_trial *t = &tr->trial;
+    const Pace *p = &tr->pace;
+    if (t->full <= 1 || p->windows == t->seen)
+        return; /* one thread only, or no new window */
+    t->seen = p->windows;
+    t->since++;
+    if (t->trying) {
+        t->trying = 0;
+        int tried = t->now, before = tried == 1 ? t->full : 1;
+        if (!(p->median < THREAD_GAIN * t->ref_ms)) {
+            run_threads(t, before);
+            return;
+        }
+        if (is_master()) {
+            clear_progress(tr);
+            fprintf(stderr, "gpt: step %d: a step takes %.2f ms on %d thread%s, %.2f ms on %d: "
+                    "going on with %d (the other count tried again every %d steps)\n", step,
+                    p->median, tried, tried > 1 ? "s" : "", t->ref_ms, before, tried,
+                    THREAD_RETRY * PACE_WINDOW);
+        }
+        return;
+    }
+    int due = t->since >= THREAD_RETRY;
+    if (due && (t->now == 1 || p->busy || p->waited >= PACE_CONTENDED)) {
+        t->ref_ms = p->median;
+        t->trying = 1;
+        t->since = 0;
+        run_threads(t, t->now == 1 ? t->full : 1);
+    }
 }
 
 static void rng_hex(char *out, const Rng *r)
@@ -608,6 +664,8 @@ static void train_loop(struct trainer *tr)
     const struct settings *s = &tr->s;
     Batch share = host_share(&tr->train);
     pace_start(&tr->pace);
+    tr->trial = (struct thread_trial){.full = omp_get_max_threads(), .now = omp_get_max_threads(),
+                                      .since = THREAD_RETRY};
     for (int step = tr->start; step < s->steps; step++) {
         if (s->profile && step == tr->start)
             xs_timeline_start();
@@ -619,9 +677,10 @@ static void train_loop(struct trainer *tr)
         float loss = model_train_step(&tr->model, tr->g, &share, (float)lr);
         double dt = now_seconds() - t0;
         tr->t_steps += dt;
-        int change = pace_step(&tr->pace, dt * 1e3, omp_get_max_threads());
+        int change = pace_step(&tr->pace, dt * 1e3, tr->trial.now, tr->trial.trying);
         if (change)
             say_pace(tr, step, change);
+        adapt_threads(tr, step);
         int busy = tr->pace.busy;
         if (tr->log)
             runlog_step(tr->log, &(StepFigures){step, loss, lr, dt * 1e3,

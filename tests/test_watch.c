@@ -189,7 +189,7 @@ static int pace_window(Pace *p, double ms, double spread, int *early)
 {
     int said = 0;
     for (int i = 0; i < PACE_WINDOW; i++) {
-        said = pace_step(p, ms * (1 + spread * (i % 5 - 2) / 2), 1);
+        said = pace_step(p, ms * (1 + spread * (i % 5 - 2) / 2), 1, 0);
         *early += i < PACE_WINDOW - 1 && said;
     }
     return said;

@@ -51,7 +51,7 @@ void pace_start(Pace *p)
     p->t0 = clock_s();
 }
 
-int pace_step(Pace *p, double ms, int threads)
+int pace_step(Pace *p, double ms, int threads, int trial)
 {
     p->ms[p->n++] = ms;
     if (p->n < PACE_WINDOW)
@@ -60,8 +60,12 @@ int pace_step(Pace *p, double ms, int threads)
     double median = p->ms[PACE_WINDOW / 2], now = clock_s(), delay = run_delay_s();
     p->waited = now > p->t0 ? (delay - p->delay0) / ((now - p->t0) * (threads > 0 ? threads : 1)) : 0;
     p->n = 0;
+    p->median = median;
+    p->windows++;
     p->delay0 = delay;
     p->t0 = now;
+    if (trial)
+        return 0;
     if (p->best == 0 || median < p->best)
         p->best = median;
     p->slowdown = median / p->best;

@@ -15,11 +15,17 @@
 #define PACE_WINDOW 25  /* steps a window */
 #define PACE_SLOW 1.5   /* a window this much slower than the best is busy ... */
 #define PACE_BACK 1.25  /* ... and this close to it again is not */
+/* Threads kept from their cores this share of a window's time: other
+ * programs want the cores, even where the run never saw a faster pace (it
+ * started beside them). */
+#define PACE_CONTENDED 0.10
 
 typedef struct Pace {
     double ms[PACE_WINDOW]; /* this window's step times */
     int n;                  /* of them so far */
     double best;            /* the fastest window median yet; 0 before one */
+    double median;          /* the last whole window's median step, ms */
+    int windows;            /* whole windows timed */
     double slowdown;        /* the last whole window's median / best */
     double waited;          /* its threads' run delay / (its wall time x threads) */
     double delay0, t0;      /* run delay (s) and clock at the window's start */
@@ -27,8 +33,10 @@ typedef struct Pace {
 } Pace;
 
 void pace_start(Pace *p);
-/* One step of ms milliseconds; at a window's end, returns +1 when the run
- * has just become busy, -1 when it has just recovered, else 0. */
-int pace_step(Pace *p, double ms, int threads);
+/* One step of ms milliseconds on `threads` threads; at a window's end,
+ * returns +1 when the run has just become busy, -1 when it has just
+ * recovered, else 0. A trial window (another thread count tried) is timed
+ * but judged against nothing: it says 0 and leaves the best and the state. */
+int pace_step(Pace *p, double ms, int threads, int trial);
 
 #endif
