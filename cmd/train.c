@@ -63,6 +63,7 @@ struct trainer {
         int trying;          /* this window tries `now` against ref_ms */
         double ref_ms;       /* the median step of the window before the trial */
         int since, seen;     /* windows since the last trial; pace windows seen */
+        int every;           /* windows between trials now */
     } trial;
 };
 
@@ -207,8 +208,11 @@ static void say_pace(struct trainer *tr, int step, int change)
  * threads waited PACE_CONTENDED of a window for their cores, the
  * next window of steps runs on one thread; the faster count is kept, and
  * another trial comes THREAD_RETRY windows later (the other program may
- * have ended). Any thread count gives the same bits. */
-#define THREAD_RETRY 8    /* windows between trials */
+ * have ended), twice as late after each trial that changed nothing, up to
+ * THREAD_RETRY_MAX, so that trials on a machine that stays busy cost
+ * little. Any thread count gives the same bits. */
+#define THREAD_RETRY 8       /* windows before the first trial's sequel */
+#define THREAD_RETRY_MAX 64  /* windows between trials at the most */
 #define THREAD_GAIN 0.95  /* a trial's count is kept when this much faster */
 
 static void run_threads(struct thread_trial *t, int n)
@@ -230,18 +234,19 @@ static void adapt_threads(struct trainer *tr, int step)
         int tried = t->now, before = tried == 1 ? t->full : 1;
         if (!(p->median < THREAD_GAIN * t->ref_ms)) {
             run_threads(t, before);
+            t->every = 2 * t->every < THREAD_RETRY_MAX ? 2 * t->every : THREAD_RETRY_MAX;
             return;
         }
+        t->every = THREAD_RETRY;
         if (is_master()) {
             clear_progress(tr);
             fprintf(stderr, "gpt: step %d: a step takes %.2f ms on %d thread%s, %.2f ms on %d: "
-                    "going on with %d (the other count tried again every %d steps)\n", step,
-                    p->median, tried, tried > 1 ? "s" : "", t->ref_ms, before, tried,
-                    THREAD_RETRY * PACE_WINDOW);
+                    "going on with %d (the other count tried again from time to time)\n", step,
+                    p->median, tried, tried > 1 ? "s" : "", t->ref_ms, before, tried);
         }
         return;
     }
-    int due = t->since >= THREAD_RETRY;
+    int due = t->since >= t->every;
     if (due && (t->now == 1 || p->busy || p->waited >= PACE_CONTENDED)) {
         t->ref_ms = p->median;
         t->trying = 1;
@@ -665,7 +670,7 @@ static void train_loop(struct trainer *tr)
     Batch share = host_share(&tr->train);
     pace_start(&tr->pace);
     tr->trial = (struct thread_trial){.full = omp_get_max_threads(), .now = omp_get_max_threads(),
-                                      .since = THREAD_RETRY};
+                                      .since = THREAD_RETRY, .every = THREAD_RETRY};
     for (int step = tr->start; step < s->steps; step++) {
         if (s->profile && step == tr->start)
             xs_timeline_start();

@@ -201,18 +201,20 @@ int t_newest_step(const char *dir)
     return newest;
 }
 
-/* How many steps dir's run log (metrics.jsonl, flushed each step) records. */
-int t_steps_logged(const char *dir)
+int t_log_count(const char *dir, const char *what)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     char *log = (char *)t_slurp(path, NULL), *at = log;
     int n = 0;
-    while (at && (at = strstr(at, "\"kind\":\"step\"")))
+    while (at && (at = strstr(at, what)))
         n++, at++;
     free(log);
     return n;
 }
+
+/* How many steps dir's run log (metrics.jsonl, flushed each step) records. */
+int t_steps_logged(const char *dir) { return t_log_count(dir, "\"kind\":\"step\""); }
 
 /* Waits until progress(dir) reaches n (a checkpoint's step, steps logged):
  * training has begun and got that far. Gives up if the child pid exits

@@ -72,6 +72,8 @@ int t_same_tensors(const char *a, const char *b);
  * caller's waitpid), or a minute passes. */
 int t_newest_step(const char *dir);
 int t_steps_logged(const char *dir);
+/* How often the text `what` occurs in dir's run log (metrics.jsonl). */
+int t_log_count(const char *dir, const char *what);
 void t_wait_for(int (*progress)(const char *), const char *dir, int n, pid_t pid);
 /* 1 when process pid runs (exists and has not ended: a zombie has), with
  * its parent's pid and its process group in *ppid, *pgrp (either may be

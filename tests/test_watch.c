@@ -231,17 +231,7 @@ static void check_pace_unit(void)
 
 /* The step lines of dir's log that say the machine busy (their "time"
  * carries busy_slowdown while it lasts). */
-static int pace_notes(const char *dir)
-{
-    char path[300];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    char *log = (char *)t_slurp(path, NULL), *at = log;
-    int n = 0;
-    while (at && (at = strstr(at, "\"busy_slowdown\":")))
-        n++, at++;
-    free(log);
-    return n;
-}
+static int pace_notes(const char *dir) { return t_log_count(dir, "\"busy_slowdown\":"); }
 
 /* Whether the newest step line of dir's log says busy (0 when none). */
 static int pace_busy(const char *dir)
