@@ -18,9 +18,11 @@
  * holds the very core that partner needs, for its whole time slice: a
  * default step ran 5.3x slower beside one busy loop. Sleeping at once
  * (OMP_WAIT_POLICY=passive) costs a futex wake-up per region instead:
- * 1.37x slower alone. A short spin keeps both: the regions of a step
- * follow each other within a few microseconds when both threads run, and
- * a thread whose partner is away gives the core up soon after.
+ * 1.37x slower alone. A short spin keeps most of both: the regions of a
+ * step follow each other within a few microseconds when both threads
+ * run, and a thread whose partner is away gives the core up soon after.
+ * What no spin mends (beside one busy loop the default step is faster on
+ * one thread) gpt train's thread trials do (cmd/train.c).
  *
  * The budget is set through the runtimes' own variables before either
  * reads them (a constructor of priority WAIT_POLICY_PRIORITY runs before
