@@ -213,7 +213,7 @@ static void say_pace(struct trainer *tr, int step, int change)
  * little. Any thread count gives the same bits. */
 #define THREAD_RETRY 8       /* windows before the first trial's sequel */
 #define THREAD_RETRY_MAX 64  /* windows between trials at the most */
-#define THREAD_GAIN 0.95  /* a trial's count is kept when this much faster */
+#define THREAD_GAIN 0.95     /* a trial's count is kept when this much faster */
 
 static void run_threads(struct thread_trial *t, int n)
 {
