@@ -262,23 +262,29 @@ fuzz: $(SRC) $(KSRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
 	    tests/tmp/fuzz-tar tests/fuzz-tar-corpus
 
 # docs/examples: what the compiler makes of one training step of a 1-layer
-# model, for readers of docs/TOUR.md (needs graphviz's dot for the SVG).
+# model, for readers of docs/TOUR.md. docs-examples writes the text and DOT
+# files into DOCS_OUT (the tour suite makes them into tests/tmp and compares
+# them with the committed ones); docs draws the SVG too (graphviz's dot).
+DOCS_OUT ?= docs/examples
+DOCTMP := $(DOCS_OUT)/tmp
 DOCRUN := --layers 1 --embed 16 --heads 2 --mlp 32 --context 16 --seq 16 --batch 4 \
-          --eval-batch 4 --steps 1 --threads 1 --data docs/examples/tmp/d.txt
-docs: gpt
-	rm -rf docs/examples/tmp && mkdir -p docs/examples/tmp
+          --eval-batch 4 --steps 1 --threads 1 --data $(DOCTMP)/d.txt
+docs-examples: gpt
+	rm -rf $(DOCTMP) && mkdir -p $(DOCTMP)
 	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | \
-	    head -c 20000 > docs/examples/tmp/d.txt
-	GPT_XLA_DEBUG=1 GPT_SAVE_GRAPHS=docs/examples/tmp/g ./gpt train $(DOCRUN) \
-	    --out docs/examples/tmp/a 2> docs/examples/tmp/debug.txt > /dev/null
-	GPT_SAVE_GRAPHS_FMT=dot GPT_SAVE_GRAPHS=docs/examples/tmp/g ./gpt train $(DOCRUN) \
-	    --out docs/examples/tmp/b > /dev/null
-	cp docs/examples/tmp/g-000-before.txt docs/examples/train-step-traced.txt
-	cp docs/examples/tmp/g-000-after.txt docs/examples/train-step-program.txt
-	cp docs/examples/tmp/g-000-after.dot docs/examples/train-step-program.dot
-	head -2 docs/examples/tmp/debug.txt > docs/examples/train-step-compile.txt
-	dot -Tsvg docs/examples/train-step-program.dot > docs/examples/train-step-program.svg
-	rm -rf docs/examples/tmp
+	    head -c 20000 > $(DOCTMP)/d.txt
+	GPT_XLA_DEBUG=1 GPT_SAVE_GRAPHS=$(DOCTMP)/g ./gpt train $(DOCRUN) \
+	    --out $(DOCTMP)/a 2> $(DOCTMP)/debug.txt > /dev/null
+	GPT_SAVE_GRAPHS_FMT=dot GPT_SAVE_GRAPHS=$(DOCTMP)/g ./gpt train $(DOCRUN) \
+	    --out $(DOCTMP)/b > /dev/null
+	cp $(DOCTMP)/g-000-before.txt $(DOCS_OUT)/train-step-traced.txt
+	cp $(DOCTMP)/g-000-after.txt $(DOCS_OUT)/train-step-program.txt
+	cp $(DOCTMP)/g-000-after.dot $(DOCS_OUT)/train-step-program.dot
+	head -2 $(DOCTMP)/debug.txt > $(DOCS_OUT)/train-step-compile.txt
+	rm -rf $(DOCTMP)
+docs: docs-examples
+	dot -Tsvg $(DOCS_OUT)/train-step-program.dot > $(DOCS_OUT)/train-step-program.svg
+.PHONY: docs-examples
 
 # arm64. On an arm64 machine plain `make` and `make test` build and test
 # gpt natively, with the NEON and plain-C kernels. From x86-64, `make arm64`
