@@ -515,15 +515,17 @@ static void check_arrow(const struct sentence *s, int i, const int *src)
 }
 
 /* "a() calls b(), c() and then d()": the caller is the last function
- * before "calls" at its depth, back to a ';'; the callees follow at that
+ * before "calls" at its depth or outside its parentheses, back to a ';'
+ * (so "a() makes x (it calls b())" is a's); the callees follow at that
  * depth, joined by ",", "and" and "then", file notes and parentheses
  * between them passed over; ", and" or any other word ends the list. */
 static void check_calls_word(const struct sentence *s, int i, const int *src)
 {
     int d = s->tok[i].depth, caller = -1, callee[64], n = 0, comma = 0;
-    for (int j = i - 1; j >= 0 && caller < 0; j--) {
-        if (s->tok[j].depth != d)
-            continue;
+    for (int j = i - 1, at = d; j >= 0 && caller < 0; j--) {
+        if (s->tok[j].depth > at)
+            continue; /* a parenthesis closed before "calls" */
+        at = s->tok[j].depth; /* "a() does x (it calls b())": out to a */
         if (is_punct(&s->tok[j], ';'))
             break;
         if (s->tok[j].kind == T_FUNC)
