@@ -1,11 +1,19 @@
 /* tests/test_tour.c: the code stays readable the way docs/TOUR.md and the
  * design promise. Every claim of the tour (and of README.md's map) that
  * the checker below can read is true of the sources: each function is
- * defined in the file the sentence gives it, each "a() calls b()" and
- * "a() -> b()" is a call in a's body, each struct, union and type exists;
- * docs/examples is what `make docs` makes of the code today; no function
- * is longer than 80 lines; op attributes are read by name, never as the
- * old a[0..3] / f[0..3] slots. */
+ * defined in the file its sentence gives it, each "a() calls b(), c()"
+ * and "a() -> b()" is a call in a's body (in that order), each struct,
+ * union, enum and type exists, and each quote of the traced example is in
+ * it (the tour's head states the conventions); docs/examples is what
+ * `make docs` makes of the code today; the plain path's length is today's;
+ * no function is longer than 80 lines; op attributes are read by name,
+ * never as the old a[0..3] / f[0..3] slots.
+ *
+ * The checker reads text, not a compiler's view: a definition is a line
+ * that starts with an identifier character and holds "name(...)" followed
+ * by '{'; a call is "name(" inside the caller's braces, comments and
+ * strings blanked. A sentence whose function moved to another file, or
+ * whose caller stopped calling, fails naming the document's line. */
 #include <ctype.h>
 #include <dirent.h>
 #include <stdarg.h>
@@ -282,7 +290,7 @@ static int is_file_name(const char *w)
 
 static void add_tok(struct sentence *s, enum tok_kind kind, int depth, const char *text, size_t n)
 {
-    if (s->n == MAX_TOKS)
+    if (s->n == MAX_TOKS) /* tokenize() says so */
         return;
     struct tok *t = &s->tok[s->n++];
     t->kind = kind;
@@ -561,6 +569,8 @@ static void check_sentence(struct sentence *s)
     int file = s->code ? s->file : -1;
     const char *file_name = file >= 0 ? sources[file] : NULL;
     tokenize(s);
+    if (s->n == MAX_TOKS)
+        claim_fails(s, "a sentence of more than %d words: split it", MAX_TOKS);
     for (int i = 0; s->code && i < s->n; i++)
         if (s->tok[i].kind == T_FILE) {
             file = s->tok[i].file, file_name = s->tok[i].text;
@@ -615,6 +625,8 @@ static void check_text(const char *doc, int line, const char *text, size_t n)
     s->doc = doc;
     s->line = line;
     s->code = 0;
+    if (n >= sizeof s->text)
+        CHECK(0, "%s:%d: a sentence of more than %zu bytes", doc, line, sizeof s->text);
     snprintf(s->text, sizeof s->text, "%.*s", (int)n, text);
     for (char *c = s->text; *c; c++)
         if (*c == '\n')
@@ -656,6 +668,8 @@ static void add_line(struct reader *r, const char *line, size_t n, int at)
 {
     if (!r->len)
         r->line = at;
+    if (r->len + n + 1 >= sizeof r->para)
+        CHECK(0, "%s:%d: a paragraph of more than %zu bytes", r->doc, r->line, sizeof r->para);
     if (r->len + n + 1 < sizeof r->para) {
         memcpy(r->para + r->len, line, n);
         r->len += n;
@@ -677,9 +691,9 @@ static void check_document(const char *path, const char *from, const char *to)
             on = 1;
         else if (on && to && !strncmp(p, to, strlen(to)))
             break;
-        if (!on)
-            ;
-        else if (!strncmp(p, "```", 3)) {
+        if (!on) {
+            /* before the section */
+        } else if (!strncmp(p, "```", 3)) {
             flush(&r);
             block = !block;
             sentence.file = -1;
