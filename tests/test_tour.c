@@ -490,7 +490,8 @@ static void check_quote(const struct sentence *s, const struct tok *t)
 static void check_calls(const struct sentence *s, int caller, int src, const int *callee, int n)
 {
     const char *body = src >= 0 ? body_of(code_of[src], s->tok[caller].text) : NULL;
-    long last = -1;
+    long last = -1; /* where the latest call named so far is */
+    int latest = 0;
     for (int k = 0; body && k < n; k++) {
         long at = first_call(body, s->tok[callee[k]].text);
         calls_checked++;
@@ -499,9 +500,9 @@ static void check_calls(const struct sentence *s, int caller, int src, const int
                         s->tok[callee[k]].text);
         else if (at < last)
             claim_fails(s, "`%s()` calls `%s()` before `%s()`, not after", s->tok[caller].text,
-                        s->tok[callee[k]].text, s->tok[callee[k - 1]].text);
+                        s->tok[callee[k]].text, s->tok[callee[latest]].text);
         if (at > last)
-            last = at;
+            last = at, latest = k;
     }
 }
 
