@@ -527,7 +527,9 @@ static void check_arrow(const struct sentence *s, int i, const int *src)
  * before "calls" at its depth or outside its parentheses, back to a ';'
  * (so "a() makes x (it calls b())" is a's); the callees follow at that
  * depth, joined by ",", "and" and "then", file notes and parentheses
- * between them passed over; ", and" or any other word ends the list. */
+ * between them passed over; ", and" or any other word ends the list. A
+ * list with no caller in its sentence ("It calls b()") fails; "calls"
+ * with neither ("a file calls ...") is no claim. */
 static void check_calls_word(const struct sentence *s, int i, const int *src)
 {
     int d = s->tok[i].depth, caller = -1, callee[64], n = 0, comma = 0;
@@ -540,8 +542,6 @@ static void check_calls_word(const struct sentence *s, int i, const int *src)
         if (s->tok[j].kind == T_FUNC)
             caller = j;
     }
-    if (caller < 0)
-        return; /* "a file calls ...": no claim about a function */
     for (int j = i + 1; j < s->n && n < 64; j++) {
         const struct tok *t = &s->tok[j];
         if (t->depth < d)
@@ -555,9 +555,13 @@ static void check_calls_word(const struct sentence *s, int i, const int *src)
             break;
         comma = is_punct(t, ',');
     }
-    if (!n)
+    if (caller < 0 && n) /* "It calls b()": whose call, the checker cannot tell */
+        claim_fails(s, "says \"calls `%s()`\" with no function before it in the sentence",
+                    s->tok[callee[0]].text);
+    else if (caller >= 0 && !n)
         claim_fails(s, "`%s()` calls, it says, but names no function", s->tok[caller].text);
-    check_calls(s, caller, src[caller], callee, n);
+    else if (caller >= 0)
+        check_calls(s, caller, src[caller], callee, n);
 }
 
 /* Every claim of one sentence. A function's file is the one named right
