@@ -16,7 +16,7 @@ LDLIBS  := -lm
 MAIN    := cmd/main.c
 # The kernel layer's files compiled once (tensor.c is compiled per backend,
 # below): the entry points, the ISA choice, the twins, the shared floor.
-KONCE   := kernels/entry.c kernels/isa.c kernels/tensor_ref.c kernels/fused_ref.c kernels/dropout.c kernels/tensor_seg.c \
+KONCE   := kernels/entry.c kernels/isa.c kernels/reading.c kernels/tensor_ref.c kernels/fused_ref.c kernels/dropout.c kernels/tensor_seg.c \
            kernels/tensor_decode.c kernels/tensor_bf16.c kernels/base.c kernels/bf16_model.c
 SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
            gpt.c model/accum.c cmd/sample.c model/replicas.c cmd/ckpt.c cmd/evaluate.c \
