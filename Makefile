@@ -136,8 +136,11 @@ MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
 tests/run: $(OBJ) $(KOBJ) $(HDR) $(TESTSRC) $(TESTHDR) $(FLAVOUR)
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(OBJ) $(TESTSRC) $(KOBJ) $(LDLIBS)
 
-# SUITES="kernels model" runs those suites alone.
-test: gpt $(MPI_BIN) tests/run
+# SUITES="kernels model" runs those suites alone; the coverage build is
+# made when the plain suite is among them.
+COVDIR    := build/cov
+PLAIN_BIN := $(if $(SUITES),$(if $(filter plain,$(SUITES)),$(COVDIR)/gpt),$(COVDIR)/gpt)
+test: gpt $(MPI_BIN) tests/run $(PLAIN_BIN)
 	./tests/run $(SUITES)
 
 # Proof that the tests bite: tests/mutations.txt's small bugs, one at a
@@ -280,6 +283,30 @@ docs: gpt
 	dot -Tsvg docs/examples/train-step-program.dot > docs/examples/train-step-program.svg
 	rm -rf docs/examples/tmp
 
+# The plain path (docs/plain-path.txt): every function of the project that
+# one default training step runs, lazy and eager, in the reading mode
+# (GPT_ISA=ref), from model_train_step down, with its lines.
+# tests/plain_path.py says how it is counted. Its build is its own, in
+# build/cov (-O0 and gcov's counters, each function and datum in a section
+# of its own so the objects' relocations give the call graph; the step
+# wrapped so that only the step is counted), the program's objects
+# untouched. `make plain-path` writes the list; the plain suite of make
+# test checks it against what runs.
+COVCC     = $(CC) -O0 -g --coverage -ffunction-sections -fdata-sections $(WARN) $(OMP)
+COVOBJ   := $(MAIN:%.c=$(COVDIR)/%.o) $(SRC:%.c=$(COVDIR)/%.o) $(COVDIR)/tests/plain_path_step.o
+COVKOBJ  := $(call kobjs,$(COVDIR))
+$(COVDIR)/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh $(FLAVOUR)
+	@mkdir -p $(COVDIR)
+	$(COVCC) $(KFLAGS_$*) -c -o $@ tensor.c
+	$(call backend_names,$@,$*,$(NM),$(OBJCOPY))
+$(COVDIR)/%.o: %.c $(HDR) $(FLAVOUR)
+	@mkdir -p $(dir $@)
+	$(COVCC) -c -o $@ $<
+$(COVDIR)/gpt: $(COVOBJ) $(COVKOBJ)
+	$(COVCC) $(STATIC) -Wl,--wrap=model_train_step -o $@ $(COVOBJ) $(COVKOBJ) $(LDLIBS)
+plain-path: $(COVDIR)/gpt
+	tests/plain_path.py --write docs/plain-path.txt
+
 # arm64. On an arm64 machine plain `make` and `make test` build and test
 # gpt natively, with the NEON and plain-C kernels. From x86-64, `make arm64`
 # cross-builds the same static binary as gpt-arm64, its tests as
@@ -328,4 +355,4 @@ clean:
 	rm -rf tests/tmp build
 
 .PHONY: all mpi docs test mutate test-netns bench bench-mpi bench-flavours debug check-mem fuzz install \
-        clean FORCE arm64 test-arm64
+        clean FORCE arm64 test-arm64 plain-path
