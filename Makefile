@@ -42,7 +42,7 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
            tests/test_house.c tests/test_lock.c tests/test_config.c \
            tests/test_progress.c tests/test_remat.c tests/test_shard.c \
            tests/test_accum.c tests/test_bytes.c \
-           tests/test_harness.c
+           tests/test_harness.c tests/test_plain.c
 TESTHDR := tests/test.h tests/adam_reference.h tests/gelu_reference.h
 
 # The kernels: tensor.c is written once over the vector layer (vec.h) and
