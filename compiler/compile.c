@@ -41,8 +41,10 @@ static const struct pass {
 static Program *compile(struct compiler *cc, struct trace *tr)
 {
     double t0 = now_seconds();
+    int saving = getenv("GPT_SAVE_GRAPHS") != NULL; /* the graphs to files (dump.c) */
     cc->last.nodes = tr->n;
-    save_graph(cc->ncache, tr, "before", NULL);
+    if (saving)
+        save_graph(cc->ncache, tr, "before", NULL);
     for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
         tell_stage(passes[i].name, (int)i + 1, STAGES, tr, t0);
         if (!(passes[i].fusion && kernels_reading_mode()))
@@ -57,7 +59,8 @@ static Program *compile(struct compiler *cc, struct trace *tr)
     plan_free(&pl);
     cc->last.ms = (now_seconds() - t0) * 1e3;
     tell_stage(NULL, STAGES, STAGES, tr, t0);
-    save_graph(cc->ncache, tr, "after", p);
+    if (saving)
+        save_graph(cc->ncache, tr, "after", p);
     return p;
 }
 
