@@ -10,6 +10,7 @@
  * itself; the KERNEL_FIXED rows, whose entry points fix a flag or seg's
  * convention (entry.c), take the small adapters below. */
 #include "kernels/tensor_impl.h"
+#include "kernels/tensor_ref.h"
 
 /* ---- matmul ---- */
 
@@ -69,13 +70,13 @@ static void ref_attention_bwd(float *dqkv, const float *dout, const float *qkv, 
 
 /* ---- layernorm ---- */
 
-/* seg > 0: leaves and the tree; otherwise ROW_BLOCK blocks summed in
- * order (k_layernorm_bwd_res_ref says how it reads seg). */
+/* The table's seg: < 0 ROW_BLOCK blocks summed in order, 0 one leaf, > 0
+ * leaves and the tree (entry.c); layernorm_bwd_any_ref reads it so. */
 static void ref_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
                               const float *w, const float *mean, const float *rstd,
                               const float *r1, const float *r2, int n, int c, int seg)
 {
-    k_layernorm_bwd_res_ref(dx, dw, db, dy, x, w, mean, rstd, r1, r2, n, c, seg);
+    layernorm_bwd_any_ref(dx, dw, db, dy, x, w, mean, rstd, r1, r2, n, c, seg);
 }
 
 /* ---- softmax cross-entropy ---- */
@@ -87,6 +88,16 @@ static void ref_xent_bwd(float *dlogits, float *loss, const float *logits,
         k_xent_grad_ref(loss, dlogits, logits, targets, dloss, n, v);
     else
         k_xent_bwd_ref(dlogits, logits, targets, dloss, n, v);
+}
+
+/* ---- sums over rows ---- */
+
+static void ref_sum_rows(float *out, const float *x, int n, int q, int seg)
+{
+    if (seg < 0)
+        k_sum_rows_ref(out, x, n, q);
+    else
+        k_sum_rows_seg_ref(out, x, n, q, seg);
 }
 
 /* ---- the table ---- */
@@ -104,7 +115,7 @@ static const struct kernels kernels_ref = {
     .attention_bwd = ref_attention_bwd,
     .layernorm_bwd_seg = ref_layernorm_bwd,
     .xent_bwd = ref_xent_bwd,
-    .sum_rows_seg = k_sum_rows_seg_ref,
+    .sum_rows_seg = ref_sum_rows,
     .embed_bwd_seg = k_embed_bwd_seg_ref,
     .matmul_bf16_emu = ref_matmul_bf16,
     .matmul_bf16_native = NULL, /* the twins are one path: bf16_dot's model */
