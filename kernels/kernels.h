@@ -372,9 +372,8 @@ void k_matmul_tn_seg_bf16_emu(float *c, const float *a, const float *b, int n, i
  * dV = P^T dO, dK = (dS^T Q) / sqrt(hs) and dQ = (dS K) / sqrt(hs), P and
  * dS rounded to bf16. Each product's pairs start at key or query 0; terms
  * past the causal mask are exact zeros, which add nothing. _emu forces
- * the emulation; the twins compute the same products by bf16_dot, in
- * their own fp32 arithmetic around them (so they agree to rounding, not
- * bits). */
+ * the emulation; the twins compute the same products by bf16_dot, and the
+ * fp32 arithmetic around them in the kernels' order: the same bits. */
 void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
 void k_attention_bf16_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
 void k_attention_bf16_emu(float *out, float *lse, const float *qkv, int B, int T, int C, int H);

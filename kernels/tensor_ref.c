@@ -17,6 +17,7 @@
  * independent output rows, so their bits do not depend on the thread
  * count either. No libm on any path whose bits matter: fmath.h. */
 #include "kernels/tensor_ref.h"
+#include "kernels/gelu.h"
 #include "util/fmath.h"
 #include <math.h>
 #include <stdlib.h>
@@ -436,53 +437,24 @@ void k_relu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float 
         dx[i] = y[i] > 0 ? dy[i] : 0.0f;
 }
 
-/* GELU, the tanh approximation, as x sigmoid(2u): 0.5 x (1 + tanh u) =
- * x e^u / (e^u + e^-u) = x / (1 + e^-2u). Unlike the other twins, these
- * give the kernels' bits exactly (an activation's few operations are
- * cheap to copy, and the model's every MLP runs them): each step below is
- * one IEEE operation in the kernels' order, with e^t computed as vec.h's
- * vexp does (exp_lane, base.c). fmaf is one exactly rounded operation, like
- * + and *, so it gives the same bits everywhere (vec.h's plain-C backend
- * uses it too). Where e^t leaves the float range (|t| > 88, |x| > ~10)
- * the result is saturated: s is 0 or 1 and the slope's second term 0, so
- * no inf * 0 makes a NaN however large x is. */
-#define GELU_2C 1.59576912f /* 2 sqrt(2/pi) */
-#define GELU_K 0.044715f
-#define GELU_3K 0.134145f /* 3 GELU_K, u's slope */
-#define GELU_SAT 88.0f    /* |t| beyond this: saturated */
-
-/* t = -2u = (x (-2 sqrt(2/pi))) (x^2 K + 1): the sigmoid's argument, negated. */
-static float gelu_t(float x)
-{
-    float x2 = x * x;
-    return (x * -GELU_2C) * (x2 * GELU_K + 1.0f);
-}
-
-/* s = sigmoid(-t) = 1 / (1 + e^t), 0 where e^t overflows; *e = e^t. */
-static float gelu_s(float t, float *e)
-{
-    *e = exp_lane(t);
-    return t > GELU_SAT ? 0.0f : 1.0f / (1.0f + *e);
-}
-
+/* GELU (kernels/gelu.h spells its steps, for the kernel too). */
 void k_gelu_ref(float *y /* [n] */, const float *x /* [n] */, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         float e;
-        y[i] = x[i] * gelu_s(gelu_t(x[i]), &e);
+        y[i] = x[i] * gelu_s_lane(gelu_t_lane(x[i]), &e);
     }
 }
 
-/* d/dx x s(x) = s + x s (1 - s) 2u', 2u' = 2 sqrt(2/pi) (3K x^2 + 1), with
- * 1 - s = e^t s (no cancellation where s is near 1). */
+/* d/dx x s(x) = s + x s (1 - s) 2u', with 1 - s = e^t s (no cancellation
+ * where s is near 1). */
 void k_gelu_bwd_ref(float *dx /* [n] */, const float *dy /* [n] */, const float *x /* [n] */,
                     size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        float e, t = gelu_t(x[i]), s = gelu_s(t, &e);
-        float slope = (x[i] * GELU_2C) * (x[i] * x[i] * GELU_3K + 1.0f);
-        float term = slope * (s * (e * s));
-        dx[i] = dy[i] * (s + (t > GELU_SAT || -t > GELU_SAT ? 0.0f : term));
+        float e, t = gelu_t_lane(x[i]), s = gelu_s_lane(t, &e);
+        float term = gelu_slope_lane(x[i]) * (s * (e * s));
+        dx[i] = dy[i] * (s + (gelu_saturated(t) ? 0.0f : term));
     }
 }
 
