@@ -16,7 +16,7 @@ LDLIBS  := -lm
 MAIN    := cmd/main.c
 # The kernel layer's files compiled once (tensor.c is compiled per backend,
 # below): the entry points, the ISA choice, the twins, the shared floor.
-KONCE   := kernels/entry.c kernels/isa.c kernels/tensor_ref.c kernels/fused_ref.c kernels/dropout.c kernels/tensor_seg.c \
+KONCE   := kernels/entry.c kernels/isa.c kernels/reading.c kernels/tensor_ref.c kernels/fused_ref.c kernels/dropout.c kernels/tensor_seg.c \
            kernels/tensor_decode.c kernels/tensor_bf16.c kernels/base.c kernels/bf16_model.c
 SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
            gpt.c model/accum.c cmd/sample.c model/replicas.c cmd/ckpt.c cmd/evaluate.c \
@@ -31,7 +31,7 @@ HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/fla
            cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h cmd/evaluate.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
            device/ops.def device/ops.h device/exec.h device/exec_side.h device/board.h device/metrics.h \
            device/allreduce.h kernels/tensor_impl.h \
-           kernels/kernels.h kernels/base.h kernels/kernels.def kernels/tensor_ref.h kernels/vec.h cmd/pod.h \
+           kernels/kernels.h kernels/base.h kernels/kernels.def kernels/tensor_ref.h kernels/gelu.h kernels/vec.h cmd/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
            watch/watch.h watch/pace.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h util/threads.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
@@ -42,7 +42,7 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
            tests/test_house.c tests/test_lock.c tests/test_config.c \
            tests/test_progress.c tests/test_remat.c tests/test_shard.c \
            tests/test_accum.c tests/test_bytes.c \
-           tests/test_harness.c
+           tests/test_harness.c tests/test_plain.c
 TESTHDR := tests/test.h tests/adam_reference.h tests/gelu_reference.h
 
 # The kernels: tensor.c is written once over the vector layer (vec.h) and
@@ -136,8 +136,11 @@ MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
 tests/run: $(OBJ) $(KOBJ) $(HDR) $(TESTSRC) $(TESTHDR) $(FLAVOUR)
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(OBJ) $(TESTSRC) $(KOBJ) $(LDLIBS)
 
-# SUITES="kernels model" runs those suites alone.
-test: gpt $(MPI_BIN) tests/run
+# SUITES="kernels model" runs those suites alone; the coverage build is
+# made when the plain suite is among them.
+COVDIR    := build/cov
+PLAIN_BIN := $(if $(SUITES),$(if $(filter plain,$(SUITES)),$(COVDIR)/gpt),$(COVDIR)/gpt)
+test: gpt $(MPI_BIN) tests/run $(PLAIN_BIN)
 	./tests/run $(SUITES)
 
 # Proof that the tests bite: tests/mutations.txt's small bugs, one at a
@@ -214,7 +217,7 @@ VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
 
 # The sanitized suites (tests/run-debug, last) start ./gpt and ./gpt-mpi;
 # slower under the sanitizers, each gets an hour rather than 10 minutes.
-check-mem: gpt $(MPI_BIN) debug
+check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt
 	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure && mkdir -p tests/tmp
 	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
 	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(MAIN) $(SRC) $(call kobjs,build/dyn) $(LDLIBS)
@@ -286,6 +289,31 @@ docs: docs-examples
 	dot -Tsvg $(DOCS_OUT)/train-step-program.dot > $(DOCS_OUT)/train-step-program.svg
 .PHONY: docs-examples
 
+# The plain path (docs/plain-path.txt): every function of the project that
+# one default training step runs, lazy and eager, in the reading mode
+# (GPT_ISA=ref), from model_train_step down, with its lines.
+# tests/plain_path.py says how it is counted. Its build is its own, in
+# build/cov (-O0 and gcov's counters, each function and datum in a section
+# of its own so the objects' relocations give the call graph; the step
+# wrapped so that only the step is counted), the program's objects
+# untouched. `make plain-path` writes the list; the plain suite of make
+# test checks it against what runs. gcc's build whatever the flavour:
+# tests/plain_path.py reads its counts with gcc's gcov.
+COVCC    := gcc -O0 -g --coverage -ffunction-sections -fdata-sections $(WARN) -fopenmp
+COVOBJ   := $(MAIN:%.c=$(COVDIR)/%.o) $(SRC:%.c=$(COVDIR)/%.o) $(COVDIR)/tests/plain_path_step.o
+COVKOBJ  := $(call kobjs,$(COVDIR))
+$(COVDIR)/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh
+	@mkdir -p $(COVDIR)
+	$(COVCC) $(KFLAGS_$*) -c -o $@ tensor.c
+	$(call backend_names,$@,$*,$(NM),$(OBJCOPY))
+$(COVDIR)/%.o: %.c $(HDR)
+	@mkdir -p $(dir $@)
+	$(COVCC) -c -o $@ $<
+$(COVDIR)/gpt: $(COVOBJ) $(COVKOBJ)
+	$(COVCC) -static -Wl,--wrap=model_train_step -o $@ $(COVOBJ) $(COVKOBJ) -lm
+plain-path: $(COVDIR)/gpt
+	tests/plain_path.py --write docs/plain-path.txt
+
 # arm64. On an arm64 machine plain `make` and `make test` build and test
 # gpt natively, with the NEON and plain-C kernels. From x86-64, `make arm64`
 # cross-builds the same static binary as gpt-arm64, its tests as
@@ -294,8 +322,8 @@ docs: docs-examples
 # libgomp, and libc6-dev-arm64-cross), and `make test-arm64` runs the
 # suites under qemu-aarch64-static (Debian: qemu-user-static) through
 # tests/arm64.sh: ARM64_SUITES if set, else all but ARM64_SKIP (two that
-# user-mode qemu cannot pass, the house suite, which reads the native
-# build, and three about processes and files rather than arithmetic: the
+# user-mode qemu cannot pass, the house and plain suites, which read the
+# native builds, and three about processes and files rather than arithmetic: the
 # run directory's lock, --config files and tests/run's own harness;
 # tests/arm64.sh says why), in about 5 minutes.
 ARM64_CC     := aarch64-linux-gnu-gcc
@@ -304,7 +332,7 @@ ARM64_OBJCOPY := aarch64-linux-gnu-objcopy
 ARM64_CFLAGS  = $(CFLAGS) $(WARN) -fopenmp -static
 ARM64_KOBJ   := build/arm64/tensor-neon.o build/arm64/tensor-scalar.o
 ARM64_SUITES ?=
-ARM64_SKIP   ?= cli homework house lock config harness
+ARM64_SKIP   ?= cli homework house plain lock config harness
 build/arm64/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh
 	@mkdir -p build/arm64
 	$(ARM64_CC) $(CFLAGS) $(WARN) -fopenmp $(KFLAGS_$*) -c -o $@ tensor.c
@@ -334,4 +362,4 @@ clean:
 	rm -rf tests/tmp build
 
 .PHONY: all mpi docs test mutate test-netns bench bench-mpi bench-flavours debug check-mem fuzz install \
-        clean FORCE arm64 test-arm64
+        clean FORCE arm64 test-arm64 plain-path

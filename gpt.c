@@ -403,8 +403,10 @@ static void adam_update(Model *m, Graph *g, Tensor **leaf, Tensor **grad, float 
     m->lr = lr;
     Tensor *t = g_leaf(g, TK_STATE, DT_I32, &m->t, 1, 1);
     Tensor *rate = g_leaf(g, TK_INPUT, DT_F32, &m->lr, 1, 1); /* data, so a schedule never recompiles */
-    if (adam_shards(m, g, leaf, grad, t, rate))
-        return; /* --shard-optimizer: each core its shard (model/replicas.c) */
+    if (m->shards > 1) { /* --shard-optimizer: each core its shard (model/replicas.c) */
+        adam_shards(m, g, leaf, grad, t, rate);
+        return;
+    }
     for (int i = 0; i < m->np; i++) {
         /* rows x cols, as the parameter */
         Tensor *mm = moment_leaf(m, g, REPLICA_M, &m->p[i]);
@@ -449,7 +451,8 @@ static float update(Model *m, Graph *g, Tensor **leaf, Tensor **sum, float lr)
         grad[i] = reduce_sum(m, g, sum[i], i, micro_batches(m));
     Tensor *loss = reduce_sum(m, g, sum[m->np], m->np, micro_batches(m));
     adam_update(m, g, leaf, grad, lr);
-    gather_shards(m, g, leaf, loss);
+    if (m->shards > 1)
+        gather_shards(m, g, leaf, loss); /* the updated shards back whole on every core */
     g_mark_step(g, &loss, 1); /* one graph: forward, backward, update */
     float l = *(const float *)g_read(g, loss);
     g_set_cores(g, 1);

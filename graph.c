@@ -415,7 +415,8 @@ void g_backward(Graph *g, Tensor *y, Tensor *dy)
     *grad_slot(g, y) = dy;
     g->phase = PHASE_BACKWARD; /* until g_reset */
     for (int i = y->node, r = g->n_regions - 1; i >= 0; i--) {
-        const struct remat_region *reg = remat_region_ending(g, i, &r); /* compiler/remat.c */
+        /* with --remat, a region ending here is recomputed (compiler/remat.c) */
+        const struct remat_region *reg = g->remat ? remat_region_ending(g, i, &r) : NULL;
         if (reg)
             i = remat_backward(g, reg, backward_one); /* the region's nodes are done */
         else

@@ -38,6 +38,7 @@
  * the order of the operations on one of them. */
 #include "kernels/tensor_impl.h"
 #include "kernels/vec.h"
+#include "kernels/gelu.h" /* GELU's constants and steps, the twin's too */
 #include "util/fmath.h"
 #include <math.h>
 #include <stdlib.h>
@@ -2058,12 +2059,8 @@ static void relu_bwd(float *dx /* [n] */, const float *dy /* [n] */, const float
 }
 
 /* GELU (contract: k_gelu_ref, k_gelu_bwd_ref, whose bits these are: the
- * same operations in the same order, e^t by vexp, saturated where
- * |t| > GELU_SAT). */
-#define GELU_2C 1.59576912f /* 2 sqrt(2/pi) */
-#define GELU_K 0.044715f
-#define GELU_3K 0.134145f
-#define GELU_SAT 88.0f
+ * steps of kernels/gelu.h, one vector of lanes at a time, e^t by vexp,
+ * saturated where |t| > GELU_SAT). */
 
 /* t = -2u = (x (-2 sqrt(2/pi))) (x^2 K + 1) */
 VINLINE vf gelu_t(vf x)

@@ -33,7 +33,8 @@ static void usage_main(FILE *f)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].what);
     fputs("gpt --version prints the version.\n"
           "gpt <command> --help lists each command's flags.\n"
-          "GPT_ISA=scalar|avx2|avx512 lowers the kernel path.\n", f);
+          "GPT_ISA=scalar|avx2|avx512 lowers the kernel path; GPT_ISA=ref runs the\n"
+          "plain-C twins, unfused, for reading (the same bits).\n", f);
 }
 
 static int run_command(int argc, char **argv)

@@ -58,6 +58,7 @@ struct key key_build(const struct trace *tr)
     key_put(&k, tr->n);
     key_put(&k, tr->nslots);
     key_put(&k, tr->nroots);
+    key_put(&k, kernels_reading_mode()); /* unfused (GPT_ISA=ref): another program */
     for (int s = 0; s < tr->nslots; s++) {
         const Tensor *t = tr->slot[s];
         key_put(&k, t->kind == TK_INPUT); /* transferred, or bound in place */

@@ -17,17 +17,22 @@
 #include <string.h>
 
 /* The passes (fuse.c), in the order they run. Each rewrites the trace in
- * place and none changes a bit of any result. */
+ * place and none changes a bit of any result. The fusions merge ops into
+ * kernels of their own; the reading mode (GPT_ISA=ref) skips them, so
+ * each op the model wrote runs its own twin. cse and dce stay: they
+ * merge no two ops into one kernel, only drop an op whose value another
+ * already gives or nothing needs, so every op left still runs as written. */
 static const struct pass {
     const char *name;
     void (*run)(struct trace *tr);
+    int fusion; /* 1: skipped in the reading mode */
 } passes[] = {
-    {"cse", cse},                               /* an op equal to an earlier one reuses it */
-    {"dce", dce},                               /* drop what no result needs */
-    {"fuse_matmul", fuse_matmul},               /* ReLU, residual adds, ReLU's gate */
-    {"fuse_adds", fuse_adds},                   /* a chain of adds: one add_n */
-    {"fuse_layernorm_bwd", fuse_layernorm_bwd}, /* the residual gradient's sum */
-    {"fuse_xent", fuse_xent},                   /* loss and gradient in one pass */
+    {"cse", cse, 0},                               /* an op equal to an earlier one reuses it */
+    {"dce", dce, 0},                               /* drop what no result needs */
+    {"fuse_matmul", fuse_matmul, 1},               /* ReLU, residual adds, ReLU's gate */
+    {"fuse_adds", fuse_adds, 1},                   /* a chain of adds: one add_n */
+    {"fuse_layernorm_bwd", fuse_layernorm_bwd, 1}, /* the residual gradient's sum */
+    {"fuse_xent", fuse_xent, 1},                   /* loss and gradient in one pass */
 };
 
 #define STAGES (int)(sizeof passes / sizeof *passes + 2) /* the passes, plan, lowering */
@@ -36,11 +41,14 @@ static const struct pass {
 static Program *compile(struct compiler *cc, struct trace *tr)
 {
     double t0 = now_seconds();
+    int saving = getenv("GPT_SAVE_GRAPHS") != NULL; /* the graphs to files (dump.c) */
     cc->last.nodes = tr->n;
-    save_graph(cc->ncache, tr, "before", NULL);
+    if (saving)
+        save_graph(cc->ncache, tr, "before", NULL);
     for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
         tell_stage(passes[i].name, (int)i + 1, STAGES, tr, t0);
-        passes[i].run(tr);
+        if (!(passes[i].fusion && kernels_reading_mode()))
+            passes[i].run(tr);
     }
     struct plan pl;
     tell_stage("memory plan", STAGES - 1, STAGES, tr, t0);
@@ -51,7 +59,8 @@ static Program *compile(struct compiler *cc, struct trace *tr)
     plan_free(&pl);
     cc->last.ms = (now_seconds() - t0) * 1e3;
     tell_stage(NULL, STAGES, STAGES, tr, t0);
-    save_graph(cc->ncache, tr, "after", p);
+    if (saving)
+        save_graph(cc->ncache, tr, "after", p);
     return p;
 }
 

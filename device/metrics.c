@@ -62,12 +62,12 @@ void xs_timeline_start(void)
     tl_on = 1;
 }
 
-/* A host event of `seconds` that just ended (seconds 0: an instant). */
+/* A host event of `seconds` that just ended (seconds 0: an instant), for
+ * a timeline being recorded (tl_on: its callers ask first). */
 static void tl_host(const char *name, double seconds)
 {
     double t1 = now_seconds();
-    if (tl_on)
-        tl_add(TL_HOST, &(struct tl_event){.op = -1, .name = name, .t0 = t1 - seconds, .t1 = t1});
+    tl_add(TL_HOST, &(struct tl_event){.op = -1, .name = name, .t0 = t1 - seconds, .t1 = t1});
 }
 
 static void tl_write_event(FILE *f, const struct tl_event *e, int pid, int tid, int *first)
@@ -190,13 +190,14 @@ void xs_metric_add(int m, double seconds)
         s->first = s->last;
     s->v[s->n++] = seconds;
     s->sum += seconds;
-    tl_host(metric_names[m], seconds);
+    if (tl_on)
+        tl_host(metric_names[m], seconds);
 }
 
 void xs_counter_add(int c, long n)
 {
     counters[c] += n;
-    if (c == C_MARK_STEP || c == C_HOST_READ)
+    if (tl_on && (c == C_MARK_STEP || c == C_HOST_READ))
         tl_host(counter_names[c], 0);
 }
 void xs_counter_set(int c, long n) { counters[c] = n; }

@@ -1,10 +1,12 @@
 /* kernels/base.c: the functions of the kernel layer's floor (base.h):
  * kernel scratch, a loop's items shared with stealing, the tree that
  * combines the leaves of a reduction over rows, Adam's constants, the mean
- * of per-row losses, and e^x as one lane of vec.h's vexp. Each is compiled
+ * of per-row losses, and the vector kernels' order one lane at a time:
+ * vsum's tree, vexp, vexp2 and vlog. Each is compiled
  * once, here, and called by the kernels of every backend and by the twins
  * alike. */
 #include "kernels/base.h"
+#include "kernels/vec.h" /* plain C here: exp2_poly, the one spelling of vexp2's fit */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -146,13 +148,37 @@ float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, i
     return count ? (float)(total / count) : 0.0f;
 }
 
+/* ---- the vector kernels' order, one lane at a time ---- */
+
+float lanes_sum(const float lane[LANES])
+{
+    float t[LANES / 2];
+    for (int i = 0; i < 8; i++)
+        t[i] = lane[i] + lane[i + 8];
+    for (int i = 0; i < 4; i++)
+        t[i] = t[i] + t[i + 4];
+    for (int i = 0; i < 2; i++)
+        t[i] = t[i] + t[i + 2];
+    return t[0] + t[1];
+}
+
 /* x rounded to an integer, nearest even, for |x| < 2^22: adding 1.5 2^23
  * lands where floats are integers, so the add rounds (vround's bits). */
 static float round_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
 
+/* p 2^n for an integer-valued n, clamped to [-126, 127] so 2^n is a
+ * normal float, rounded once (vldexp's bits); a NaN n gives p 0. */
+static float times_pow2(float p, float n)
+{
+    float k = n >= -126.0f ? (n <= 127.0f ? n : 127.0f) : -126.0f;
+    uint32_t bits = n == n ? (uint32_t)((int32_t)k + 127) << 23 : 0;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
 /* e^x as vec.h's vexp computes it, one lane: the same clamps, the same
- * split x = n ln2 + r, the same Taylor steps, so the twins that need the
- * kernels' exact bits (an activation's, tensor_ref.c) can have them. */
+ * split x = n ln2 + r, the same Taylor steps. */
 float exp_lane(float x)
 {
     static const float taylor[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
@@ -165,8 +191,41 @@ float exp_lane(float x)
     float p = taylor[0];
     for (int k = 1; k < 8; k++)
         p = fmaf(p, r, taylor[k]);
-    uint32_t bits = n == n ? (uint32_t)((int)n + 127) << 23 : 0x3f800000u; /* 2^n */
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return times_pow2(p, n);
+}
+
+/* 2^x as vec.h's vexp2, one lane: x = n + f, |f| <= 1/2, 2^f by the
+ * degree-6 fit exp2_poly (vec.h, highest power first), times 2^n. */
+float exp2_lane(float x)
+{
+    x = -126.0f > x ? -126.0f : x; /* vmax: a NaN passes through */
+    float n = round_even(x), f = x - n;
+    float p = exp2_poly[0];
+    for (int k = 1; k <= EXP2_POLY_DEG; k++)
+        p = fmaf(p, f, exp2_poly[k]);
+    return times_pow2(p, n);
+}
+
+/* ln x as vec.h's vlog, one lane, for positive normal x: x = m 2^e with
+ * m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s), s = (m - 1)/(m + 1), by its
+ * series to s^9, and e ln2 in two parts. */
+float log_lane(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    float e = (float)((int32_t)(u >> 23) - 127), m;
+    u = (u & 0x007fffffu) | 0x3f800000u;
+    memcpy(&m, &u, sizeof m);
+    if (m > 1.41421356f) {
+        m = m * 0.5f; /* exact */
+        e = e + 1.0f;
+    }
+    float f = m - 1.0f; /* exact */
+    float s = f / (f + 2.0f);
+    float s2 = s + s, z = s * s;
+    float r = fmaf(z, 1.0f / 9, 1.0f / 7);
+    r = fmaf(z, r, 1.0f / 5);
+    r = fmaf(z, r, 1.0f / 3);
+    float lnm = fmaf(s2, z * r, s2);
+    return fmaf(e, 0.693145751953125f, fmaf(e, 1.42860682e-6f, lnm));
 }

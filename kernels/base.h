@@ -145,8 +145,22 @@ float bf16_epilogue(float y, const float *r1, const float *r2, const float *gate
 /* Cross-entropy's mean over the rows with a target (>= 0), summed in row
  * order in double (the twin and every backend share it). */
 float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n);
-/* e^x exactly as one lane of vec.h's vexp: for twins that must give the
- * kernels' bits, not only agree to rounding (an activation's). */
+
+/* ---- the vector kernels' order, one lane at a time (base.c) ----
+ * The kernels of tensor.c run on vec.h's vectors of LANES floats on every
+ * backend. A sum along a row keeps LANES partial sums, lane l taking the
+ * row's elements l, l + LANES, l + 2 LANES, ... in order, and ends in
+ * vsum's fixed tree across the lanes; e^x, 2^x and ln x are polynomials
+ * of their own, not libm's. The twins say the same in plain C with these,
+ * so that they give the kernels' bits, not only agree to rounding. */
+#define LANES 16
+
+/* The sum of lane[LANES] in vsum's tree: lanes i and i + 8 added, then i
+ * and i + 4, i and i + 2, and lane 0 + lane 1. */
+float lanes_sum(const float lane[LANES]);
+/* e^x, 2^x and ln x exactly as one lane of vec.h's vexp, vexp2, vlog. */
 float exp_lane(float x);
+float exp2_lane(float x);
+float log_lane(float x);
 
 #endif

@@ -1,8 +1,9 @@
 /* kernels/isa.c: which backend of the kernels runs. The best path the CPU
- * offers (isa_cpu), lowered by GPT_ISA (isa_best), switched by the tests
- * (isa_set), and whether the bf16 products use vdpbf16ps (bf16_cpu,
- * GPT_BF16, bf16_dot_speed, bf16_native); kernels_now() gives the table
- * of the current path to the entry points (entry.c). The tables are the
+ * offers (isa_cpu), lowered by GPT_ISA (isa_best; ref, the reading mode,
+ * runs the twins: reading.c), switched by the tests (isa_set), and
+ * whether the bf16 products use vdpbf16ps (bf16_cpu, GPT_BF16,
+ * bf16_dot_speed, bf16_native); kernels_now() gives the table of the
+ * current path to the entry points (entry.c). The tables are the
  * backends' (tensor.c, the layer above), each handed in by
  * kernels_register() before main() runs; this file keeps them and picks
  * one, and names nothing of tensor.c. */
@@ -22,24 +23,25 @@ static int isa_current = -1;     /* -1: not chosen yet, means isa_best() */
 
 #if defined(__x86_64__)
 #define ISA_TOP ISA_AVX512
-static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
+static const char *const isa_names[] = {"ref", "scalar", "avx2", "avx512"};
 #elif defined(__aarch64__)
 #define ISA_TOP ISA_NEON
-static const char *const isa_names[] = {"scalar", "neon"};
+static const char *const isa_names[] = {"ref", "scalar", "neon"};
 #else
 #define ISA_TOP ISA_SCALAR
-static const char *const isa_names[] = {"scalar"};
+static const char *const isa_names[] = {"ref", "scalar"};
 #endif
 
-const char *isa_name(int isa) { return isa >= ISA_SCALAR && isa <= ISA_TOP ? isa_names[isa] : "?"; }
+const char *isa_name(int isa) { return isa >= ISA_REF && isa <= ISA_TOP ? isa_names[isa] : "?"; }
 
 /* Each path's table, as its backend registered it. Written only before
- * main() (by the constructors of tensor.c's objects), read after. */
+ * main() (by the constructors of tensor.c's objects, and of reading.c's
+ * for the twins), read after. */
 static const struct kernels *isa_tables[ISA_TOP + 1];
 
 void kernels_register(const struct kernels *k)
 {
-    for (int i = ISA_SCALAR; i <= ISA_TOP; i++)
+    for (int i = ISA_REF; i <= ISA_TOP; i++)
         if (!strcmp(k->name, isa_name(i))) {
             isa_tables[i] = k;
             return;
@@ -53,10 +55,11 @@ void kernels_register(const struct kernels *k)
  * not later on the one machine that would pick the missing path. */
 static void check_tables(void)
 {
-    for (int i = ISA_SCALAR; i <= ISA_TOP; i++)
+    for (int i = ISA_REF; i <= ISA_TOP; i++)
         if (!isa_tables[i]) {
             fprintf(stderr, "gpt: no %s kernels in this binary (tensor.c compiled for %s "
-                    "registers them; the Makefile's BACKENDS)\n", isa_name(i), isa_name(i));
+                    "registers them, reading.c the twins as ref; the Makefile's BACKENDS)\n",
+                    isa_name(i), isa_name(i));
             exit(1);
         }
 }
@@ -84,11 +87,11 @@ static int env_isa(int cpu)
     const char *e = getenv("GPT_ISA");
     if (!e || !*e)
         return cpu;
-    for (int i = ISA_SCALAR; i <= ISA_TOP; i++)
+    for (int i = ISA_REF; i <= ISA_TOP; i++)
         if (!strcmp(e, isa_name(i)))
             return i < cpu ? i : cpu;
     fprintf(stderr, "gpt: GPT_ISA=%s is not one of", e);
-    for (int i = ISA_SCALAR; i <= ISA_TOP; i++)
+    for (int i = ISA_REF; i <= ISA_TOP; i++)
         fprintf(stderr, "%s %s", i ? "," : "", isa_name(i));
     fprintf(stderr, "\n");
     exit(2);
@@ -149,12 +152,14 @@ void isa_set(int isa)
     int best = isa_best();
     if (isa > best)
         isa = best;
-    if (isa < ISA_SCALAR)
-        isa = ISA_SCALAR;
+    if (isa < ISA_REF)
+        isa = ISA_REF;
     __atomic_store_n(&isa_current, isa, __ATOMIC_RELAXED);
 }
 
 const struct kernels *kernels_now(void) { return isa_tables[isa_get()]; }
+
+int kernels_reading_mode(void) { return isa_get() == ISA_REF; }
 
 static int bf16_mode = -1; /* 1: vdpbf16ps allowed; decided once, on first use */
 

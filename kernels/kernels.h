@@ -33,18 +33,24 @@
 
 /* ---- ISA dispatch ---- */
 
-/* Paths in increasing order of speed; x86-64 has scalar, avx2, avx512,
- * arm64 has scalar, neon. */
-enum isa { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_NEON = 1 };
+/* Paths in increasing order of speed; x86-64 has ref, scalar, avx2,
+ * avx512, arm64 has ref, scalar, neon. ref, the reading mode, runs the
+ * plain-C twins themselves as the kernels (kernels/reading.c), and the
+ * compiler fuses nothing in it: a debugger steps through the contract in
+ * a real training step, which gives the bits of every other path. */
+enum isa { ISA_REF = 0, ISA_SCALAR = 1, ISA_AVX2 = 2, ISA_AVX512 = 3, ISA_NEON = 2 };
 
 /* Best path this CPU supports, lowered (never raised) by the environment
- * variable GPT_ISA=scalar|avx2|avx512 (x86-64) or scalar|neon (arm64).
- * Decided once, on first call. */
+ * variable GPT_ISA=ref|scalar|avx2|avx512 (x86-64) or ref|scalar|neon
+ * (arm64). Decided once, on first call. */
 int isa_best(void);
 /* The path the k_* entry points use now; tests switch it. */
 int isa_get(void);
 void isa_set(int isa); /* clamped to isa_best() */
 const char *isa_name(int isa);
+/* 1 on the reading path (ISA_REF): the compiler then runs no fusion pass,
+ * so each op of the model runs its own twin. */
+int kernels_reading_mode(void);
 
 /* 1 when k_matmul_bf16 runs vdpbf16ps on the current path. */
 int bf16_native(void);
@@ -366,9 +372,8 @@ void k_matmul_tn_seg_bf16_emu(float *c, const float *a, const float *b, int n, i
  * dV = P^T dO, dK = (dS^T Q) / sqrt(hs) and dQ = (dS K) / sqrt(hs), P and
  * dS rounded to bf16. Each product's pairs start at key or query 0; terms
  * past the causal mask are exact zeros, which add nothing. _emu forces
- * the emulation; the twins compute the same products by bf16_dot, in
- * their own fp32 arithmetic around them (so they agree to rounding, not
- * bits). */
+ * the emulation; the twins compute the same products by bf16_dot, and the
+ * fp32 arithmetic around them in the kernels' order: the same bits. */
 void k_attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
 void k_attention_bf16_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
 void k_attention_bf16_emu(float *out, float *lse, const float *qkv, int B, int T, int C, int H);

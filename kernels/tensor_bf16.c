@@ -4,7 +4,6 @@
  * attention. tensor_ref.c holds the fp32 twins; a first read of the fp32
  * default path skips this file. */
 #include "kernels/base.h"
-#include "util/fmath.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -82,7 +81,9 @@ void k_matmul_tn_seg_bf16_ref(float *c /* [n,q] */, const float *a /* [p,n] */,
 /* The kernels run every product on the bf16 tiles (kernels.h says what
  * is rounded where); the twins compute each product by bf16_dot over
  * whole rows and columns from key or query 0 (the kernels' pairs), with
- * the masked entries exact zeros, and the fp32 parts in plain C. */
+ * the masked entries exact zeros, and the fp32 parts in plain C in the
+ * kernels' order: the softmax in base 2 as the fp32 twins (tensor_ref.c),
+ * 2^x and ln x as vec.h's one lane at a time (base.h). */
 
 /* -- bf16 attention: twins -- */
 
@@ -100,7 +101,7 @@ void k_attention_bf16_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                           const float *qkv /* [B,T,3C] */, int B, int T, int C, int H)
 {
     int hs = C / H;
-    float scale = 1.0f / sqrtf((float)hs);
+    float scale2 = LOG2E / sqrtf((float)hs); /* the scores to base 2 */
     float *s = kmalloc(sizeof(float) * ((size_t)T + 1)), *p = kmalloc(sizeof(float) * ((size_t)T + 1));
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
@@ -110,18 +111,18 @@ void k_attention_bf16_ref(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
         for (int i = 0; i < T; i++) {
             float mx = -INFINITY, l = 0.0f;
             for (int j = 0; j <= i; j++) {
-                s[j] = bf16_dot(0.0f, k + (size_t)j * hs, 1, q + (size_t)i * hs, 1, hs) * scale;
+                s[j] = bf16_dot(0.0f, k + (size_t)j * hs, 1, q + (size_t)i * hs, 1, hs) * scale2;
                 mx = s[j] > mx ? s[j] : mx;
             }
             for (int j = 0; j <= i; j++) {
-                float e = fm_expf(s[j] - mx);
-                l += e;
+                float e = exp2_lane(s[j] - mx);
+                l += e; /* the sum from the fp32 numerators, P V from the rounded */
                 p[j] = bf16_round(e);
             }
             float *o = out + ((size_t)b * T + i) * C + hs * h; /* [hs] */
             for (int d = 0; d < hs; d++)
                 o[d] = bf16_dot(0.0f, v + d, (size_t)hs, p, 1, i + 1) / l;
-            lse[(size_t)bh * T + i] = mx + fm_logf(l);
+            lse[(size_t)bh * T + i] = mx * LN2 + log_lane(l); /* back to base e */
         }
         free(q), free(k), free(v);
     }
@@ -134,7 +135,7 @@ void k_attention_bwd_bf16_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [
 {
     int hs = C / H;
     size_t ld3 = 3 * (size_t)C, tt = (size_t)T * T;
-    float scale = 1.0f / sqrtf((float)hs);
+    float scale = 1.0f / sqrtf((float)hs), scale2 = LOG2E * scale; /* the kernel's product */
     float *p = kmalloc(sizeof(float) * 2 * tt), *ds = p + tt; /* [T,T] each, bf16 */
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
@@ -152,7 +153,8 @@ void k_attention_bwd_bf16_ref(float *dqkv /* [B,T,3C] */, const float *dout /* [
                 if (j <= i) {
                     float sij = bf16_dot(0.0f, q + (size_t)i * hs, 1, k + (size_t)j * hs, 1, hs);
                     float dp = bf16_dot(0.0f, gr + (size_t)i * hs, 1, v + (size_t)j * hs, 1, hs);
-                    pij = fm_expf(sij * scale - lse[(size_t)bh * T + i]);
+                    /* s scale2 - lse log2(e), one rounding (vfms), then 2^x */
+                    pij = exp2_lane(fmaf(sij, scale2, -(lse[(size_t)bh * T + i] * LOG2E)));
                     dsij = pij * (dp - D);
                 }
                 p[(size_t)i * T + j] = bf16_round(pij);

@@ -1,9 +1,10 @@
 /* kernels/tensor_decode.c: the plain-C twins of the sampler's attention:
  * one decoding step over a KV cache (k_attention_step_ref) and each
  * window's last query alone (k_attention_last_ref). Both are, for the
- * queries they compute, what the attention twin computes (tensor_ref.c),
- * with its softmax. */
+ * queries they compute, the attention of tensor_ref.c's twin, in the
+ * order of their own kernel (attend_one in tensor.c). */
 #include "kernels/tensor_ref.h"
+#include <math.h>
 #include <stdlib.h>
 
 /* Appends the new token's k and v to the caches: the common first half of
@@ -22,18 +23,34 @@ static void kv_append(float *kc /* [nb,tmax,C] */, float *vc /* [nb,tmax,C] */,
 }
 
 /* One query of one head against nk keys and values (rows ld apart): the
- * decode step's and the windows' last query's attention. s: [nk] scratch. */
+ * decode step's and the windows' last query's attention, in base e. Its
+ * kernel puts 16 channels in the lanes: each score is 16 lane sums of one
+ * FMA a channel, then vsum's tree, then the scale; the numerators e^(s -
+ * max) are summed in 16 lanes over the keys, then the tree; each output
+ * channel is one FMA chain over the keys, then / l. s: [nk] scratch. */
 static void attend_one_ref(float *o /* [hs] */, const float *q /* [hs] */,
                            const float *k0 /* [nk], rows ld apart */,
                            const float *v0 /* [nk], rows ld apart */, size_t ld, int nk, int hs,
                            float *s /* [nk] */)
 {
-    softmax_row_ref(s, q, k0, ld, nk, hs);
+    float scale = 1.0f / sqrtf((float)hs), mx = -INFINITY, sum[LANES] = {0};
+    for (int j = 0; j < nk; j++) {
+        float dot[LANES] = {0};
+        for (int d = 0; d < hs; d++)
+            dot[d % LANES] = fmaf(q[d], k0[(size_t)j * ld + d], dot[d % LANES]);
+        s[j] = lanes_sum(dot) * scale;
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    for (int j = 0; j < nk; j++) {
+        s[j] = exp_lane(s[j] - mx);
+        sum[j % LANES] += s[j];
+    }
+    float l = lanes_sum(sum);
     for (int d = 0; d < hs; d++) {
         float acc = 0.0f;
         for (int j = 0; j < nk; j++)
-            acc += s[j] * v0[(size_t)j * ld + d];
-        o[d] = acc;
+            acc = fmaf(s[j], v0[(size_t)j * ld + d], acc);
+        o[d] = acc / l;
     }
 }
 

@@ -1,18 +1,24 @@
 /* kernels/tensor_ref.h: what the files of the plain-C twins share beyond
- * the kernel layer's floor (base.h): one query's softmax, which the
- * attention twins (tensor_ref.c) and the decode step's (tensor_decode.c)
- * both run; the attention twins with a dropout mask, which
+ * the kernel layer's floor (base.h): a block's sum over rows and the
+ * layernorm's backward for any reduction, which the tree's twins
+ * (tensor_seg.c) run on their leaves; the attention twins with a dropout
+ * mask, which
  * k_attention_ref and fused_ref.c's k_attention_drop both call; and the
  * mask itself (dropout.c). */
 #ifndef KERNELS_TENSOR_REF_H
 #define KERNELS_TENSOR_REF_H
 #include "kernels/base.h"
 
-/* One query of one head against keys 0..nk-1: fills s [nk] with the
- * probabilities, returns the log-sum-exp of the scaled scores. */
-float softmax_row_ref(float *s /* [nk] */, const float *q /* [hs] */,
-                      const float *k0 /* key 0's [hs], rows ld apart */, size_t ld, int nk,
-                      int hs);
+/* Rows [i0, i1) of x summed in order from zero: a block of
+ * k_sum_rows_ref, a leaf of k_sum_rows_seg_ref (tensor_seg.c). */
+void sum_rows_leaf_ref(float *out /* [q] */, const float *x /* [n,q] */, int i0, int i1, int q);
+
+/* The layernorm's backward with dw, db by ROW_BLOCK blocks summed in order
+ * (seg < 0) or by leaves of seg rows and the tree (seg 0: one leaf), dx
+ * plus the residuals r1 + r2 when present (k_layernorm_bwd_res). */
+void layernorm_bwd_any_ref(float *dx, float *dw, float *db, const float *dy, const float *x,
+                           const float *w, const float *mean, const float *rstd, const float *r1,
+                           const float *r2, int n, int c, int seg);
 
 /* Dropout on the attention probabilities, or none when NULL. */
 struct drop_mask {

@@ -5,7 +5,7 @@
  * tensor_ref.c over the leaf's rows (rows in order, from 0), and the
  * leaves' partials are combined by the tree (tree_finish, base.c). A first
  * read of the default path skips this file. */
-#include "kernels/base.h"
+#include "kernels/tensor_ref.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,32 +61,18 @@ void k_layernorm_bwd_seg_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *
                              const float *w /* [c] */, const float *mean /* [n] */,
                              const float *rstd /* [n] */, int n, int c, int seg)
 {
-    int L = leaf_count(n, seg);
-    float *pw = kmalloc(sizeof(float) * 2 * (size_t)L * c); /* [L,c] partial dw */
-    float *pb = pw + (size_t)L * c;                         /* [L,c] partial db */
-    for (int l = 0; l < L; l++) {
-        int i0 = leaf_lo(l, n, seg), rows = leaf_hi(l, n, seg) - i0;
-        size_t at = (size_t)i0 * c; /* the leaf's first row */
-        k_layernorm_bwd_ref(dx + at, pw + (size_t)l * c, pb + (size_t)l * c, dy + at, x + at, w,
-                            mean + i0, rstd + i0, rows, c);
-    }
-    tree_finish(add_plain, dw, pw, L, (size_t)c);
-    tree_finish(add_plain, db, pb, L, (size_t)c);
-    free(pw);
+    layernorm_bwd_any_ref(dx, dw, db, dy, x, w, mean, rstd, NULL, NULL, n, c, seg < 1 ? 0 : seg);
 }
 
+/* seg > 0: leaves and the tree; otherwise as k_layernorm_bwd_ref, by
+ * ROW_BLOCK blocks. */
 void k_layernorm_bwd_res_ref(float *dx /* [n,c] */, float *dw /* [c] */, float *db /* [c] */,
                              const float *dy /* [n,c] */, const float *x /* [n,c] */,
                              const float *w /* [c] */, const float *mean /* [n] */,
                              const float *rstd /* [n] */, const float *r1 /* [n,c] or NULL */,
                              const float *r2 /* [n,c] or NULL */, int n, int c, int seg)
 {
-    if (seg > 0)
-        k_layernorm_bwd_seg_ref(dx, dw, db, dy, x, w, mean, rstd, n, c, seg);
-    else
-        k_layernorm_bwd_ref(dx, dw, db, dy, x, w, mean, rstd, n, c);
-    for (size_t i = 0; r1 && i < (size_t)n * c; i++)
-        dx[i] = (r2 ? r1[i] + r2[i] : r1[i]) + dx[i];
+    layernorm_bwd_any_ref(dx, dw, db, dy, x, w, mean, rstd, r1, r2, n, c, seg > 0 ? seg : -1);
 }
 
 /* ---- sums over rows ---- */
@@ -97,7 +83,7 @@ void k_sum_rows_seg_ref(float *out /* [q] */, const float *x /* [n,q] */, int n,
     float *part = kmalloc(sizeof(float) * (size_t)L * q); /* [L,q] */
     for (int l = 0; l < L; l++) {
         int i0 = leaf_lo(l, n, seg);
-        k_sum_rows_ref(part + (size_t)l * q, x + (size_t)i0 * q, leaf_hi(l, n, seg) - i0, q);
+        sum_rows_leaf_ref(part + (size_t)l * q, x, i0, leaf_hi(l, n, seg), q);
     }
     tree_finish(add_plain, out, part, L, (size_t)q);
     free(part);

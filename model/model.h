@@ -86,11 +86,10 @@ void alloc_replicas(Model *m, int n);
 /* The step's all-reduce of x, parameter i's gradient summed over micro
  * micro-batches (i = np: the loss), or its reduce-scatter when sharded. */
 Tensor *reduce_sum(Model *m, Graph *g, Tensor *x, int i, int micro);
-/* Sharded, records Adam on each core's shard of every parameter and
- * returns 1; else 0, recording nothing. */
-int adam_shards(Model *m, Graph *g, Tensor **leaf, Tensor **grad, Tensor *t, Tensor *rate);
-/* Sharded, the all-gather of the updated weights and the loss; else
- * nothing. */
+/* For a sharded model (m->shards > 1): records Adam on each core's shard
+ * of every parameter. */
+void adam_shards(Model *m, Graph *g, Tensor **leaf, Tensor **grad, Tensor *t, Tensor *rate);
+/* For a sharded model: the all-gather of the updated weights and the loss. */
 void gather_shards(Model *m, Graph *g, Tensor **leaf, Tensor *loss);
 /* Each core's shard of a batch column (tok, pos, tgt or row): its B/cores
  * windows. */

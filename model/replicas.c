@@ -162,23 +162,19 @@ static Tensor *shard_moment_leaf(const Model *m, Graph *g, int which)
     return per_core_leaf(g, TK_STATE, DT_F32, base, 0, 1, (int)m->mlen);
 }
 
-int adam_shards(Model *m, Graph *g, Tensor **leaf, Tensor **grad, Tensor *t, Tensor *rate)
+void adam_shards(Model *m, Graph *g, Tensor **leaf, Tensor **grad, Tensor *t, Tensor *rate)
 {
-    if (m->shards == 1)
-        return 0;
     Tensor *ms = shard_moment_leaf(m, g, REPLICA_M), *vs = shard_moment_leaf(m, g, REPLICA_V);
     for (int i = 0; i < m->np; i++)
         g_adam_shard(g, leaf[i], grad[i], ms, vs, t, rate, 0.9f, 0.999f, 1e-8f,
                      (long)m->p[i].off, shard_total(m));
-    return 1;
 }
 
 void gather_shards(Model *m, Graph *g, Tensor **leaf, Tensor *loss)
 {
-    for (int i = 0; i < m->np && m->shards > 1; i++)
+    for (int i = 0; i < m->np; i++)
         g_all_gather(g, leaf[i], (long)m->p[i].off, shard_total(m));
-    if (m->shards > 1)
-        g_all_gather(g, loss, (long)m->nw, shard_total(m));
+    g_all_gather(g, loss, (long)m->nw, shard_total(m));
 }
 
 /* Core c's shard of a batch column (tok, pos or tgt): its B/cores windows. */

@@ -19,7 +19,8 @@
 # start, and cli's SIGTERM test waits for the handler in /proc's SigCgt,
 # which qemu itself sets before gpt installs its handler; and house, which
 # reads the native build's objects and binary with nm (the source tree's
-# shape, the same on every architecture, checked by the native make test);
+# shape, the same on every architecture, checked by the native make test),
+# and plain, which runs the native coverage build (build/cov) and gcov;
 # and lock, config and harness, about processes, file locks, flag files
 # and tests/run itself rather than arithmetic (the same code on every
 # architecture, checked natively; lock's runs freeze and kill trainers on

@@ -123,6 +123,7 @@ void test_xla(void);
 void test_tpu(void);
 void test_mpi(void);
 void test_tour(void);
+void test_plain(void);
 void test_house(void);
 void test_lock(void);
 void test_data(void);

@@ -4,10 +4,13 @@
  * this suite holds every machine to one committed answer. A short training
  * run (fp32 and bf16, one core and a simulated v3-8 board) on text the
  * tests write themselves must produce a checkpoint whose SHA-256 is the
- * one below, on every kernel path the machine can run (GPT_ISA: scalar,
- * avx2, avx512 on x86-64; scalar, neon on arm64) and with the bf16
- * instruction turned off (GPT_BF16=emulate); each path it cannot run
- * here is a counted skip that says why. So a run preempted on one
+ * one below, on every kernel path the machine can run (GPT_ISA: ref,
+ * scalar, avx2, avx512 on x86-64; ref, scalar, neon on arm64) and with the
+ * bf16 instruction turned off (GPT_BF16=emulate); each path it cannot run
+ * here is a counted skip that says why. ref is the reading mode: the
+ * plain-C twins run as the kernels and the compiler fuses nothing, so its
+ * hashes hold the twins and the unfused program to every other path's
+ * bits. So a run preempted on one
  * machine resumes on another with the same bits, and a change that moves
  * any bit anywhere shows here.
  *
@@ -95,6 +98,34 @@ static void sample_hash(char hash[65], const char *isa, const char *dir)
     hash[64] = 0;
 }
 
+/* The compiled step's fused ops (compiler/fuse.c), counted in the graphs
+ * GPT_SAVE_GRAPHS writes after the passes, of one small step on path isa. */
+#define UNFUSED_DIR "tests/tmp/golden-unfused"
+static int fused_ops(const char *isa)
+{
+    char cmd[1024], out[256];
+    snprintf(cmd, sizeof cmd,
+             "rm -rf " UNFUSED_DIR "/%s && mkdir -p " UNFUSED_DIR "/%s && GPT_ISA=%s GPT_SAVE_GRAPHS=" UNFUSED_DIR "/%s/g "
+             "GPT_SAVE_GRAPHS_FMT=text ./gpt train --embed 16 --heads 2 --layers 1 --context 16 "
+             "--seq 16 --batch 4 --eval-every 1000 --steps 1 --data " GOLDEN_DATA " --out "
+             UNFUSED_DIR "/%s/run > /dev/null 2>&1 && cat " UNFUSED_DIR "/%s/g-*-after.txt | "
+             "grep -cE ' = (matmul_ex|add_n|xent_grad)\\b'",
+             isa, isa, isa, isa, isa, isa);
+    int rc = t_run(cmd, out, sizeof out);
+    return rc == 0 || rc == 1 ? atoi(out) : -1; /* grep -c exits 1 when it counts 0 */
+}
+
+/* The reading mode runs every op the model wrote as its own twin: no
+ * fused op in its program, where the plain-C kernels' (every machine's
+ * scalar path) has some. */
+static void check_reading_unfused(void)
+{
+    int ref = fused_ops("ref"), fused = fused_ops("scalar");
+    CHECK(ref == 0, "GPT_ISA=ref compiled %d fused ops (matmul_ex, add_n, xent_grad), want 0",
+          ref);
+    CHECK(fused > 0, "GPT_ISA=scalar compiled %d fused ops: the count proves nothing", fused);
+}
+
 void test_golden(void)
 {
     t_run("mkdir -p tests/tmp", (char[64]){0}, 64);
@@ -117,6 +148,7 @@ void test_golden(void)
         CHECK(!strcmp(hash, GOLDEN_SAMPLE), "golden sample on %s (%s): sha256 %s, want %s",
               isa_name(isa), GOLDEN_SAMPLE_FLAGS, hash, GOLDEN_SAMPLE);
     }
+    check_reading_unfused();
     /* the paths the binary has that did not run: said, and why */
     for (int isa = isa_best() + 1; isa <= isa_top(); isa++)
         SKIP_MACHINE("golden runs on %s: %s", isa_name(isa), t_isa_skipped(isa));
