@@ -362,6 +362,7 @@ static const struct {
     {"accum", test_accum},
     {"bytes", test_bytes},
     {"harness", test_harness},
+    {"gen", test_gen},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */
