@@ -16,22 +16,23 @@ LDLIBS  := -lm
 MAIN    := cmd/main.c
 # The kernel layer's files compiled once (tensor.c is compiled per backend,
 # below): the entry points, the ISA choice, the twins, the shared floor.
-KONCE   := kernels/entry.c kernels/isa.c kernels/reading.c kernels/tensor_ref.c kernels/fused_ref.c kernels/dropout.c kernels/tensor_seg.c \
+KONCE   := kernels/entry.c kernels/entry_gen.c kernels/isa.c kernels/reading.c kernels/tensor_ref.c kernels/fused_ref.c kernels/dropout.c kernels/tensor_seg.c \
            kernels/tensor_decode.c kernels/tensor_bf16.c kernels/base.c kernels/bf16_model.c
 SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
            gpt.c model/accum.c cmd/sample.c model/replicas.c cmd/ckpt.c cmd/evaluate.c \
            graph.c compiler/graph_side.c compiler/remat.c compiler/record.c compiler/precision.c compiler/compile.c \
            compiler/trace.c compiler/cache.c compiler/fuse.c compiler/plan.c compiler/lower.c \
            compiler/dump.c compiler/explain.c \
-           xla_sim.c device/exec.c device/exec_side.c device/allreduce.c device/metrics.c device/board.c device/ops.c \
+           xla_sim.c device/exec.c device/exec_gen.c device/exec_side.c device/allreduce.c device/metrics.c \
+           device/board.c device/ops.c device/ops_gen.c device/flops.c \
            $(KONCE) cmd/pod.c pod/comm.c \
            data/batch.c data/data.c data/loader.c data/text.c watch/watch.c watch/pace.c \
            safetensors/safetensors.c util/util.c pod/error.c util/rng.c util/fmath.c util/threads.c
 HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
            cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h cmd/evaluate.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
-           device/ops.def device/ops.h device/exec.h device/exec_side.h device/board.h device/metrics.h \
-           device/allreduce.h kernels/tensor_impl.h \
-           kernels/kernels.h kernels/base.h kernels/kernels.def kernels/tensor_ref.h kernels/gelu.h kernels/vec.h cmd/pod.h \
+           device/ops.h device/ops_gen.h device/flops.h device/exec.h device/exec_side.h device/board.h \
+           device/metrics.h device/allreduce.h kernels/tensor_impl.h kernels/tensor_impl_gen.h \
+           kernels/kernels.h kernels/kernels_gen.h kernels/base.h kernels/tensor_ref.h kernels/gelu.h kernels/vec.h cmd/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
            watch/watch.h watch/pace.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h util/threads.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
@@ -42,7 +43,7 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
            tests/test_house.c tests/test_lock.c tests/test_config.c \
            tests/test_progress.c tests/test_remat.c tests/test_shard.c \
            tests/test_accum.c tests/test_bytes.c \
-           tests/test_harness.c tests/test_plain.c
+           tests/test_harness.c tests/test_plain.c tests/test_gen.c
 TESTHDR := tests/test.h tests/adam_reference.h tests/gelu_reference.h
 
 # The kernels: tensor.c is written once over the vector layer (vec.h) and
@@ -135,6 +136,20 @@ mpi: gpt-mpi
 MPI_BIN := $(if $(shell command -v mpicc 2>/dev/null),gpt-mpi)
 tests/run: $(OBJ) $(KOBJ) $(HDR) $(TESTSRC) $(TESTHDR) $(FLAVOUR)
 	$(CC) $(CFLAGS) $(WARN) $(OMP) -o $@ $(OBJ) $(TESTSRC) $(KOBJ) $(LDLIBS)
+
+# make gen: the C that device/ops.def and kernels/kernels.def define,
+# written by gen/gen.c into the tree (device/ops_gen.h, device/ops_gen.c,
+# device/exec_gen.c, kernels/tensor_impl_gen.h, kernels/kernels_gen.h,
+# kernels/entry_gen.c and the rows of tensor.c's table) and committed: the
+# build compiles those files and never runs the generator. make test's gen
+# suite runs it into tests/tmp and names each committed file that differs.
+HOSTCC  ?= cc
+GENFLAGS := -O1 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow
+build/gen/gen: gen/gen.c
+	@mkdir -p build/gen
+	$(HOSTCC) $(GENFLAGS) -o $@ gen/gen.c
+gen: build/gen/gen
+	build/gen/gen . .
 
 # SUITES="kernels model" runs those suites alone; the coverage build is
 # made when the plain suite is among them.
@@ -361,5 +376,5 @@ clean:
 	rm -f gpt-arm64 tests/run-arm64 bench/bench-arm64
 	rm -rf tests/tmp build
 
-.PHONY: all mpi docs test mutate test-netns bench bench-mpi bench-flavours debug check-mem fuzz install \
+.PHONY: all mpi docs gen test mutate test-netns bench bench-mpi bench-flavours debug check-mem fuzz install \
         clean FORCE arm64 test-arm64 plain-path

@@ -3157,8 +3157,33 @@ static void attention_bwd_bf16(float *dqkv /* [B,T,3C] */, const float *dout /* 
  * the kernel layer by the call below. */
 static const struct kernels KERNELS = {
     .name = VEC_NAME,
-#define KERNEL(name, params, args) .name = name,
-#include "kernels/kernels.def"
+    /* make gen: begin. The rows of kernels/kernels.def, as gen/gen.c
+     * writes them: edit that file, then run make gen. */
+    .matmul_ex = matmul_ex,
+    .tree_sum = tree_sum,
+    .matmul_tn_seg = matmul_tn_seg,
+    .attention = attention,
+    .attention_bwd = attention_bwd,
+    .attention_step = attention_step,
+    .attention_last = attention_last,
+    .layernorm = layernorm,
+    .layernorm_bwd_seg = layernorm_bwd_seg,
+    .xent = xent,
+    .xent_bwd = xent_bwd,
+    .add = add,
+    .add_n = add_n,
+    .relu = relu,
+    .relu_bwd = relu_bwd,
+    .gelu = gelu,
+    .gelu_bwd = gelu_bwd,
+    .sum_rows_seg = sum_rows_seg,
+    .transpose = transpose,
+    .embed = embed,
+    .embed_bwd_seg = embed_bwd_seg,
+    .adam = adam,
+    .round_bf16 = round_bf16,
+    .matmul_bf16_emu = matmul_bf16_emu,
+    /* make gen: end */
     .matmul_bf16_native = MATMUL_BF16_NATIVE,
 };
 

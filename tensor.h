@@ -12,9 +12,10 @@
  *              each compilation registers its table of kernels with
  *              kernels/isa.c before main() runs, and defines nothing
  *              else that another file calls;
- *   kernels/   the entry points (entry.c, made from kernels.def), which
- *              call the current backend's table (isa.c), the twins and
- *              the floor they share (base.c). Nothing in kernels/
+ *   kernels/   the entry points (entry.c; entry_gen.c, which make gen
+ *              writes from kernels.def), which call the current
+ *              backend's table (isa.c), the twins and the floor they
+ *              share (base.c). Nothing in kernels/
  *              includes this header or calls into tensor.c: the tables
  *              come to it by registration, so the arrow points down.
  */

@@ -1,20 +1,20 @@
-/* device/exec.c: dispatch, how one instruction becomes one tensor.c call.
- * One exec_<name> a line of ops.def, in its order: what each kernel is
- * called with, operands by name (the ops a first read can skip are in
- * device/exec_side.c); the table at the end is made from
- * ops.def. xla_sim.c calls xs_dispatch on each core. */
+/* device/exec.c: how one instruction becomes one tensor.c call. One
+ * exec_<name> a line of ops.def, in its order: what each kernel is called
+ * with, operands by name (the ops a first read can skip are in
+ * device/exec_side.c, the point-wise ops' are generated). The dispatch
+ * table, generated from ops.def, names them all (device/exec_gen.c);
+ * xla_sim.c calls its xs_dispatch on each core. */
 #include "device/exec.h"
-#include "device/exec_side.h"
 #include "tensor.h"
 #include <stdint.h>
 
-static void exec_embed(const struct kinstr *k)
+void exec_embed(const struct kinstr *k)
 {
     const struct embed_attr *e = &k->attr.embed;
     k_embed(k->out[EMBED_OUT_Y], k->in[EMBED_IN_IDX], k->in[EMBED_IN_TABLE], e->n, e->c, e->v);
 }
 
-static void exec_embed_bwd(const struct kinstr *k)
+void exec_embed_bwd(const struct kinstr *k)
 {
     const struct embed_attr *e = &k->attr.embed;
     float *dtable = k->out[EMBED_BWD_OUT_DTABLE];
@@ -27,7 +27,7 @@ static void exec_embed_bwd(const struct kinstr *k)
 }
 
 /* bf16: the matrix unit's kernel, with matmul_ex's epilogue left empty. */
-static void exec_matmul(const struct kinstr *k)
+void exec_matmul(const struct kinstr *k)
 {
     const struct matmul_attr *mm = &k->attr.matmul;
     float *c = k->out[MATMUL_OUT_C];
@@ -39,7 +39,7 @@ static void exec_matmul(const struct kinstr *k)
 }
 
 /* a^T b; bf16 inputs with seg 0 are one leaf, k_matmul_tn's order. */
-static void exec_matmul_tn(const struct kinstr *k)
+void exec_matmul_tn(const struct kinstr *k)
 {
     const struct matmul_attr *mm = &k->attr.matmul;
     float *c = k->out[MATMUL_TN_OUT_C];
@@ -52,13 +52,13 @@ static void exec_matmul_tn(const struct kinstr *k)
         k_matmul_tn(c, a, b, mm->n, mm->p, mm->q);
 }
 
-static void exec_transpose(const struct kinstr *k)
+void exec_transpose(const struct kinstr *k)
 {
     const struct transpose_attr *t = &k->attr.transpose;
     k_transpose(k->out[TRANSPOSE_OUT_Y], k->in[TRANSPOSE_IN_X], t->rows, t->cols);
 }
 
-static void exec_sum_rows(const struct kinstr *k)
+void exec_sum_rows(const struct kinstr *k)
 {
     const struct sum_rows_attr *s = &k->attr.sum_rows;
     float *y = k->out[SUM_ROWS_OUT_Y];
@@ -69,7 +69,7 @@ static void exec_sum_rows(const struct kinstr *k)
         k_sum_rows(y, x, s->n, s->q);
 }
 
-static void exec_layernorm(const struct kinstr *k)
+void exec_layernorm(const struct kinstr *k)
 {
     const struct layernorm_attr *ln = &k->attr.layernorm;
     void *const *in = k->in, *const *out = k->out;
@@ -77,7 +77,7 @@ static void exec_layernorm(const struct kinstr *k)
                 in[LAYERNORM_IN_X], in[LAYERNORM_IN_W], in[LAYERNORM_IN_B], ln->n, ln->c);
 }
 
-static void exec_layernorm_bwd(const struct kinstr *k)
+void exec_layernorm_bwd(const struct kinstr *k)
 {
     const struct layernorm_attr *ln = &k->attr.layernorm;
     void *const *in = k->in, *const *out = k->out;
@@ -90,7 +90,7 @@ static void exec_layernorm_bwd(const struct kinstr *k)
     k_layernorm_bwd_res(dx, dw, db, dy, x, w, mean, rstd, r1, r2, ln->n, ln->c, ln->seg);
 }
 
-static void exec_attention(const struct kinstr *k)
+void exec_attention(const struct kinstr *k)
 {
     const struct attention_attr *at = &k->attr.attention;
     (at->bf16 ? k_attention_bf16 : k_attention)(k->out[ATTENTION_OUT_O],
@@ -99,7 +99,7 @@ static void exec_attention(const struct kinstr *k)
                                                 at->H);
 }
 
-static void exec_attention_bwd(const struct kinstr *k)
+void exec_attention_bwd(const struct kinstr *k)
 {
     const struct attention_attr *at = &k->attr.attention;
     void *const *in = k->in;
@@ -108,20 +108,20 @@ static void exec_attention_bwd(const struct kinstr *k)
         in[ATTENTION_BWD_IN_O], in[ATTENTION_BWD_IN_LSE], at->B, at->T, at->C, at->H);
 }
 
-static void exec_xent(const struct kinstr *k)
+void exec_xent(const struct kinstr *k)
 {
     k_xent(k->out[XENT_OUT_LOSS], k->in[XENT_IN_LOGITS], k->in[XENT_IN_TARGETS], k->attr.xent.n,
            k->attr.xent.v);
 }
 
-static void exec_xent_bwd(const struct kinstr *k)
+void exec_xent_bwd(const struct kinstr *k)
 {
     k_xent_bwd(k->out[XENT_BWD_OUT_DLOGITS], k->in[XENT_BWD_IN_LOGITS],
                k->in[XENT_BWD_IN_TARGETS], k->in[XENT_BWD_IN_DLOSS], k->attr.xent.n,
                k->attr.xent.v);
 }
 
-static void exec_fill(const struct kinstr *k)
+void exec_fill(const struct kinstr *k)
 {
     float *y = k->out[FILL_OUT_Y];
     for (long i = 0; i < k->attr.fill.n; i++)
@@ -130,7 +130,7 @@ static void exec_fill(const struct kinstr *k)
 
 /* With bf16_state the parameter and both moments are stored as bf16, as
  * XLA_USE_BF16 stores every float tensor. */
-static void exec_adam(const struct kinstr *k)
+void exec_adam(const struct kinstr *k)
 {
     const struct adam_attr *ad = &k->attr.adam;
     float *p = k->in[ADAM_IN_P], *m = k->in[ADAM_IN_M], *v = k->in[ADAM_IN_V];
@@ -143,37 +143,3 @@ static void exec_adam(const struct kinstr *k)
         k_round_bf16(v, v, ad->n);
     }
 }
-
-/* The point-wise ops' exec_ functions, made from their lines of ops.def:
- * POINTWISE(RELU_BWD, relu_bwd, 2, (DY, Y), (DX)) becomes exec_relu_bwd,
- * which calls k_relu_bwd(out[RELU_BWD_OUT_DX], in[RELU_BWD_IN_DY],
- * in[RELU_BWD_IN_Y], n): the kernel takes the line's operands, by name,
- * in the line's order. (APPLY and UNPAREN unpack the line's lists.) */
-#define UNPAREN(...) __VA_ARGS__
-#define APPLY(macro, ...) macro(__VA_ARGS__)
-#define POINTWISE_IN1(NAME, a) k->in[NAME##_IN_##a]
-#define POINTWISE_IN2(NAME, a, b) k->in[NAME##_IN_##a], k->in[NAME##_IN_##b]
-#define POINTWISE_OUT(NAME, y) k->out[NAME##_OUT_##y]
-#define OP(...)
-#define POINTWISE(NAME, name, nin, inputs, output)                                 \
-    static void exec_##name(const struct kinstr *k)                                 \
-    {                                                                               \
-        k_##name(APPLY(POINTWISE_OUT, NAME, UNPAREN output),                        \
-                 APPLY(POINTWISE_IN##nin, NAME, UNPAREN inputs), k->attr.elementwise.n); \
-    }
-#include "device/ops.def"
-#undef POINTWISE
-#undef OP
-
-/* The dispatch table, made from ops.def: the line OP(NAME, name, ...)
- * becomes the entry [KOP_NAME] = exec_name. Every op gets one, so an op
- * added to ops.def without its exec_ function above does not compile;
- * there is no default that would run nothing. */
-typedef void exec_fn(const struct kinstr *k);
-#define OP(NAME, name, ...) [KOP_##NAME] = exec_##name,
-static exec_fn *const dispatch[KOP_COUNT] = {
-#include "device/ops.def"
-};
-#undef OP
-
-void xs_dispatch(const struct kinstr *k) { dispatch[k->op](k); }

@@ -1,5 +1,5 @@
 /* device/exec_side.h: the executors of device/exec_side.c, for the
- * dispatch table of device/exec.c. */
+ * dispatch table (device/exec_gen.c, generated from ops.def). */
 #ifndef DEVICE_EXEC_SIDE_H
 #define DEVICE_EXEC_SIDE_H
 #include "device/ops.h"

@@ -1,8 +1,9 @@
 /* device/ops.h: the device's instruction set, the layer below everything
  * that speaks of kernels (xla_sim.c runs them, metrics.c counts them, the
  * compiler and graph.c build them): each op's number, its named operands,
- * its attributes, and the op table (device/ops.c): name, operand counts,
- * attribute names and FLOP count. It calls nothing. */
+ * its attributes, and the op table (device/ops_gen.c, read through
+ * device/ops.c): name, operand counts, attribute names and FLOP count. It
+ * calls nothing. */
 #ifndef DEVICE_OPS_H
 #define DEVICE_OPS_H
 #include <stddef.h>
@@ -10,41 +11,15 @@
 /* ---- the kernel instruction set ----
  * Every op the device can run is one line of ops.def: its name, its named
  * operands, the member of union kattr below that holds its attributes, and
- * its FLOP count. From that line come the op's number (enum kop), its row
- * of the op table (kop_info(), device/ops.c) and its operand indices: the
- * builders (graph.c), the passes (fuse.c) and dispatch (device/exec.c) read
- * LAYERNORM_IN_X, LAYERNORM_OUT_MEAN, ..., never by a bare position. */
-#define OP(NAME, name, attrs, flops, nin, in, nout, out) KOP_##NAME,
-enum kop {
-#include "device/ops.def"
-    KOP_COUNT
-};
-#undef OP
-
-/* The operand indices of each op, from its lists in ops.def: for
- * OP(LAYERNORM, ..., 3, (X, W, B), 3, (Y, MEAN, RSTD)),
+ * its FLOP count. From that line gen/gen.c (make gen) writes the op's
+ * number (enum kop) and its operand indices into device/ops_gen.h, and its
+ * row of the op table into device/ops_gen.c: the builders (graph.c), the
+ * passes (fuse.c) and dispatch (device/exec_gen.c) read LAYERNORM_IN_X,
+ * LAYERNORM_OUT_MEAN, ..., never by a bare position. For
+ * OP(LAYERNORM, ..., 3, (X, W, B), 3, (Y, MEAN, RSTD)):
  *   enum { LAYERNORM_IN_X, LAYERNORM_IN_W, LAYERNORM_IN_B, LAYERNORM_NIN };
- *   enum { LAYERNORM_OUT_Y, LAYERNORM_OUT_MEAN, LAYERNORM_OUT_RSTD, LAYERNORM_NOUT };
- * KOP_EACH(n, f, NAME, (a, b, ...)) expands f(NAME, a) f(NAME, b) ...
- * for a list of n names. */
-#define KOP_UNPACK(...) __VA_ARGS__
-#define KOP_EACH(n, f, op, list) KOP_EACH_(n, f, op, KOP_UNPACK list)
-#define KOP_EACH_(n, f, op, ...) KOP_E##n(f, op, __VA_ARGS__)
-#define KOP_E0(f, op, ...)
-#define KOP_E1(f, op, a) f(op, a)
-#define KOP_E2(f, op, a, ...) f(op, a) KOP_E1(f, op, __VA_ARGS__)
-#define KOP_E3(f, op, a, ...) f(op, a) KOP_E2(f, op, __VA_ARGS__)
-#define KOP_E4(f, op, a, ...) f(op, a) KOP_E3(f, op, __VA_ARGS__)
-#define KOP_E5(f, op, a, ...) f(op, a) KOP_E4(f, op, __VA_ARGS__)
-#define KOP_E6(f, op, a, ...) f(op, a) KOP_E5(f, op, __VA_ARGS__)
-#define KOP_E7(f, op, a, ...) f(op, a) KOP_E6(f, op, __VA_ARGS__)
-#define KOP_IN_NAME(op, x) op##_IN_##x,
-#define KOP_OUT_NAME(op, x) op##_OUT_##x,
-#define OP(NAME, name, attrs, flops, nin, in, nout, out)      \
-    enum { KOP_EACH(nin, KOP_IN_NAME, NAME, in) NAME##_NIN }; \
-    enum { KOP_EACH(nout, KOP_OUT_NAME, NAME, out) NAME##_NOUT };
-#include "device/ops.def"
-#undef OP
+ *   enum { LAYERNORM_OUT_Y, LAYERNORM_OUT_MEAN, LAYERNORM_OUT_RSTD, LAYERNORM_NOUT }; */
+#include "device/ops_gen.h"
 
 /* An op's named attributes: the union member its line of ops.def names.
  * A node is created zeroed and attributes are set by name, so two
@@ -131,10 +106,12 @@ struct kop_attr {
 /* The op table's row for one op. */
 struct kop_info {
     const char *name;
-    int nin, nout;              /* operand counts (add_n: up to nin) */
-    struct kop_attr attr[6];    /* its attributes; a NULL name ends the list */
+    int nin, nout;               /* operand counts (add_n: up to nin) */
+    const struct kop_attr *attr; /* its attributes; a NULL name ends the list */
     double (*flops)(const struct kinstr *k); /* floating-point ops one call performs */
 };
+/* The table, a row per op (device/ops_gen.c, generated from ops.def). */
+extern const struct kop_info kop_table[KOP_COUNT];
 const struct kop_info *kop_info(int op);
 /* Prints "name=value, ..." of k's attributes into buf. */
 void kop_format_attrs(char *buf, size_t n, int op, const union kattr *a);

@@ -1,19 +1,9 @@
-/* kernels/entry.c: the k_* entry points of kernels.h. Each calls the
- * kernel of the current backend (kernels_now(), isa.c) and has no
- * arithmetic of its own. Those that pass their arguments through are
- * made from kernels.def's KERNEL rows; those that fix some (the
- * KERNEL_FIXED rows) are written below, short. Transpose has one plain
- * path for every backend, at the end; so has dropout, with the twins
- * (tensor_ref.c). */
+/* kernels/entry.c: the k_* entry points of kernels.h that fix some
+ * arguments of their kernel (kernels.def's KERNEL_FIXED rows). Each calls
+ * the kernel of the current backend (kernels_now(), isa.c) and has no
+ * arithmetic of its own. Those that pass their arguments through, one per
+ * KERNEL row, are generated (kernels/entry_gen.c). */
 #include "kernels/tensor_impl.h"
-
-/* ---- passed through: one per KERNEL row of kernels.def ---- */
-
-/* e.g. void k_add(float *y, ...) { kernels_now()->add(y, a, b, n); } */
-#define KERNEL(name, params, args) \
-    void k_##name params { kernels_now()->name args; }
-#define KERNEL_FIXED(name, params, args) /* written below */
-#include "kernels/kernels.def"
 
 /* ---- matmul: the fused epilogue's parts ---- */
 

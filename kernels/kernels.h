@@ -386,10 +386,9 @@ void k_attention_bwd_bf16_emu(float *dqkv, const float *dout, const float *qkv,
 
 /* ---- every KERNEL row of kernels/kernels.def ----
  * Its entry point k_name and its plain-C twin k_name_ref, both with the
- * row's parameters (a kernel added to the table is declared here; those
- * above are declared again, with what they compute). */
-#define KERNEL(name, params, args) void k_##name params; void k_##name##_ref params;
-#define KERNEL_FIXED(name, params, args)
-#include "kernels/kernels.def"
+ * row's parameters, written by make gen (a kernel added to the table is
+ * declared there; those above are declared again, with what they
+ * compute). */
+#include "kernels/kernels_gen.h"
 
 #endif

@@ -363,6 +363,7 @@ static const struct {
     {"bytes", test_bytes},
     {"harness", test_harness},
     {"plain", test_plain},
+    {"gen", test_gen},
 };
 
 /* Whether the command line asks for this suite (no names: every one). */

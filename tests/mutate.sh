@@ -114,7 +114,7 @@ objects_of()
 {
     local f=$1 s b o
     for s in $MAIN $SRC; do
-        [ "$f" = "$s" ] || [ "${f%.h}" != "$f" ] || [ "$f" = device/ops.def ] || continue
+        [ "$f" = "$s" ] || [ "${f%.h}" != "$f" ] || continue
         o=${s%.c}
         o=${o//\//-} # cmd/train.c -> obj/cmd-train.o
         printf 'obj/%s.o\t%s -c -o obj/%s.o %s\n' "$o" "$BASE" "$o" "$s"
@@ -122,7 +122,7 @@ objects_of()
             printf 'obj/mpi-%s.o\t%s %s %s %s -DGPT_MPI -c -o obj/mpi-%s.o %s\n' "$o" \
                 "$MPICC" "$CFLAGS" "$WARN" "$OMP" "$o" "$s" ;; esac
     done
-    if [ "$f" = tensor.c ] || [ "${f%.h}" != "$f" ] || [ "$f" = device/ops.def ]; then
+    if [ "$f" = tensor.c ] || [ "${f%.h}" != "$f" ]; then
         for b in $kernel_backends; do
             printf 'obj/tensor-%s.o\t%s %s -c -o obj/tensor-%s.o tensor.c\n' "$b" "$BASE" \
                 "$(mvar "KFLAGS_$b")" "$b"

@@ -141,5 +141,6 @@ void test_shard(void);
 void test_accum(void);
 void test_bytes(void);
 void test_harness(void);
+void test_gen(void);
 
 #endif
