@@ -4,7 +4,7 @@
  * committed file, never made by the preprocessor.
  *
  *   gen SRC OUT   reads SRC/device/ops.def, SRC/kernels/kernels.def and
- *                 SRC/tensor.c, writes the files below into OUT (the same
+ *                 SRC/tensor.c and SRC/kernels/reading.c, writes the files below into OUT (the same
  *                 paths), and prints each path it made, one a line.
  *
  * From ops.def: device/ops_gen.h (enum kop, the operand indices),
@@ -12,8 +12,9 @@
  * ops' executors, the dispatch table). From kernels.def:
  * kernels/tensor_impl_gen.h (the kernel types, struct kernels),
  * kernels/kernels_gen.h and kernels/entry_gen.c (the entry points that
- * pass their arguments through) and the rows of tensor.c's table, between
- * its "make gen: begin" and "make gen: end" marks.
+ * pass their arguments through) and the rows of tensor.c's table and of
+ * the reading mode's (kernels/reading.c), between each file's "make gen:
+ * begin" and "make gen: end" marks.
  *
  * `make gen` runs it as `build/gen/gen . .`; a file whose text is already
  * the generated one is left untouched. make test's gen suite runs it into
@@ -577,13 +578,17 @@ static void entry_points(void)
     end();
 }
 
-/* tensor.c's table: the rows between its marks, each member set to this
- * backend's function of the same name (an optional member is tensor.c's). */
-static void backend_table(const char *src)
+/* A backend's table in FILE: the rows between its "make gen: begin" and
+ * "make gen: end" marks rewritten. tensor.c's (twins 0) sets each member
+ * to its backend's function of the same name (an optional member is
+ * tensor.c's own); kernels/reading.c's (twins 1) sets each KERNEL row's
+ * member to its twin, k_NAME_ref (the KERNEL_FIXED rows' adapters and the
+ * optional members are written by hand after the marks). */
+static void backend_table(const char *src, const char *file, int twins)
 {
     static const char begin_mark[] = "make gen: begin", end_mark[] = "/* make gen: end";
     char path[512];
-    snprintf(path, sizeof path, "%s/tensor.c", src);
+    snprintf(path, sizeof path, "%s/%s", src, file);
     char *text = read_text(path);
     char *b = strstr(text, begin_mark), *close = b ? strstr(b, "*/") : NULL;
     char *from = close ? strchr(close, '\n') : NULL, *to = from ? strstr(from, end_mark) : NULL;
@@ -591,12 +596,17 @@ static void backend_table(const char *src)
         die("%s: no '%s' ... '%s */' marks around the table's rows", path, begin_mark, end_mark);
     while (to > from && to[-1] == ' ')
         to--;
-    snprintf(out_path, sizeof out_path, "tensor.c");
+    snprintf(out_path, sizeof out_path, "%s", file);
     out = open_memstream(&out_text, &out_len);
     fprintf(out, "%.*s\n", (int)(from - text), text);
-    for (int i = 0; i < nkernels; i++)
-        if (!kernels[i].optional)
+    for (int i = 0; i < nkernels; i++) {
+        if (kernels[i].optional || (twins && kernels[i].fixed))
+            continue;
+        if (twins)
+            fprintf(out, "    .%s = k_%s_ref,\n", kernels[i].name, kernels[i].name);
+        else
             fprintf(out, "    .%s = %s,\n", kernels[i].name, kernels[i].name);
+    }
     fprintf(out, "%s", to);
     end();
     free(text);
@@ -619,6 +629,7 @@ int main(int argc, char **argv)
     dispatch();
     kernel_types();
     entry_points();
-    backend_table(argv[1]);
+    backend_table(argv[1], "tensor.c", 0);
+    backend_table(argv[1], "kernels/reading.c", 1);
     return 0;
 }

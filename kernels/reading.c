@@ -103,12 +103,27 @@ static void ref_sum_rows(float *out, const float *x, int n, int q, int seg)
 /* ---- the table ---- */
 
 /* Every row of kernels.def: a KERNEL row is its twin, k_name_ref; the
- * KERNEL_FIXED rows are named one by one after it. */
+ * KERNEL_FIXED rows are named one by one after them. */
 static const struct kernels kernels_ref = {
     .name = "ref",
-#define KERNEL(name, params, args) .name = k_##name##_ref,
-#define KERNEL_FIXED(name, params, args)
-#include "kernels/kernels.def"
+    /* make gen: begin. The KERNEL rows of kernels/kernels.def, each its
+     * twin, as gen/gen.c writes them: edit that file, then run make gen. */
+    .tree_sum = k_tree_sum_ref,
+    .attention_step = k_attention_step_ref,
+    .attention_last = k_attention_last_ref,
+    .layernorm = k_layernorm_ref,
+    .xent = k_xent_ref,
+    .add = k_add_ref,
+    .add_n = k_add_n_ref,
+    .relu = k_relu_ref,
+    .relu_bwd = k_relu_bwd_ref,
+    .gelu = k_gelu_ref,
+    .gelu_bwd = k_gelu_bwd_ref,
+    .transpose = k_transpose_ref,
+    .embed = k_embed_ref,
+    .adam = k_adam_ref,
+    .round_bf16 = k_round_bf16_ref,
+    /* make gen: end */
     .matmul_ex = ref_matmul_ex,
     .matmul_tn_seg = ref_matmul_tn_seg,
     .attention = ref_attention,

@@ -74,7 +74,7 @@ typedef void relu_bwd_kernel(float *dx /* [n] */, const float *dy /* [n] */,
 
 /* y = x sigmoid(2u) = 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3):
  * GPT-2's GELU; dx = dy times its slope at x. Twins and kernels give the
- * same bits (k_gelu_ref says how). */
+ * same bits (kernels/gelu.h says how). */
 typedef void gelu_kernel(float *y /* [n] */, const float *x /* [n] */, size_t n);
 
 typedef void gelu_bwd_kernel(float *dx /* [n] */, const float *dy /* [n] */,
