@@ -326,12 +326,12 @@ static Tensor *forward(Model *m, Graph *g, const struct model_leaves *L, const B
                        int training, Tensor *last)
 {
     struct attn_mode a = {.windows = b->B / g_cores(g), .T = b->T, .heads = m->cfg.heads};
-    Tensor *tok = shard_leaf(g, b, b->tok); /* i32 [n] */
-    Tensor *pos = shard_leaf(g, b, b->pos); /* i32 [n] */
+    Tensor *tok = batch_slice_leaf(g, b, b->tok); /* i32 [n] */
+    Tensor *pos = batch_slice_leaf(g, b, b->pos); /* i32 [n] */
     Tensor *x = embed(g, L, tok, pos);      /* [n,C] */
     if (training && m->cfg.dropout > 0) {   /* off in eval and sampling */
         a.dropout = m->cfg.dropout;
-        a.rows = shard_leaf(g, b, b->row);
+        a.rows = batch_slice_leaf(g, b, b->row);
         a.key = g_leaf(g, TK_INPUT, DT_I32, m->drop_key, 1, 2);
     }
     for (int l = 0; l < m->cfg.layers; l++) {
@@ -383,7 +383,7 @@ Tensor *model_loss(Model *m, Graph *g, const Batch *b, Tensor **leaf,
 {
     struct model_leaves L;
     param_leaves(m, g, &L, leaf, with_grad, NULL);
-    Tensor *tgt = shard_leaf(g, b, b->tgt); /* i32 [n] */
+    Tensor *tgt = batch_slice_leaf(g, b, b->tgt); /* i32 [n] */
     *logits = forward(m, g, &L, b, with_grad, NULL); /* [n,V] */
     return g_xent(g, *logits, tgt);
 }
@@ -448,8 +448,8 @@ static float update(Model *m, Graph *g, Tensor **leaf, Tensor **sum, float lr)
 {
     Tensor *grad[MAX_PARAMS];
     for (int i = 0; i < m->np; i++)
-        grad[i] = reduce_sum(m, g, sum[i], i, micro_batches(m));
-    Tensor *loss = reduce_sum(m, g, sum[m->np], m->np, micro_batches(m));
+        grad[i] = mean_over_replicas(m, g, sum[i], i, micro_batches(m));
+    Tensor *loss = mean_over_replicas(m, g, sum[m->np], m->np, micro_batches(m));
     adam_update(m, g, leaf, grad, lr);
     if (m->shards > 1)
         gather_shards(m, g, leaf, loss); /* the updated shards back whole on every core */

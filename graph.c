@@ -37,7 +37,7 @@
  * the arenas are still growing in the first step.
  *
  * The layer's other rooms, below this file: compiler/record.c (tensors,
- * new_node, add_out, run_node; the arenas; as_stored, the bf16 roundings),
+ * new_node, add_out, run_if_eager; the arenas; as_stored, the bf16 roundings),
  * compiler/graph_side.c (second-read builders: data parallelism,
  * dropout, inference-only attention) and compiler/remat.c (--remat). */
 #include "compiler/record.h"
@@ -95,7 +95,7 @@ Tensor *g_embed(Graph *g, Tensor *idx, Tensor *table)
     Node *n = new_node(g, KOP_EMBED, IN([EMBED_IN_IDX] = idx, [EMBED_IN_TABLE] = table));
     n->attr.embed = (struct embed_attr){.n = idx->numel, .c = table->rows, .v = table->cols};
     Tensor *y = add_out(g, n, DT_F32, (int)idx->numel, table->rows, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -105,7 +105,7 @@ static Tensor *build_embed_bwd(Graph *g, Tensor *idx, Tensor *dy, Tensor *table)
     n->attr.embed = (struct embed_attr){
         .n = idx->numel, .c = table->rows, .v = table->cols, .seg = g->seg};
     Tensor *d = add_out(g, n, DT_F32, table->rows, table->cols, 0);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored_partial(g, d);
 }
 
@@ -121,7 +121,7 @@ Tensor *g_matmul(Graph *g, Tensor *a, Tensor *b, Tensor *bias)
         .n = a->rows, .p = a->cols, .q = b->cols,
         .bf16 = g->prec != PREC_FP32}; /* the kernel rounds a and b to bf16 */
     Tensor *y = add_out(g, n, DT_F32, a->rows, b->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -135,7 +135,7 @@ static Tensor *build_matmul_tn(Graph *g, Tensor *a, Tensor *b)
         .n = a->cols, .p = a->rows, .q = b->cols, .seg = g->seg,
         .bf16 = g->prec != PREC_FP32}; /* the matrix unit: bf16 pairs, fp32 sums */
     Tensor *y = add_out(g, n, DT_F32, a->cols, b->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored_partial(g, y);
 }
 
@@ -147,7 +147,7 @@ Tensor *g_transpose(Graph *g, Tensor *x)
     Node *n = new_node(g, KOP_TRANSPOSE, IN(x));
     n->attr.transpose = (struct transpose_attr){.rows = x->rows, .cols = x->cols};
     Tensor *y = add_out(g, n, DT_F32, x->cols, x->rows, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return y;
 }
 
@@ -161,7 +161,7 @@ static Tensor *build_sum_rows(Graph *g, Tensor *x)
     Node *n = new_node(g, KOP_SUM_ROWS, IN(x));
     n->attr.sum_rows = (struct sum_rows_attr){.n = x->rows, .q = x->cols, .seg = g->seg};
     Tensor *y = add_out(g, n, DT_F32, 1, x->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored_partial(g, y);
 }
 
@@ -170,7 +170,7 @@ Tensor *g_unary(Graph *g, int op, Tensor *x)
     Node *n = new_node(g, op, IN(x));
     n->attr.elementwise.n = x->numel;
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     /* a ReLU's values are x's or 0, already as stored; others round */
     return op == KOP_RELU ? y : as_stored(g, y);
 }
@@ -182,7 +182,7 @@ static Tensor *build_relu_bwd(Graph *g, Tensor *dy, Tensor *y)
     Node *n = new_node(g, KOP_RELU_BWD, IN([RELU_BWD_IN_DY] = dy, [RELU_BWD_IN_Y] = y));
     n->attr.elementwise.n = y->numel;
     Tensor *d = add_out(g, n, DT_F32, y->rows, y->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, d);
 }
 
@@ -192,7 +192,7 @@ static Tensor *build_gelu_bwd(Graph *g, Tensor *dy, Tensor *x)
     Node *n = new_node(g, KOP_GELU_BWD, IN([GELU_BWD_IN_DY] = dy, [GELU_BWD_IN_X] = x));
     n->attr.elementwise.n = x->numel;
     Tensor *d = add_out(g, n, DT_F32, x->rows, x->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, d);
 }
 
@@ -207,7 +207,7 @@ Tensor *g_layernorm(Graph *g, Tensor *x, Tensor *w, Tensor *b)
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     add_out(g, n, DT_F32, x->rows, 1, 0);
     add_out(g, n, DT_F32, x->rows, 1, 0);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -225,7 +225,7 @@ static void build_layernorm_bwd(Graph *g, const Node *ln, Tensor *dy, Tensor **d
     Tensor *dx = add_out(g, n, DT_F32, x->rows, x->cols, 1);
     Tensor *dw = add_out(g, n, DT_F32, 1, x->cols, 1);
     Tensor *db = add_out(g, n, DT_F32, 1, x->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     d[LAYERNORM_IN_X] = as_stored(g, dx);
     d[LAYERNORM_IN_W] = as_stored_partial(g, dw);
     d[LAYERNORM_IN_B] = as_stored_partial(g, db);
@@ -242,7 +242,7 @@ Tensor *g_attention(Graph *g, Tensor *qkv, int B, int T, int H)
         .bf16 = g->prec == PREC_BF16}; /* the kernel rounds q, k, v as it loads them */
     Tensor *y = add_out(g, n, DT_F32, B * T, C, 1); /* o, then lse */
     add_out(g, n, DT_F32, B * H, T, 0);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -255,7 +255,7 @@ static Tensor *build_attention_bwd(Graph *g, const Node *att, Tensor *dy)
                           [ATTENTION_BWD_IN_LSE] = att->out[ATTENTION_OUT_LSE]));
     n->attr = att->attr; /* bf16: dy and q, k, v rounded on load */
     Tensor *d = add_out(g, n, DT_F32, qkv->rows, qkv->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, d);
 }
 
@@ -266,7 +266,7 @@ Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
     Node *n = new_node(g, KOP_XENT, IN([XENT_IN_LOGITS] = logits, [XENT_IN_TARGETS] = targets));
     n->attr.xent = (struct xent_attr){.n = logits->rows, .v = logits->cols};
     Tensor *y = add_out(g, n, DT_F32, 1, 1, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -279,7 +279,7 @@ static Tensor *build_xent_bwd(Graph *g, const Node *xe, Tensor *dy)
                           [XENT_BWD_IN_DLOSS] = dy));
     n->attr = xe->attr;
     Tensor *d = add_out(g, n, DT_F32, logits->rows, logits->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, d);
 }
 
@@ -289,7 +289,7 @@ Tensor *g_fill(Graph *g, float value, int rows, int cols)
     n->attr.fill.n = (long)rows * cols; /* by field: the struct has padding, kept zero */
     n->attr.fill.value = value;
     Tensor *y = add_out(g, n, DT_F32, rows, cols, 0);
-    run_node(g, n);
+    run_if_eager(g, n);
     return y;
 }
 
@@ -303,7 +303,7 @@ void g_adam(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v,
                           [ADAM_IN_STEP] = t, [ADAM_IN_LR] = lr));
     n->attr.adam = (struct adam_attr){.n = p->numel, .bf16_state = g->prec == PREC_BF16_PURE,
                                       .beta1 = b1, .beta2 = b2, .eps = eps};
-    run_node(g, n);
+    run_if_eager(g, n);
 }
 
 const void *g_read(Graph *g, Tensor *t)

@@ -54,7 +54,7 @@ float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, v
     batch_free(&c);
     g_reset(g);
     Tensor *all = g_leaf(g, TK_INPUT, DT_F32, logits, b->B * b->T, (int)V);
-    float loss = *(const float *)g_read(g, g_xent(g, all, shard_leaf(g, b, b->tgt)));
+    float loss = *(const float *)g_read(g, g_xent(g, all, batch_slice_leaf(g, b, b->tgt)));
     free(logits);
     return loss;
 }

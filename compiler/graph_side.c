@@ -67,7 +67,7 @@ Tensor *g_all_reduce_micro(Graph *g, Tensor *x, int micro)
     n->attr.all_reduce =
         (struct all_reduce_attr){.n = x->numel, .cores = g->cores, .micro = micro};
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 0);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -78,7 +78,7 @@ Tensor *g_reduce_scatter(Graph *g, Tensor *x, int micro, long at, long total)
                                                   .micro = micro, .shard = 1, .at = at,
                                                   .total = total};
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 0);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -94,7 +94,7 @@ void g_adam_shard(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v, Tenso
     n->attr.adam = (struct adam_attr){.n = p->numel, .bf16_state = g->prec == PREC_BF16_PURE,
                                       .beta1 = b1, .beta2 = b2, .eps = eps,
                                       .shard_cores = g->cores, .at = at, .total = total};
-    run_node(g, n);
+    run_if_eager(g, n);
 }
 
 void g_all_gather(Graph *g, Tensor *x, long at, long total)
@@ -102,7 +102,7 @@ void g_all_gather(Graph *g, Tensor *x, long at, long total)
     Node *n = new_node(g, KOP_ALL_GATHER, IN(x));
     n->attr.all_reduce = (struct all_reduce_attr){.n = x->numel, .cores = g->cores,
                                                   .shard = 1, .at = at, .total = total};
-    run_node(g, n);
+    run_if_eager(g, n);
 }
 
 /* a + b for two partial sums of a batch reduction (gradient accumulation):
@@ -118,7 +118,7 @@ void g_store(Graph *g, Tensor *dst, Tensor *x)
         shape_fail("store", dst, x);
     Node *n = new_node(g, KOP_STORE, IN([STORE_IN_DST] = dst, [STORE_IN_X] = x));
     n->attr.elementwise.n = x->numel;
-    run_node(g, n);
+    run_if_eager(g, n);
 }
 
 Tensor *g_dropout(Graph *g, Tensor *x, Tensor *rows, Tensor *key, float p, int site)
@@ -129,7 +129,7 @@ Tensor *g_dropout(Graph *g, Tensor *x, Tensor *rows, Tensor *key, float p, int s
                        IN([DROPOUT_IN_X] = x, [DROPOUT_IN_ROWS] = rows, [DROPOUT_IN_KEY] = key));
     n->attr.dropout = (struct dropout_attr){.n = x->rows, .c = x->cols, .site = site, .p = p};
     Tensor *y = add_out(g, n, DT_F32, x->rows, x->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -146,7 +146,7 @@ Tensor *g_attention_drop(Graph *g, Tensor *qkv, Tensor *rows, Tensor *key, int B
         (struct attention_drop_attr){.B = B, .T = T, .C = C, .H = H, .site = site, .p = p};
     Tensor *y = add_out(g, n, DT_F32, B * T, C, 1); /* o, then lse */
     add_out(g, n, DT_F32, B * H, T, 0);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -161,7 +161,7 @@ Tensor *build_attention_drop_bwd(Graph *g, const Node *att, Tensor *dy)
                           [ATTENTION_DROP_BWD_IN_KEY] = att->in[ATTENTION_DROP_IN_KEY]));
     n->attr = att->attr;
     Tensor *d = add_out(g, n, DT_F32, qkv->rows, qkv->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, d);
 }
 
@@ -174,7 +174,7 @@ Tensor *g_attention_last(Graph *g, Tensor *qkv, int B, int T, int H)
     Node *n = new_node(g, KOP_ATTENTION_LAST, IN(qkv));
     n->attr.attention = (struct attention_attr){.B = B, .T = T, .C = C, .H = H};
     Tensor *y = add_out(g, n, DT_F32, B, C, 0);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 
@@ -190,7 +190,7 @@ Tensor *g_attention_step(Graph *g, Tensor *qkv, Tensor *kc, Tensor *vc,
                           [ATTENTION_STEP_IN_VC] = vc, [ATTENTION_STEP_IN_POS] = pos));
     n->attr.decode = (struct decode_attr){.nb = nb, .tmax = kc->rows / nb, .C = C, .H = H};
     Tensor *y = add_out(g, n, DT_F32, nb, C, 0);
-    run_node(g, n);
+    run_if_eager(g, n);
     return as_stored(g, y);
 }
 

@@ -1,7 +1,7 @@
 /* compiler/record.c: the graph's record, the bottom of the graph layer
  * (graph.c's builders and compiler/graph_side.c's call it, it calls
  * neither): tensors and leaves, a node with its inputs and outputs,
- * eager execution (run_node). The bump arena holds a step's tensors.
+ * eager execution (run_if_eager). The bump arena holds a step's tensors.
  * (How a value is stored under each precision: compiler/precision.c.) */
 #include "compiler/record.h"
 #include <stdio.h>
@@ -79,9 +79,10 @@ Tensor *g_param(Graph *g, float *data, int rows, int cols)
     return g_leaf(g, TK_PARAM, DT_F32, data, rows, cols);
 }
 
-/* Eager execution: the node runs the moment it is recorded. Lazy mode
- * only records it. */
-void run_node(Graph *g, Node *n)
+/* Eager execution: on the eager device (--device cpu) the node runs the
+ * moment it is recorded; on the lazy one it is only recorded, and this
+ * returns at once (the compiler runs it at the cut). */
+void run_if_eager(Graph *g, Node *n)
 {
     struct kinstr k = {.op = n->op, .attr = n->attr};
     if (g->lazy)
@@ -153,6 +154,6 @@ Tensor *build_add(Graph *g, Tensor *a, Tensor *b)
     Node *n = new_node(g, KOP_ADD, IN(a, b));
     n->attr.elementwise.n = a->numel;
     Tensor *y = add_out(g, n, DT_F32, a->rows, a->cols, 1);
-    run_node(g, n);
+    run_if_eager(g, n);
     return y;
 }

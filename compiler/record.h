@@ -62,7 +62,7 @@ Node *new_node(Graph *g, int op, Tensor *const *in);
 /* Adds an output (diff: it may take a gradient). */
 Tensor *add_out(Graph *g, Node *n, int dtype, int rows, int cols, int diff);
 /* Runs n at once on the eager device; records only on the lazy one. */
-void run_node(Graph *g, Node *n);
+void run_if_eager(Graph *g, Node *n);
 /* The gradient slot of t: autodiff's (graph.c) and --remat's (remat.c). */
 Tensor **grad_slot(Graph *g, const Tensor *t);
 void shape_fail(const char *op, const Tensor *a, const Tensor *b);

@@ -63,7 +63,7 @@ static void recompute_node(Graph *g, int i, Tensor **clone)
         c->requires_grad = t->requires_grad;
         clone[t->id] = c;
     }
-    run_node(g, n);
+    run_if_eager(g, n);
 }
 
 /* The recompute, then its derivatives: the gradients later nodes gave

@@ -83,17 +83,19 @@ void unshard_moments(Model *m);
 /* n cores' replicas of core 0's weights and Adam state, or of the weights
  * and each core's shard of the state (--shard-optimizer). */
 void alloc_replicas(Model *m, int n);
-/* The step's all-reduce of x, parameter i's gradient summed over micro
- * micro-batches (i = np: the loss), or its reduce-scatter when sharded. */
-Tensor *reduce_sum(Model *m, Graph *g, Tensor *x, int i, int micro);
+/* The mean over every replica (each core of each process) of x,
+ * parameter i's gradient summed over micro micro-batches (i = np: the
+ * loss): the step's all-reduce, or under --shard-optimizer its
+ * reduce-scatter (each core gets its shard of the mean). */
+Tensor *mean_over_replicas(Model *m, Graph *g, Tensor *x, int i, int micro);
 /* For a sharded model (m->shards > 1): records Adam on each core's shard
  * of every parameter. */
 void adam_shards(Model *m, Graph *g, Tensor **leaf, Tensor **grad, Tensor *t, Tensor *rate);
 /* For a sharded model: the all-gather of the updated weights and the loss. */
 void gather_shards(Model *m, Graph *g, Tensor **leaf, Tensor *loss);
-/* Each core's shard of a batch column (tok, pos, tgt or row): its B/cores
- * windows. */
-Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col);
+/* Each core's slice of a batch column (tok, pos, tgt or row): its B/cores
+ * windows ("shard" is kept for the optimizer state's, --shard-optimizer). */
+Tensor *batch_slice_leaf(Graph *g, const Batch *b, int32_t *col);
 
 /* accum.c: gradient accumulation's micro-batches and partial sums. */
 int micro_batches(const Model *m); /* 1 unless model_set_accum() said more */

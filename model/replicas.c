@@ -145,7 +145,7 @@ void alloc_replicas(Model *m, int n)
     xs_counter_set(C_STATE_HOST_BYTES, (long)(2 * m->mlen * sizeof(float)) * n);
 }
 
-Tensor *reduce_sum(Model *m, Graph *g, Tensor *x, int i, int micro)
+Tensor *mean_over_replicas(Model *m, Graph *g, Tensor *x, int i, int micro)
 {
     if (m->shards == 1)
         return g_all_reduce_micro(g, x, micro);
@@ -177,8 +177,8 @@ void gather_shards(Model *m, Graph *g, Tensor **leaf, Tensor *loss)
     g_all_gather(g, loss, (long)m->nw, shard_total(m));
 }
 
-/* Core c's shard of a batch column (tok, pos or tgt): its B/cores windows. */
-Tensor *shard_leaf(Graph *g, const Batch *b, int32_t *col)
+/* Core c's slice of a batch column (tok, pos or tgt): its B/cores windows. */
+Tensor *batch_slice_leaf(Graph *g, const Batch *b, int32_t *col)
 {
     void *base[XS_MAX_CORES];
     int nc = g_cores(g), rows = b->B / nc * b->T;
