@@ -17,8 +17,8 @@
  * kernel here. The Makefile gives every function of this file its
  * backend's name (matmul_ex_avx2).
  *
- * Three headers of kernels/ are part of this file's object (each compiled
- * here, once per backend, and included by nothing else):
+ * Three headers of kernels/ are part of this file's object, compiled with
+ * it once per backend (no other object includes them):
  *   kernels/tiles.h             the performance machinery: register tile
  *                               sizes by backend (MR, MM_V, ...), matmul's
  *                               register tiles (struct mm, mm_tiles), packed
