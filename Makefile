@@ -32,6 +32,7 @@ HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/fla
            cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h cmd/evaluate.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
            device/ops.h device/ops_gen.h device/flops.h device/exec.h device/exec_side.h device/board.h \
            device/metrics.h device/allreduce.h kernels/tensor_impl.h kernels/tensor_impl_gen.h \
+           kernels/tiles.h kernels/attention_layout.h kernels/bf16_sim.h \
            kernels/kernels.h kernels/kernels_gen.h kernels/base.h kernels/tensor_ref.h kernels/gelu.h kernels/vec.h cmd/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
            watch/watch.h watch/pace.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h util/threads.h
@@ -47,7 +48,10 @@ TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model
 TESTHDR := tests/test.h tests/adam_reference.h tests/gelu_reference.h
 
 # The kernels: tensor.c is written once over the vector layer (vec.h) and
-# compiled once per backend, each object with its own -m flags; each
+# compiled once per backend, each object with its own -m flags (with it,
+# the three headers it alone includes: kernels/tiles.h, the performance
+# machinery; kernels/attention_layout.h; kernels/bf16_sim.h, the bf16
+# simulation; so they need no objects of their own); each
 # object registers its table with kernels/isa.c before main() (a
 # constructor: link the object and the path is there), and the binary
 # picks one at run time (GPT_ISA lowers the choice). x86-64 gets AVX-512,

@@ -1,4 +1,9 @@
-/* tensor.c: the compute kernels, written once over the vector layer.
+/* tensor.c: the fp32 compute kernels, written once over the vector layer.
+ *
+ * The name is the design card's, but this file holds no `Tensor` type
+ * and never sees one: its kernels take plain float arrays with their
+ * shapes passed beside them. The program's Tensor, the graph's value
+ * (compiler/node.h), lives three layers up.
  *
  * This file is compiled once per backend of vec.h (AVX-512, AVX2, NEON,
  * plain C: the Makefile passes -DVEC_AVX512 and the matching -m flags, and
@@ -8,24 +13,37 @@
  * kernels/isa.c, the layer below, which never names this file. The
  * contract of every kernel, its plain-C twin, is in kernels/tensor_ref.c
  * (the tree's reductions: tensor_seg.c; the bf16 kernels: tensor_bf16.c);
- * the tests hold each backend to it. The Makefile gives every function of
- * this file its backend's name (matmul_ex_avx2).
+ * the tests hold each backend to it: read a kernel's twin first, then the
+ * kernel here. The Makefile gives every function of this file its
+ * backend's name (matmul_ex_avx2).
  *
- * Map, by family, each under a banner "---- name ----":
+ * Three headers of kernels/ are part of this file's object, compiled with
+ * it once per backend (no other object includes them):
+ *   kernels/tiles.h             the performance machinery: register tile
+ *                               sizes by backend (MR, MM_V, ...), matmul's
+ *                               register tiles (struct mm, mm_tiles), packed
+ *                               panels of b, chunks of element-wise work,
+ *                               prefetching
+ *   kernels/attention_layout.h  a head's layouts and the fp32 steps that
+ *                               the fp32 and bf16 attention share
+ *   kernels/bf16_sim.h          the bf16 simulation: rounding, the bf16
+ *                               matmul emulated (every backend) and native
+ *                               (vdpbf16ps, AVX-512 only), its weight
+ *                               gradients' leaves and attention, on tiles
+ *                               of their own
+ *
+ * Map of this file, by family, each under a banner "---- name ----":
  *   matmul                      c = epilogue(a @ b + bias), by register tiles
  *   leaves and the tree         add_into and k_tree_sum's chunks
- *   weight-gradient matmul      a^T b, leaves over threads
+ *   weight-gradient matmul      a^T b, leaves over threads (fp32 or bf16)
  *   attention                   forward, backward, decode step, last query
  *   layernorm                   forward, backward by blocks or leaves
  *   softmax cross-entropy       forward and backward
  *   element-wise                add, add_n, relu, relu_bwd, gelu, gelu_bwd
  *   sums over rows              by blocks or leaves
  *   transpose                   by blocks of shuffles in registers
+ *   embedding                   forward, backward by leaves
  *   Adam                        the update
- *   bf16                        rounding; matmul emulated (every backend)
- *                               and native (vdpbf16ps, AVX-512 only);
- *                               weight gradients and attention on the
- *                               same tiles
  *   the table                   and its registration with kernels/isa.c
  *
  * The same bits on every backend: each output element is produced by the
@@ -34,408 +52,30 @@
  * same FMAs in the same order per element, reductions across lanes use
  * vsum's one tree, reductions over rows fixed blocks (ROW_BLOCK) or the
  * leaves and tree of kernels/kernels.h. What a backend may choose is only
- * how many elements it works on at once (MR, the V_* widths below), never
- * the order of the operations on one of them. */
+ * how many elements it works on at once (MR and the other sizes of
+ * kernels/tiles.h), never the order of the operations on one of them. */
 #include "kernels/tensor_impl.h"
 #include "kernels/vec.h"
 #include "kernels/gelu.h" /* GELU's constants and steps, the twin's too */
+#include "kernels/tiles.h"
+#include "kernels/attention_layout.h"
+#include "kernels/bf16_sim.h"
 #include "util/fmath.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Register tiles, by backend: how many rows (MR) and vectors of columns
- * (MM_V) a matmul tile holds in registers (accumulators + loads <= the
- * register file: 32 zmm, 16 ymm with a vf being two, 32 q with a vf being
- * four), and the same for the other tiled loops. Any value gives the same
- * bits. */
-#if defined(VEC_AVX512)
-#define MR 6          /* 6x4 accumulators + 4 b + 1 broadcast = 29 of 32 zmm */
-#define MM_V 4
-#define PV_G 8        /* attention: channels summed in one pass over the keys */
-#define KV_G 8        /* attention backward: channels of dK or dV per pass */
-#define SDP_TOGETHER 1 /* attention backward: S and dP in one pass, 8 sums */
-#define SC_W 8        /* attention: keys scored at once, a chain each */
-#define Q_W 8         /* attention backward: queries of dQ per pass, 16 channels each */
-#define BF_H 12, 8, 6, 4 /* bf16 tile heights for 1, 2, 3, 4 vectors */
-#define BF_V 4
-#define BF_ATT_H 8, 8, 6, 4 /* bf16 attention: 8 rows, a head of 8 channels in one tile */
-#define BF_TRACKERS 4 /* tiny-result trackers (unused: x86 flushes in hardware) */
-#define LN_REG_V 4    /* layernorm_bwd: vectors a row whose dw, db, x-hat, g stay in registers */
-#define SUM_V 8       /* sum_rows: vectors of column sums in registers at once */
-#elif defined(VEC_AVX2)
-#define MR 6          /* 6x2 accumulators + 2 b + 1 broadcast = 15 of 16 ymm */
-#define MM_V 1
-#define PV_G 4
-#define KV_G 6        /* 6x2 accumulators + 2 weights + 1 broadcast = 15 of 16 ymm */
-#define SDP_TOGETHER 0 /* 8 sums would take all 16 ymm */
-#define SC_W 4
-#define Q_W 4         /* 4x2 accumulators + 2 keys + 1 broadcast (a divisor of 16) */
-#define BF_H 6, 6, 6, 6 /* as MR: no tracker registers (the hardware flushes) */
-#define BF_V 1
-#define BF_ATT_H 4, 4, 4, 4 /* 8 ymm of sums: taller tiles (6, 8) ran slower */
-#define BF_TRACKERS 1
-#define LN_REG_V 1    /* 4 x 2 ymm: at 2 vectors gcc spilled them */
-#define SUM_V 8       /* 8 x 2 ymm, the loads from memory */
-#elif defined(VEC_NEON)
-#define MR 6          /* 6x4 accumulators + 4 b + 1 broadcast = 29 of 32 q */
-#define MM_V 1
-#define PV_G 4
-#define KV_G 4
-#define SDP_TOGETHER 0 /* 8 sums would take all 32 q */
-#define SC_W 4
-#define Q_W 4
-#define BF_H 4, 4, 4, 4
-#define BF_V 1
-#define BF_ATT_H 4, 4, 4, 4
-#define BF_TRACKERS 1
-#define LN_REG_V 0    /* 4 x 4 q already half the registers: none */
-#define SUM_V 4
-#else
-#define MR 4
-#define MM_V 1
-#define PV_G 8
-#define KV_G 8
-#define SDP_TOGETHER 0
-#define SC_W 4
-#define Q_W 4
-#define BF_H 4, 4, 4, 4
-#define BF_V 1
-#define BF_ATT_H 4, 4, 4, 4
-#define BF_TRACKERS 1
-#define LN_REG_V 4
-#define SUM_V 8
-#endif
-
-/* Rows [0, T) of n floats from src (rows sld apart) to dst (dld apart). */
-static void copy_rows(float *dst, size_t dld, const float *src, size_t sld, int T, int n)
-{
-    for (int i = 0; i < T; i++)
-        memcpy(dst + (size_t)i * dld, src + (size_t)i * sld, sizeof(float) * (size_t)n);
-}
-
 /* ---- matmul ---- */
 
 /* Contract (k_matmul_ex_ref, k_matmul_gated_ref): c[i][j] starts at
  * bias[j] (or 0) and takes one FMA a[i][k]*b[k][j] per k in order
- * 0..p-1; then max(., 0) if relu, 0 where gate <= 0, + r1, + r2. */
-
-/* Everything a matmul tile needs. The same tiles serve matmul (a is [n,p],
- * row stride p) and matmul_tn (a is [p,n], read as its transpose). A tile
- * runs k over [k0, k1): from k0 = kinit it starts at the bias (or 0), a
- * later pass resumes from the partial sums stored in c, so splitting the k
- * loop into passes changes no bits. */
-struct mm {
-    float *c;             /* [n,q] */
-    const float *a;       /* [n,p] or [p,n] */
-    const float *b;       /* element (k0, j0) of b; see ldb, bps */
-    const float *bias;    /* [q] or NULL */
-    const float *r1, *r2; /* [n,q] or NULL, added after the optional ReLU */
-    const float *gate;    /* [n,q] or NULL: c is 0 where gate <= 0 (a ReLU's backward) */
-    int relu, p, q;
-    int k0, k1; /* this pass's range of k */
-    int kinit;  /* where the sums start */
-    int j0, j1; /* this pass's columns of c */
-    size_t ldb; /* b's row stride: q, or MM_PW when packed */
-    size_t bps; /* from one panel of MM_PW columns of b to the next */
-};
-
-/* Columns of c a tile spans at most: its panel of b. */
-#define MM_PW (VL * MM_V)
-
-/* What every matmul tile (fp32 and bf16) does to a finished vector of c,
- * w lanes at element `at`: the ReLU, the ReLU's backward gate, the
- * residuals, in the contract's order. */
-VINLINE vf mm_epilogue(vf y, int relu, const float *gate, const float *r1, const float *r2,
-                       size_t at, int w)
-{
-    if (relu)
-        y = vrelu(y);
-    if (gate)
-        y = vkeep(vgt(vload_n(gate + at, w), vzero()), y);
-    if (r1)
-        y = vadd(y, vload_n(r1 + at, w));
-    if (r2)
-        y = vadd(y, vload_n(r2 + at, w));
-    return y;
-}
-
-/* An R x 16V tile of c at (i, j): element (r, k) of a is a[(i+r)*ars +
- * k*aks]; the last vector holds `last` columns; epi: whether c has an
- * epilogue (a constant at each call). */
-VINLINE void mm_tile(const struct mm *m, int i, int j, int R, int V, int last, size_t ars,
-                     size_t aks, int epi)
-{
-    vf acc[2 * MR][MM_V]; /* R <= MR, or 2 MR rows of half a panel (mm_pair) */
-    const float *a = m->a + i * ars;                                 /* tile's row 0 */
-    const float *b = m->b + (size_t)((j - m->j0) / MM_PW) * m->bps; /* tile's column 0 */
-    int fresh = m->k0 == m->kinit;
-UNROLL(4)
-    for (int v = 0; v < V; v++) {
-        int w = v < V - 1 ? VL : last;
-        vf init = m->bias && fresh ? vload_n(m->bias + j + VL * v, w) : vzero();
-UNROLL(12)
-        for (int r = 0; r < R; r++)
-            acc[r][v] = fresh ? init : vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w);
-    }
-    /* b's rows by a pointer that steps: finding row k as b + (k - k0) ldb
-     * at each k cost gcc six integer instructions (a sign extension and a
-     * multiply among them) beside the 24 FMAs, and the default model's
-     * matmuls and weight gradients took 1.04x-1.06x as long */
-    const float *bk = b; /* row k of the panel: [16V] */
-    const size_t ldb = m->ldb;
-    const int k1 = m->k1;
-    for (int k = m->k0; k < k1; k++, bk += ldb) {
-        vf bv[MM_V];
-UNROLL(4)
-        for (int v = 0; v < V; v++)
-            bv[v] = vload_n(bk + VL * v, v < V - 1 ? VL : last);
-UNROLL(12)
-        for (int r = 0; r < R; r++) {
-            vf ar = vset(a[r * ars + k * aks]);
-UNROLL(4)
-            for (int v = 0; v < V; v++)
-                acc[r][v] = vfma(ar, bv[v], acc[r][v]);
-        }
-    }
-    /* Most tiles have no epilogue (a weight gradient's partial sums, a @ b
-     * + bias): an instance of their own stores the sums as they are.
-     * Asking mm_epilogue's four questions at each of a tile's vectors cost
-     * these tiles 10% at the default model's shapes, where k is only
-     * 32-128 long; the same test in one instance for both made clang spill
-     * the edge tiles' sums. */
-    if (!epi) {
-UNROLL(12)
-        for (int r = 0; r < R; r++)
-UNROLL(4)
-            for (int v = 0; v < V; v++)
-                vstore_n(m->c + (size_t)(i + r) * m->q + j + VL * v, acc[r][v],
-                         v < V - 1 ? VL : last);
-        return;
-    }
-UNROLL(12)
-    for (int r = 0; r < R; r++) {
-        size_t at = (size_t)(i + r) * m->q + j;
-UNROLL(4)
-        for (int v = 0; v < V; v++) {
-            int w = v < V - 1 ? VL : last;
-            size_t e = at + VL * v;
-            vstore_n(m->c + e, mm_epilogue(acc[r][v], m->relu, m->gate, m->r1, m->r2, e, w), w);
-        }
-    }
-}
-
-/* Picks the tile instance for V vectors; R is a constant at each call. */
-VINLINE void mm_panel(const struct mm *m, int i, int j, int R, int V, int last, size_t ars,
-                      size_t aks, int epi)
-{
-    switch (V) {
-    case 1: mm_tile(m, i, j, R, 1, last, ars, aks, epi); break;
-#if MM_V >= 4
-    case 2: mm_tile(m, i, j, R, 2, last, ars, aks, epi); break;
-    case 3: mm_tile(m, i, j, R, 3, last, ars, aks, epi); break;
-    default: mm_tile(m, i, j, R, 4, last, ars, aks, epi); break;
-#endif
-    }
-}
-
-/* The R < MR rows at the bottom edge, in tiles of 4, 2 and 1 rows (a
- * weight gradient's c has as few as 32 rows, so its edge is no sliver: one
- * row at a time, each row's two chains of FMAs wait on their latency).
- * They ask the epilogue's questions whether c has one or not. Out of
- * line, so that no compiler merges this call with the full tile's and
- * loses MR as a constant (clang then keeps the accumulators on the stack). */
-static __attribute__((noinline)) void mm_edge(const struct mm *m, int i, int j, int R, int V,
-                                              int last, size_t ars, size_t aks)
-{
-    int r = 0;
-    if (MR > 4 && r + 4 <= R) {
-        mm_panel(m, i + r, j, 4, V, last, ars, aks, 1);
-        r += 4;
-    }
-    if (r + 2 <= R) {
-        mm_panel(m, i + r, j, 2, V, last, ars, aks, 1);
-        r += 2;
-    }
-    if (r < R)
-        mm_panel(m, i + r, j, 1, V, last, ars, aks, 1);
-}
-
-/* R rows of c (R == MR or MR - 1, or fewer at the bottom edge), all columns, in
- * panels of MM_V vectors. Whole panels get a tile of their own in which
- * `last` is the constant VL: with no lane masks to keep, AVX2's 16
- * registers hold the whole tile (sharing the loop with the masked edge
- * panel, gcc kept the masks in registers and spilled an accumulator). */
-VINLINE void mm_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
-{
-    int epi = m->relu || m->gate || m->r1 || m->r2;
-    for (int j = m->j0; j < m->j1; j += MM_PW) {
-        int w = min_int(MM_PW, m->j1 - j), V = (w + VL - 1) / VL, last = w - VL * (V - 1);
-        if (R < MR - 1 || (R < MR && w < MM_PW))
-            mm_edge(m, i, j, R, V, last, ars, aks);
-        else if (R < MR && epi) /* a tile one row short (tile_start) */
-            mm_panel(m, i, j, MR - 1, MM_V, VL, ars, aks, 1);
-        else if (R < MR)
-            mm_panel(m, i, j, MR - 1, MM_V, VL, ars, aks, 0);
-        else if (w == MM_PW && epi)
-            mm_panel(m, i, j, MR, MM_V, VL, ars, aks, 1);
-        else if (w == MM_PW)
-            mm_panel(m, i, j, MR, MM_V, VL, ars, aks, 0);
-        else if (epi)
-            mm_panel(m, i, j, MR, V, last, ars, aks, 1);
-        else
-            mm_panel(m, i, j, MR, V, last, ars, aks, 0);
-    }
-}
-
-/* Whether c's columns end in a narrow panel of whole vectors, at most
- * half of MM_PW (AVX-512's c of 32 or 96 columns: 2 vectors), which
- * mm_pair runs 2 MR rows at a time. */
-static int mm_narrow_end(const struct mm *m)
-{
-    int w = (m->j1 - m->j0) % MM_PW;
-    return MM_V >= 2 && w > 0 && w % VL == 0 && 2 * w <= MM_PW;
-}
-
-/* Two row tiles of R rows each (MR or MR - 1) at rows i.. of c
- * (mm_narrow_end), all columns: whole panels as two tiles, the narrow last
- * one as one tile of 2R rows. A tile of MR rows x 2 vectors gives each k
- * 12 FMAs against 8 loads and the loop's own work: 4096 x 96 @ 96 x 32
- * ran at 53% of a thread's FMA peak. 2 MR rows hold 24 sums (of AVX-512's
- * 32 registers) and give each k twice the FMAs: the default model's
- * matmuls with c of 32 columns took 0.84x-0.89x as long, its weight
- * gradients with 32 or 96 columns 0.64x-0.84x. The same FMAs in the same
- * order for each element of c. */
-VINLINE void mm_pair_rows(const struct mm *m, int i, int R, size_t ars, size_t aks)
-{
-    int epi = m->relu || m->gate || m->r1 || m->r2;
-    for (int j = m->j0; j < m->j1; j += MM_PW) {
-        int V = min_int(MM_PW, m->j1 - j) / VL;
-        if (V == MM_V) {
-            for (int h = 0; h < 2 * R; h += R)
-                if (epi)
-                    mm_panel(m, i + h, j, R, MM_V, VL, ars, aks, 1);
-                else
-                    mm_panel(m, i + h, j, R, MM_V, VL, ars, aks, 0);
-        } else if (V == 1 && epi) {
-            mm_tile(m, i, j, 2 * R, 1, VL, ars, aks, 1);
-        } else if (V == 1) {
-            mm_tile(m, i, j, 2 * R, 1, VL, ars, aks, 0);
-        } else if (epi) {
-            mm_tile(m, i, j, 2 * R, MM_V / 2, VL, ars, aks, 1);
-        } else {
-            mm_tile(m, i, j, 2 * R, MM_V / 2, VL, ars, aks, 0);
-        }
-    }
-}
-
-/* mm_pair_rows with R a constant in each instance. */
-VINLINE void mm_pair(const struct mm *m, int i, int R, size_t ars, size_t aks)
-{
-    if (R == MR)
-        mm_pair_rows(m, i, MR, ars, aks);
-    else
-        mm_pair_rows(m, i, MR - 1, ars, aks);
-}
-
-/* Row tiles of c, n rows: tile t is rows [tile_start(n, t), tile_start(n,
- * t + 1)). MR rows each and what is left in the last, unless that would
- * be a thin tile of 1 to MR/2 rows, whose few chains of FMAs wait on
- * their latency; then the tiles are of MR and MR - 1 rows, the MR-row
- * ones first. The default model's weight gradients have 32 rows: as 5
- * tiles of 6 and one of 2 a row took 1.13x-1.17x as long as at 30 rows,
- * as 6, 6, 5, 5, 5, 5 it takes 1.01x-1.02x. Which tile computes a row
- * changes no bits. */
-static int row_tiles(int n) { return (n + MR - 1) / MR; }
-static int tile_start(int n, int t)
-{
-    int tall = n - (MR - 1) * row_tiles(n); /* the MR-row tiles, if balanced */
-    if (n % MR == 0 || n % MR > MR / 2 || tall < 0)
-        return min_int(n, t * MR);
-    return t <= tall ? t * MR : tall * MR + (t - tall) * (MR - 1);
-}
-static int tile_rows(int n, int t) { return tile_start(n, t + 1) - tile_start(n, t); }
-
-/* Whether row tiles t and t + 1 of n rows go as a pair (mm_pair): c ends
- * in a narrow panel, tile t + 1 is still in [.., t1), and both tiles have
- * MR or both MR - 1 rows. */
-static int tiles_pair(int narrow, int n, int t, int t1)
-{
-    int R = tile_rows(n, t);
-    return narrow && t + 1 < t1 && (R == MR || R == MR - 1) && tile_rows(n, t + 1) == R;
-}
-
-/* Rows [i, i+R) of c = a @ b, and of c = a^T b (a [p,n]), and the same
- * for two tiles of R rows (mm_pair): out of line, each with its strides
- * constant for the tile code inlined into it. */
-static void mm_band(const struct mm *m, int i, int R) { mm_rows(m, i, R, (size_t)m->p, 1); }
-static void tn_band(const struct mm *m, int i, int R, int n) { mm_rows(m, i, R, 1, (size_t)n); }
-static void mm_band_pair(const struct mm *m, int i, int R) { mm_pair(m, i, R, (size_t)m->p, 1); }
-static void tn_band_pair(const struct mm *m, int i, int R, int n) { mm_pair(m, i, R, 1, (size_t)n); }
-
-/* Row tiles [t0, t1) of c = a @ b (n rows): two at a time while they
- * pair (tiles_pair), where c ends in a narrow panel (mm_narrow_end). */
-static void mm_tiles(const struct mm *m, int n, int t0, int t1)
-{
-    int t = t0, narrow = mm_narrow_end(m);
-    while (t < t1)
-        if (tiles_pair(narrow, n, t, t1)) {
-            mm_band_pair(m, tile_start(n, t), tile_rows(n, t));
-            t += 2;
-        } else {
-            mm_band(m, tile_start(n, t), tile_rows(n, t));
-            t++;
-        }
-}
-
-/* A b larger than MM_KC x MM_NC floats (a model wider than about 128),
- * or with long rows (MM_PACK_Q below), goes in blocks of at most that
- * size (256 KiB), each packed into panels of MM_PW columns, contiguous
- * and zero-padded, that stay in L2 while every row tile passes over them. Unpacked, a tile's walk down a wide b takes a
- * new page at every k, which no prefetcher follows. MM_NC is a multiple
- * of every backend's MM_PW. */
-#define MM_KC 256
-#define MM_NC 256
-
-/* Rows of b from this many floats long are packed too, whatever b's size:
- * in place, a tile's walk down a panel of b takes a line every q floats,
- * and at q 128-512 (0.5-2 KiB apart: lines that fall in a few of L1's
- * sets) the matmuls and weight gradients of an embed-256 model took
- * 1.04x-1.27x as long as packed (1 and 2 threads; 1.0x at p 32, q 128).
- * Below 128 the copy costs more than it saves: packed, the default
- * model's weight gradients (q 32-96) took 1.03x-1.16x as long. */
-#define MM_PACK_Q 128
-
-/* Whether tiles read b ([rows, q], rows q floats apart) where it is. */
-static int b_in_place(long rows, int q) { return rows * q <= (long)MM_KC * MM_NC && q < MM_PACK_Q; }
-
-/* Row k of a block of b (rows from k0, columns [j0, j1)) into bp, whose
- * panels are kc rows each: panel t's row k at bp[(t * kc + k - k0) *
- * MM_PW], columns past j1 zero. */
-static void pack_b_row(float *bp /* [MM_NC / MM_PW, kc, MM_PW] */, const float *b /* [p,q] */,
-                       int q, int kc, int k, int k0, int j0, int j1)
-{
-    const float *src = b + (size_t)k * q;
-    for (int j = j0; j < j1; j += MM_PW) {
-        float *row = bp + ((size_t)((j - j0) / MM_PW) * kc + (size_t)(k - k0)) * MM_PW;
-        int w = j1 - j;
-        if (w >= MM_PW) /* whole vectors: no call to memcpy for 16 floats */
-            for (int v = 0; v < MM_PW; v += VL)
-                vstore(row + v, vload(src + j + v));
-        else
-            for (int v = 0; v < MM_PW; v += VL)
-                vstore(row + v, v < w ? vload_n(src + j + v, w - v) : vzero());
-    }
-}
-
-/* A pass over one packed block of b: rows [k0, k1), columns [j0, j1). */
-static struct mm packed_pass(const struct mm *m, float *bp, int k0, int k1, int j0, int j1)
-{
-    struct mm pass = *m;
-    pass.j0 = j0, pass.j1 = j1, pass.k0 = k0, pass.k1 = k1;
-    pass.b = bp, pass.ldb = MM_PW, pass.bps = MM_KC * MM_PW;
-    return pass;
-}
+ * 0..p-1; then max(., 0) if relu, 0 where gate <= 0, + r1, + r2.
+ *
+ * The tiles are kernels/tiles.h's: struct mm (one matmul's operands and
+ * its pass over k and over columns), mm_tiles (row tiles of c, each an
+ * MR x MM_PW block in registers) and the packed panels of a wide b
+ * (b_in_place, pack_b_row, packed_pass). Below: matmul_ex, which picks
+ * among them, and the few-rows path that needs none. */
 
 /* A b that tiles would read packed (not b_in_place: wide, or with long
  * rows) times a few rows of a (the sampler's decode steps, a row a
@@ -592,19 +232,14 @@ static void tree_sum(float *out /* [len] */, const float *const *parts /* m x [l
 
 /* Contract (k_matmul_tn_seg_ref): each leaf of seg rows of a and b sums
  * its rows in order from zero, one FMA per row, as matmul does; the leaves
- * are combined by the tree. */
+ * are combined by the tree. The leaves run on matmul's tiles (tn_band,
+ * kernels/tiles.h); a bf16 leaf is kernels/bf16_sim.h's tn_leaf_bf16. */
 
 /* matmul_tn runs its long k loop, where it reads b in place, in passes of
  * this many rows of a and b: one pass's rows stay in L1 while every tile
  * of c uses them. (A packed b goes in passes of MM_KC: tn_leaf, tn_blocks.) */
 #define TN_KBLOCK 64
 _Static_assert(TN_KBLOCK <= MM_KC, "tn_leaf packs a pass of a into MM_KC rows");
-
-/* bf16 weight gradients: rows of a leaf packed BF_TN_K at a time (even, so
- * a pair never straddles two packings), c's rows shared between threads
- * in units of BF_TN_MR. */
-#define BF_TN_K 256
-#define BF_TN_MR 8
 
 /* One thread's part of matmul_tn_seg: its row tiles [t0, t1) of c over the
  * leaves of the subtree it evaluates (all of them, or its own subtree when
@@ -622,9 +257,6 @@ struct tn_tree {
     void *pack;   /* bf16: this thread's packed pairs of a leaf's rows */
     float *bpack; /* fp32, wide b: this thread's packed block of b, or NULL */
 };
-
-/* A leaf of a bf16 weight gradient: in the bf16 section. */
-static void tn_leaf_bf16(const struct tn_tree *t, float *dst, int k0, int k1);
 
 /* a's row stride (floats) from which a tile reads its rows of a from a
  * packed copy (tn_band_packed). Below it the copy cost more than it saved:
@@ -730,7 +362,8 @@ static void tn_subtree(const struct tn_tree *t, float *dst /* [n,q] */, int lo, 
         if (t->kind == MM_FP32)
             tn_leaf(t, dst, k0, k1);
         else
-            tn_leaf_bf16(t, dst, k0, k1);
+            tn_leaf_bf16(dst, t->m, t->n, t->t0 * t->mr, min_int(t->n, t->t1 * t->mr), t->pack,
+                         t->kind == MM_BF16_NATIVE, k0, k1);
         return;
     }
     int mid = lo + (hi - lo) / 2, q = t->m->q;
@@ -874,61 +507,15 @@ static void matmul_tn_seg(float *c /* [n,q] */, const float *a /* [p,n] */,
  * log2(e)/sqrt(hs) before the dot products (one FMA chain over the hs
  * channels, in channel order), the softmax's exponential is vexp2, and
  * lse goes back to base e at the end. The backward pass recomputes the
- * probabilities from lse, flash-attention style. */
-
-/* Zeroes columns [c0, c1) of rows [0, R) of x (rows ld apart). */
-static void zero_cols(float *x, size_t ld, int R, int c0, int c1)
-{
-    for (int r = 0; r < R; r++)
-        for (int c = c0; c < c1; c++)
-            x[(size_t)r * ld + c] = 0.0f;
-}
-
-/* Row stride of the transposed per-head buffers: room for whole vectors
- * past T, plus 16 floats so rows are never a multiple of 4 KiB apart (loads
- * and stores that far apart falsely alias in the store buffer). */
-static int key_stride(int T) { return round16(T) + 16; }
-
-/* One head's keys and values, transposed to [hs,tp] so the vector loops
- * run over keys; zero-padded from T to tp. */
-static void kv_transpose(float *kt /* [hs,tp] */, float *vt /* [hs,tp] */,
-                         const float *qkv /* [T,3C], head's q col */, int T, int C, int hs, int tp)
-{
-    vtranspose(kt, (size_t)tp, qkv + hs, 3 * (size_t)C, T, hs);
-    vtranspose(vt, (size_t)tp, qkv + 2 * hs, 3 * (size_t)C, T, hs);
-    zero_cols(kt, (size_t)tp, hs, T, tp);
-    zero_cols(vt, (size_t)tp, hs, T, tp);
-}
-
-/* The forward pass puts 16 queries in the lanes of a vector: qt[d,r] is
- * channel d of query i0+r, zero past the last query so the spare lanes
- * compute harmless numbers that are never stored. */
-static void q_block_transpose(float *qt /* [hs,16] */, const float *q0 /* query i0, rows ld apart */,
-                              size_t ld, int w, int hs)
-{
-    vtranspose(qt, VL, q0, ld, w, hs);
-    zero_cols(qt, VL, hs, w, VL);
-}
+ * probabilities from lse, flash-attention style.
+ *
+ * A head's layouts (its keys and values transposed to [hs,tp], 16 queries
+ * transposed into the lanes, the padded strides) and two fp32 steps, the
+ * softmax's numerators (softmax_exp) and D = dO . O (bwd_d_rows), are in
+ * kernels/attention_layout.h: the bf16 attention (kernels/bf16_sim.h,
+ * attention_bf16) shares them, so that both take the same steps. */
 
 /* -- attention: forward, 16 queries at a time, one per lane -- */
-
-/* Asks for columns [0, n) of rows r0..r1-1 of x (rows ld apart) to be
- * brought into cache, a 64-byte line at a time. A head reads a few
- * columns of rows far apart, a pattern the hardware prefetchers follow
- * late, so each kernel asks one step ahead: the forward for the next
- * block of queries while this one computes, the backward for the next
- * head's keys and values while this head's chunks of keys compute. Cold
- * inputs (each kernel's come from the kernel before, evicted by others)
- * cost the backward a fifth of its time without this. */
-static void prefetch_rows(const float *x, size_t ld, int r0, int r1, int n)
-{
-    for (int r = r0; r < r1; r++) {
-        const float *row = x + (size_t)r * ld;
-        for (int c = 0; c < n; c += 16) /* a line a step, and the last */
-            __builtin_prefetch(row + c);
-        __builtin_prefetch(row + n - 1);
-    }
-}
 
 /* ot[g, r] = acc[g][r] / l[r]: nd channels of the block's queries, still
  * a channel a row (the block's output is transposed once at its end). */
@@ -962,30 +549,6 @@ UNROLL(8)
                 acc[g] = vfma(pj, vset(vj[g]), acc[g]);
     }
     pv_store(ot, acc, l, nd);
-}
-
-/* The softmax's numerators and their sum, for the block's 16 queries:
- * p_j = 2^(s_j - mx), summed in key order. Keys before the block (i0 of
- * them) are seen by all its queries, so only the block's own keys pay
- * for the lane mask. A pass of its own, apart from P V, so that neither
- * loop runs out of registers (AVX2 has 16, a vf takes two). Scores and
- * mx are in base 2. Returns the sum of the numerators as computed; with
- * bf16 set they are stored rounded to bf16, P V's operand. */
-VINLINE vf softmax_exp(float *p /* [nk,16] */, int nk, vf mx, int i0, int bf16)
-{
-    vf l = vzero();
-    for (int j = 0; j < i0; j++) {
-        vf pj = vexp2(vsub(vload(p + VL * j), mx));
-        vstore(p + VL * j, bf16 ? vbf16(pj) : pj);
-        l = vadd(l, pj);
-    }
-    for (int j = i0; j < nk; j++) {
-        vf pj = vexp2(vsub(vload(p + VL * j), mx));
-        pj = vkeep(vmnot(vlanes(j - i0)), pj); /* queries before key j do not see it */
-        vstore(p + VL * j, bf16 ? vbf16(pj) : pj);
-        l = vadd(l, pj);
-    }
-    return l;
 }
 
 /* Scores of keys j..j+SC_W-1 for the block's 16 queries (transposed and
@@ -1144,21 +707,6 @@ UNROLL(4)
     }
 }
 
-/* D_i = dO_i . O_i for rows i..i+U-1 (U <= 4): one chain of hs products
- * a row, in channel order. */
-VINLINE void bwd_d_rows(float *D /* [T] */, const float *dout /* [T,C], head's col */,
-                        const float *out /* [T,C], head's col */, int C, int hs, int i, int U)
-{
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int d = 0; d < hs; d++)
-UNROLL(4)
-        for (int u = 0; u < U; u++)
-            acc[u] += dout[(size_t)(i + u) * C + d] * out[(size_t)(i + u) * C + d];
-UNROLL(4)
-    for (int u = 0; u < U; u++)
-        D[i + u] = acc[u];
-}
-
 /* The backward pass of one head, a chunk of 16 keys at a time, in three
  * sweeps over the queries that see the chunk, each with its reduction in
  * registers rather than in memory:
@@ -1251,21 +799,6 @@ VINLINE void bwd_kv(float *dqkv /* [T,3C], head's q col */, const float *pr /* [
     vtranspose(row + 2 * hs, ld3, tv, VL, hs, min_int(VL, rows));
     vtranspose(row + hs, ld3, tk, VL, hs, min_int(VL, rows));
 }
-
-/* The keys whose dS the backward keeps at once, a group: a multiple of
- * 16, as many as fit DS_BYTES with a row's 16 floats of padding (all of
- * them at T 128, 16 at T 1,024), so that dS stays in L2 beside the head's
- * other rows. At GPT-2 small's shape 64 KiB to 512 KiB ran alike. */
-#define DS_BYTES (128 * 1024)
-static int ds_group(int T)
-{
-    int gk = (DS_BYTES / ((int)sizeof(float) * T) - VL) / VL * VL;
-    return gk < VL ? VL : gk > round16(T) ? round16(T) : gk;
-}
-
-/* dS's row stride: the group's keys, plus 16 floats so rows are never a
- * multiple of 4 KiB apart (as key_stride). */
-static size_t ds_stride(int T) { return (size_t)ds_group(T) + VL; }
 
 /* bwd_q_pairs' scratch: the zipped keys [T/2,16], the odd sums [T,8]. */
 static size_t q_pairs_floats(int T) { return (size_t)VL * ((T + 1) / 2) + 8 * (size_t)T; }
@@ -1521,13 +1054,6 @@ static void attend_one(float *o /* [hs] */, const float *q /* [hs] */,
 
 /* (batch, head) pairs shared by the threads (share_next: each its own
  * share, stealing at the end), each thread with its own scratch. */
-
-/* bf16 attention runs on the bf16 matmul's tiles: in the bf16 section. */
-static void attention_bf16(float *out, float *lse, const float *qkv, int B, int T, int C, int H,
-                           int native);
-static void attention_bwd_bf16(float *dqkv, const float *dout, const float *qkv,
-                               const float *out, const float *lse, int B, int T, int C, int H,
-                               int native);
 
 static void attention(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
                       const float *qkv /* [B,T,3C] */, int B, int T, int C, int H, int kind)
@@ -1991,24 +1517,9 @@ static void xent_bwd(float *dlogits /* [n,v] */, float *loss /* [1] or NULL */,
 /* ---- element-wise ---- */
 
 /* Element-wise kernels (and Adam) run in chunks of ELT_CHUNK elements,
- * claimed by the threads with stealing; every element is computed alone, so the split changes no
- * bit. Each chunk: whole vectors, then one partial vector. */
-#define ELT_CHUNK ((size_t)1 << 14)
-#define CHUNK_LEN(n, lo) ((n) - (lo) < ELT_CHUNK ? (n) - (lo) : ELT_CHUNK)
-#define ELT_CHUNKS(n) ((int)(((n) + ELT_CHUNK - 1) / ELT_CHUNK))
-/* for (size_t lo = 0; lo < n; lo += ELT_CHUNK), the chunks claimed with
- * stealing from s = share_alloc(ELT_CHUNKS(n), 1), as FOR_SHARED does
- * (the inner loop only binds lo, the chunk's first element, once). */
-#define FOR_SHARED_CHUNKS(s, n, lo)                                                            \
-    FOR_SHARED(s, lo##_chunk)                                                                  \
-        for (size_t lo = (size_t)lo##_chunk * ELT_CHUNK, lo##_once = 1; lo##_once; lo##_once = 0)
-
-/* Runs `body(i, w)` for the vectors of [0, n): w = 16, then the rest. */
-#define FOR_VECTORS(n, i, w, body)                                                             \
-    for (size_t i = 0; i < (n); i += VL) {                                                     \
-        int w = (n) - i < VL ? (int)((n) - i) : VL;                                            \
-        body;                                                                                  \
-    }
+ * claimed by the threads with stealing (FOR_SHARED_CHUNKS, kernels/
+ * tiles.h); every element is computed alone, so the split changes no bit.
+ * Each chunk: whole vectors, then one partial vector (FOR_VECTORS). */
 
 static void add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)
 {
@@ -2336,808 +1847,6 @@ static void adam(float *p /* [n] */, float *m /* [n] */, float *v /* [n] */,
         FOR_VECTORS(CHUNK_LEN(n, lo), i, w,
                     adam_vec(p + lo + i, m + lo + i, v + lo + i, g + lo + i, w, &k))
     free(shr);
-}
-
-/* ---- bf16 ---- */
-
-/* Contract (kernels/bf16_model.c): operands rounded to bf16 as
- * vcvtneps2bf16 does, and each dot product summed the way one vdpbf16ps
- * per pair of k sums it. */
-
-/* -- bf16: rounding -- */
-
-/* One thread's rounding. Kernels call it on a few dozen floats at a time:
- * even a parallel construct whose if() is false costs a microsecond. */
-static void round_span(float *y /* [n] */, const float *x /* [n] */, size_t n)
-{
-    FOR_VECTORS(n, i, w, vstore_n(y + i, vbf16(vload_n(x + i, w)), w))
-}
-
-static void round_bf16(float *y /* [n] */, const float *x /* [n] */, size_t n)
-{
-    enum { CHUNK = 4096 };
-    if (n < 4 * PAR_WORK) {
-        round_span(y, x, n);
-        return;
-    }
-    long chunks = (long)((n + CHUNK - 1) / CHUNK);
-#pragma omp parallel for schedule(static)
-    for (long c = 0; c < chunks; c++) {
-        size_t i = (size_t)c * CHUNK;
-        round_span(y + i, x + i, n - i < CHUNK ? n - i : CHUNK);
-    }
-}
-
-/* -- bf16: the tiles' arguments -- */
-
-/* Rows of A made ready (rounded or packed) at a time: every tile height
- * used below divides it. */
-#define BF_RB 24
-
-/* Everything a bf16 tile needs. A block's rows are in ab in ready form
- * (rounded floats, or packed pairs on the native path), zero past p; B is
- * ready in bb (stride ldb >= q, zero past q and past p). A's element
- * (row r, k) is at ab[r*sar + k*sak]: (lda, 1) for a @ b, (1, lda) for
- * a^T b, whose a is packed the way b is. */
-struct bfmm {
-    float *c;            /* [n,q] */
-    float *raw;          /* emulated, with an epilogue: the block's sums before it, [BF_RB,q] */
-    float *scratch;      /* emulated: raw's home when c shares memory with r1, r2 or gate */
-    unsigned csr;        /* emulated: the caller's floating-point mode, outside the flush */
-    const void *ab, *bb; /* float [.,.] and [pe,ldb], or uint32 pairs [.,.] and [p2,ldb] */
-    const float *bias, *r1, *r2, *gate; /* the epilogue's, as struct mm's */
-    int relu, n, p, q;
-    int resume; /* sums go on from c (a later pass over k), not from bias or 0 */
-    size_t sar, sak, ldb;
-};
-
-/* Column panels of at most maxv vectors, split evenly so that q = 96 runs
- * as 3 + 3 vectors, not 4 + 2. *v0 is panel t's first vector, the return
- * value its width in vectors. */
-static int bf_panel(int q, int maxv, int t, int *v0)
-{
-    int nv = (q + VL - 1) / VL, np = (nv + maxv - 1) / maxv, base = nv / np, extra = nv % np;
-    *v0 = t * base + min_int(t, extra);
-    return base + (t < extra);
-}
-
-static int bf_panels(int q, int maxv) { return ((q + VL - 1) / VL + maxv - 1) / maxv; }
-
-/* Rows [i0, i0+rows) of c, A's rows from ab's row 0, in column panels of
- * at most maxv vectors; a panel of V vectors runs as tiles of hV rows, the
- * rows left over one by one (a tile's height changes no bits). A macro so
- * that R and V are constants inside each tile. */
-#define BF_ROWS(tile, m, i0, rows, maxv, h1, h2, h3, h4)                                       \
-    do {                                                                                       \
-        for (int pn_ = 0; pn_ < bf_panels((m)->q, maxv); pn_++) {                              \
-            int v0_, V_ = bf_panel((m)->q, maxv, pn_, &v0_), j_ = VL * v0_;                    \
-            int tl_ = min_int((m)->q - j_, VL * V_) - VL * (V_ - 1);                           \
-            int R_ = V_ == 1 ? (h1) : V_ == 2 ? (h2) : V_ == 3 ? (h3) : (h4), r_ = 0;          \
-            for (; r_ + R_ <= (rows); r_ += R_)                                                \
-                BF_TILE_V(tile, m, (i0) + r_, r_, j_, V_, tl_, h1, h2, h3, h4);                \
-            for (; r_ < (rows); r_++)                                                          \
-                BF_TILE_V(tile, m, (i0) + r_, r_, j_, V_, tl_, 1, 1, 1, 1);                    \
-        }                                                                                      \
-    } while (0)
-/* BF_ROWS with BF_H's four heights spelled out first. */
-#define BF_ROWS_EXPANDED(...) BF_ROWS(__VA_ARGS__)
-#define BF_TILE_V(tile, m, i, bi, j, V, tl, h1, h2, h3, h4)                                    \
-    switch (V) {                                                                               \
-    case 1: tile(m, i, bi, j, (h1), 1, tl); break;                                             \
-    case 2: tile(m, i, bi, j, (h2), 2, tl); break;                                             \
-    case 3: tile(m, i, bi, j, (h3), 3, tl); break;                                             \
-    default: tile(m, i, bi, j, (h4), 4, tl); break;                                            \
-    }
-
-/* The scalar fallback of the emulated tiles: rows [i, i+R) x cols [j, j1)
- * of one block, from the same rounded floats, by bf16_dot; the sums go
- * where the vector tile's would (raw, for the block's epilogue, or c). */
-static void bf_tile_exact(const struct bfmm *m, int i, int bi, int R, int j, int j1)
-{
-    const float *ab = m->ab, *bb = m->bb;
-    for (int r = 0; r < R; r++)
-        for (int col = j; col < j1; col++) {
-            size_t at = (size_t)(i + r) * m->q + col;
-            float init = m->resume ? m->c[at] : m->bias ? m->bias[col] : 0.0f;
-            float y = bf16_dot(init, ab + (size_t)(bi + r) * m->sar, m->sak, bb + col, m->ldb, m->p);
-            if (m->raw)
-                m->raw[(size_t)(bi + r) * m->q + col] = y;
-            else
-                m->c[at] = y;
-        }
-}
-
-/* Rounds b[p,q] (row stride lds) into bb[pe,ldb] (pe = p rounded up to
- * even), zero-padded: the emulated paths' operands. Rows back to back in
- * both (the model's widths) go as one span: a row of 32 floats is too
- * short to pay for a call of its own. */
-static void bf_round_b(float *bb, const float *b, size_t lds, int p, int q, size_t ldb)
-{
-    if (lds == (size_t)q && ldb == (size_t)q)
-        round_span(bb, b, (size_t)p * (size_t)q);
-    else
-        for (int k = 0; k < p; k++) {
-            float *row = bb + (size_t)k * ldb;
-            round_span(row, b + (size_t)k * lds, (size_t)q);
-            if (ldb > (size_t)q)
-                memset(row + q, 0, sizeof(float) * (ldb - (size_t)q));
-        }
-    if (p & 1) /* the odd last row's partner */
-        memset(bb + (size_t)p * ldb, 0, sizeof(float) * ldb);
-}
-
-/* -- bf16: the emulated matmul, every backend -- */
-
-/* A plain FMA per step gives vdpbf16ps's bits as long as no step result is
- * tiny (|r| <= 2^-126, nonzero: flushing and the rounding boundary), no
- * accumulator starts denormal, and nothing is NaN (payload choice). On
- * x86 the hardware flushes and reads denormals as zero just as the
- * instruction does (vflush_begin); elsewhere the tiles track the smallest
- * 2*bits(r) - 1 (vtrack) and recompute a whole tile exactly by bf16_dot
- * when it saw either. A NaN sends the tile to bf16_dot everywhere; on real
- * data that never happens. B is the first multiplicand, as the
- * instruction's. The tile runs inside its block's flush (bf_block_emu: two
- * changes of mode a tile cost a tenth of the kernel's time) and leaves its
- * sums in raw when the block has an epilogue, which runs after the flush. */
-VINLINE void bf_tile_emu(const struct bfmm *m, int i, int bi, int j, int R, int V, int last)
-{
-    const float *ab = (const float *)m->ab + (size_t)bi * m->sar, *bb = (const float *)m->bb + j;
-    vf acc[24][4]; /* [R][V]: two indices, as mm_tile's, keep clang's tile in registers */
-    vu lo[BF_TRACKERS];
-UNROLL(4)
-    for (int t = 0; t < BF_TRACKERS; t++)
-        lo[t] = vtrack_init();
-UNROLL(4)
-    for (int v = 0; v < V; v++) {
-        int w = v < V - 1 ? VL : last;
-        vf init = m->bias ? vload_n(m->bias + j + VL * v, w) : vzero();
-UNROLL(24)
-        for (int r = 0; r < R; r++) { /* a denormal start must be read as zero */
-            vf start = m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w) : init;
-            acc[r][v] = vpin(start); /* made after the block's vflush_begin: so is every FMA */
-            if (!VEC_HW_FLUSH)
-                lo[0] = vtrack(lo[0], acc[r][v]);
-        }
-    }
-    int pe = m->p + (m->p & 1);
-    for (int k = 0; k < pe; k += 2)
-UNROLL(2)
-        for (int h = 1; h >= 0; h--) { /* the hi element of the pair first */
-            const float *bk = bb + (size_t)(k + h) * m->ldb;
-            vf bv[4];
-UNROLL(4)
-            for (int v = 0; v < V; v++)
-                bv[v] = vload(bk + VL * v);
-UNROLL(24)
-            for (int r = 0; r < R; r++) {
-                vf av = vset(ab[(size_t)r * m->sar + (size_t)(k + h) * m->sak]);
-UNROLL(4)
-                for (int v = 0; v < V; v++) {
-                    acc[r][v] = vfma(bv[v], av, acc[r][v]);
-                    if (!VEC_HW_FLUSH)
-                        lo[(r * V + v) % BF_TRACKERS] =
-                            vtrack(lo[(r * V + v) % BF_TRACKERS], acc[r][v]);
-                }
-            }
-        }
-UNROLL(24)
-    for (int r = 0; r < R; r++) /* every sum made before the flush ends or pauses */
-UNROLL(4)
-        for (int v = 0; v < V; v++)
-            acc[r][v] = vpin(acc[r][v]);
-    vu least = lo[0];
-UNROLL(4)
-    for (int t = 1; t < BF_TRACKERS; t++)
-        least = vtrack_min(least, lo[t]);
-    vm nan = vlanes(0);
-UNROLL(24)
-    for (int r = 0; r < R; r++)
-UNROLL(4)
-        for (int v = 0; v < V; v++)
-            nan = vmor(nan, vnan(acc[r][v]));
-    if ((!VEC_HW_FLUSH && vtrack_tiny(least)) || vmany(nan)) {
-        vflush_end(m->csr); /* bf16_dot models the flush in software */
-        bf_tile_exact(m, i, bi, R, j, min_int(j + VL * V, m->q));
-        vflush_begin();
-        return;
-    }
-    float *out = m->raw ? m->raw + (size_t)bi * m->q : m->c + (size_t)i * m->q;
-UNROLL(24)
-    for (int r = 0; r < R; r++)
-UNROLL(4)
-        for (int v = 0; v < V; v++)
-            vstore_n(out + (size_t)r * m->q + j + VL * v, acc[r][v], v < V - 1 ? VL : last);
-}
-
-/* c's rows [i0, i0+rows) = the epilogue of the block's sums in raw:
- * elementwise, so c may share memory with r1, r2 or gate. */
-static void bf_epilogue_rows(const struct bfmm *m, int i0, int rows)
-{
-    size_t e0 = (size_t)i0 * m->q, n = (size_t)rows * m->q, i = 0;
-    for (; i + VL <= n; i += VL) /* whole vectors: no lane masks to build */
-        vstore(m->c + e0 + i,
-               mm_epilogue(vload(m->raw + i), m->relu, m->gate, m->r1, m->r2, e0 + i, VL));
-    if (i < n) {
-        int w = (int)(n - i);
-        vstore_n(m->c + e0 + i,
-                 mm_epilogue(vload_n(m->raw + i, w), m->relu, m->gate, m->r1, m->r2, e0 + i, w),
-                 w);
-    }
-}
-
-/* Rows [i0, i0+rows) of c, A's rows from ab's row 0: the sums in one
- * flush, then the epilogue (if any) outside it. */
-static void bf_block_emu(const struct bfmm *m, int i0, int rows)
-{
-    struct bfmm in = *m;
-    int epilogue = in.relu || in.gate || in.r1 || in.r2; /* the bias is where the sums start */
-    in.raw = !epilogue ? NULL : in.scratch ? in.scratch : in.c + (size_t)i0 * in.q;
-    if (in.raw && i0 + rows < in.n) { /* the next block's epilogue rows, a block ahead */
-        const float *const epi[] = {in.r1, in.r2, in.gate};
-        int next = min_int(in.n, i0 + 2 * rows);
-        for (int e = 0; e < 3; e++)
-            if (epi[e])
-                prefetch_rows(epi[e], (size_t)in.q, i0 + rows, next, in.q);
-    }
-    in.csr = vflush_begin();
-    BF_ROWS_EXPANDED(bf_tile_emu, &in, i0, rows, BF_V, BF_H);
-    vflush_end(in.csr);
-    if (in.raw)
-        bf_epilogue_rows(&in, i0, rows);
-}
-
-/* 1 when c[n,q] shares memory with any of x, y, z ([n,q] or NULL). */
-static int shares(const float *c, int n, int q, const float *x, const float *y, const float *z)
-{
-    const float *const in[] = {x, y, z};
-    uintptr_t c0 = (uintptr_t)c, c1 = (uintptr_t)(c + (size_t)n * q);
-    for (int e = 0; e < 3; e++)
-        if (in[e] && (uintptr_t)in[e] < c1 && (uintptr_t)(in[e] + (size_t)n * q) > c0)
-            return 1;
-    return 0;
-}
-
-/* B rounded to bf16 once, then blocks of A's rows rounded and multiplied,
- * a block a thread at a time. With an epilogue, a block's sums wait in c
- * (in scratch when c is also an input of the epilogue) and the epilogue
- * runs over them once the flush has ended. */
-static void matmul_bf16_emu(float *c /* [n,q] */, const float *a /* [n,p] */,
-                            const float *b /* [p,q] */, const float *bias /* [q] or NULL */,
-                            const float *r1 /* [n,q] or NULL */, const float *r2 /* [n,q] or NULL */,
-                            const float *gate /* [n,q] or NULL */, int relu, int n, int p, int q)
-{
-    struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate, .relu = relu,
-                     .n = n, .p = p, .q = q};
-    if (n <= 0 || q <= 0)
-        return;
-    int pe = p + (p & 1), blocks = (n + BF_RB - 1) / BF_RB;
-    size_t lda = (size_t)pe;
-    m.sar = lda, m.sak = 1;
-    m.ldb = (size_t)round16(q);
-    float *bb = kmalloc(sizeof(float) * ((size_t)pe * m.ldb));
-    bf_round_b(bb, b, (size_t)q, p, q, m.ldb);
-    m.bb = bb;
-    struct share *sh = share_alloc(blocks, 1); /* the row blocks, shared with stealing */
-#pragma omp parallel if ((long)n * p * q >= PAR_WORK)
-    {
-        float *ab = kmalloc(sizeof(float) * BF_RB * lda);
-        struct bfmm mine = m;
-        mine.ab = ab;
-        mine.scratch = shares(c, n, q, r1, r2, gate)
-                           ? kmalloc(sizeof(float) * BF_RB * (size_t)q) : NULL;
-        int t0, t1;
-        while (share_next(sh, 0, &t0, &t1))
-            for (int t = t0; t < t1; t++) {
-                int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-                bf_round_b(ab, a + (size_t)i0 * p, (size_t)p, rows, p, lda);
-                bf_block_emu(&mine, i0, rows);
-            }
-        free(mine.scratch);
-        free(ab);
-    }
-    free(sh);
-    free(bb);
-}
-
-/* -- bf16: native, vdpbf16ps (AVX-512 with AVX512_BF16 only) -- */
-
-#if defined(VEC_AVX512)
-/* The one place below the vector layer: an instruction only one backend
- * has. Its bits equal the emulation's (the tests hold them together). */
-#define T_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
-#define INLINE_BF16 VINLINE T_BF16
-
-/* B as the instruction wants it: pairs [p2,ldb] of (b[2j][col] in the low
- * half, b[2j+1][col] in the high half), zero past p and q; b's rows lds
- * apart. vcvtne2ps2bf16 puts one row's 16 values after the other's; vpermw
- * interleaves them into 16 pairs. */
-T_BF16 static void bf_pack_b(uint32_t *bp, const float *b, size_t lds, int p, int q, size_t ldb)
-{
-    static const uint16_t pairs[32] = {0, 16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                       21, 6, 22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                       11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_loadu_si512(pairs);
-    int p2 = (p + 1) / 2;
-    for (int jp = 0; jp < p2; jp++) {
-        const float *lo = b + (size_t)2 * jp * lds, *hi = 2 * jp + 1 < p ? lo + lds : NULL;
-        for (size_t j = 0; j < ldb; j += 16) {
-            __mmask16 have = vlanes(q - (int)j);
-            __m512 l = _mm512_maskz_loadu_ps(have, lo + j);
-            __m512 h = hi ? _mm512_maskz_loadu_ps(have, hi + j) : _mm512_setzero_ps();
-            __m512i both = (__m512i)_mm512_cvtne2ps_pbh(h, l);
-            _mm512_storeu_si512(bp + (size_t)jp * ldb + j, _mm512_permutexvar_epi16(idx, both));
-        }
-    }
-}
-
-/* Rows [i0, i0+R) of a[.,p] (rows lds apart) as pairs [R,lda] (lda a
- * multiple of 16 >= p2), zero past p: 32 floats make 16 pairs in one
- * vcvtne2ps2bf16. */
-T_BF16 static void bf_pack_a(uint32_t *ap, const float *a, size_t lds, int i0, int R, int p,
-                             size_t lda)
-{
-    for (int r = 0; r < R; r++) {
-        const float *ar = a + (size_t)(i0 + r) * lds;
-        for (size_t k = 0; k < 2 * lda; k += 32) {
-            int have = p - (int)k;
-            __m512 lo = _mm512_maskz_loadu_ps(vlanes(have), ar + k);
-            __m512 hi = _mm512_maskz_loadu_ps(vlanes(have - 16), ar + k + 16);
-            _mm512_storeu_si512(ap + (size_t)r * lda + k / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-        }
-    }
-}
-
-INLINE_BF16 void bf_tile_native(const struct bfmm *m, int i, int bi, int j, int R, int V, int last)
-{
-    const uint32_t *ap = (const uint32_t *)m->ab + (size_t)bi * m->sar;
-    const uint32_t *bp = (const uint32_t *)m->bb + j;
-    __m512 acc[24];
-UNROLL(4)
-    for (int v = 0; v < V; v++) {
-        int w = v < V - 1 ? VL : last;
-        __m512 init = m->bias ? vload_n(m->bias + j + VL * v, w) : vzero();
-UNROLL(24)
-        for (int r = 0; r < R; r++)
-            acc[r * V + v] =
-                m->resume ? vload_n(m->c + (size_t)(i + r) * m->q + j + VL * v, w) : init;
-    }
-    int p2 = (m->p + 1) / 2;
-    for (int k = 0; k < p2; k++) {
-        const uint32_t *bk = bp + (size_t)k * m->ldb;
-        __m512i bv[4];
-UNROLL(4)
-        for (int v = 0; v < V; v++)
-            bv[v] = _mm512_loadu_si512(bk + VL * v);
-UNROLL(24)
-        for (int r = 0; r < R; r++) {
-            __m512i av = _mm512_set1_epi32((int)ap[(size_t)r * m->sar + (size_t)k * m->sak]);
-UNROLL(4)
-            for (int v = 0; v < V; v++)
-                acc[r * V + v] = _mm512_dpbf16_ps(acc[r * V + v], (__m512bh)bv[v], (__m512bh)av);
-        }
-    }
-UNROLL(24)
-    for (int r = 0; r < R; r++) {
-        size_t at = (size_t)(i + r) * m->q + j;
-UNROLL(4)
-        for (int v = 0; v < V; v++) {
-            int w = v < V - 1 ? VL : last;
-            size_t e = at + VL * v;
-            vstore_n(m->c + e, mm_epilogue(acc[r * V + v], m->relu, m->gate, m->r1, m->r2, e, w),
-                     w);
-        }
-    }
-}
-
-/* 16 to 24 accumulators (12 when q <= 16): vdpbf16ps needs 16 in flight
- * to reach its peak here; taller tiles run out of registers. */
-T_BF16 static void bf_block_native(const struct bfmm *m, int i0, int rows)
-{
-    BF_ROWS(bf_tile_native, m, i0, rows, 4, 12, 8, 8, 6);
-}
-
-static void matmul_bf16_native(float *c /* [n,q] */, const float *a /* [n,p] */,
-                               const float *b /* [p,q] */, const float *bias /* [q] or NULL */,
-                               const float *r1 /* [n,q] or NULL */,
-                               const float *r2 /* [n,q] or NULL */,
-                               const float *gate /* [n,q] or NULL */, int relu, int n, int p, int q)
-{
-    struct bfmm m = {.c = c, .bias = bias, .r1 = r1, .r2 = r2, .gate = gate, .relu = relu,
-                     .n = n, .p = p, .q = q};
-    if (n <= 0 || q <= 0)
-        return;
-    int p2 = (p + 1) / 2, blocks = (n + BF_RB - 1) / BF_RB;
-    size_t lda = (size_t)round16(p2);
-    m.sar = lda, m.sak = 1;
-    m.ldb = (size_t)round16(q);
-    uint32_t *bp = kmalloc(sizeof(uint32_t) * ((size_t)p2 * m.ldb));
-    bf_pack_b(bp, b, (size_t)q, p, q, m.ldb);
-    m.bb = bp;
-    struct share *sh = share_alloc(blocks, 1); /* the row blocks, shared with stealing */
-#pragma omp parallel if ((long)n * p * q >= PAR_WORK)
-    {
-        uint32_t *ap = kmalloc(sizeof(uint32_t) * BF_RB * lda);
-        struct bfmm mine = m;
-        mine.ab = ap;
-        int t0, t1;
-        while (share_next(sh, 0, &t0, &t1))
-            for (int t = t0; t < t1; t++) {
-                int i0 = t * BF_RB, rows = min_int(BF_RB, n - i0);
-                bf_pack_a(ap, a, (size_t)p, i0, rows, p, lda);
-                bf_block_native(&mine, i0, rows);
-            }
-        free(ap);
-    }
-    free(sh);
-    free(bp);
-}
-
-/* a^T b: both operands packed as pairs along the leaf's rows, 8 x 3
- * vectors of accumulators at most. */
-T_BF16 static void bf_tn_native(struct bfmm *m, const float *a, size_t lds_a, const float *b,
-                                int r0, int r1)
-{
-    bf_pack_b((uint32_t *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
-    bf_pack_b((uint32_t *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
-    BF_ROWS(bf_tile_native, m, r0, r1 - r0, 3, 8, 8, 8, 6); /* 4 vectors: never, maxv 3 */
-}
-#define MATMUL_BF16_NATIVE matmul_bf16_native
-#else
-#define MATMUL_BF16_NATIVE NULL
-#endif
-
-/* -- bf16: weight gradients, one leaf for the fp32 tree -- */
-
-/* a^T b over rows of a leaf: a [p,r1-r0] and b [p,q] (row strides lds_a
- * and q) rounded into m's A and B, then c's rows [r0, r1). */
-static void bf_tn_emu(struct bfmm *m, const float *a, size_t lds_a, const float *b, int r0, int r1)
-{
-    bf_round_b((float *)m->bb, b, (size_t)m->q, m->p, m->q, m->ldb);
-    bf_round_b((float *)m->ab, a, lds_a, m->p, r1 - r0, m->sak);
-    m->csr = vflush_begin(); /* no epilogue: the sums go straight to c */
-    BF_ROWS_EXPANDED(bf_tile_emu, m, r0, r1 - r0, BF_V < 3 ? BF_V : 3, BF_H);
-    vflush_end(m->csr);
-}
-
-/* One leaf of rows [k0, k1) is exactly the bf16 matmul of a[k0:k1]^T and
- * b[k0:k1] with no bias: its pairs are rows (k0, k0+1), (k0+2, k0+3), ...,
- * restarting at each leaf, so that a core's shard of whole leaves computes
- * the same partials and the fp32 tree above combines them unchanged. a's
- * columns are c's rows; this thread's share, [r0, r1), is packed like b,
- * so that row r's pair k is at ab[r + k*lda]. BF_TN_K rows at a time: the
- * packing stays in cache and the later passes resume from c. */
-static void tn_leaf_bf16(const struct tn_tree *t, float *dst /* [n,q] */, int k0, int k1)
-{
-    int n = t->n, q = t->m->q, r0 = t->t0 * BF_TN_MR, r1 = min_int(n, t->t1 * BF_TN_MR);
-    size_t ldb = (size_t)round16(q), lda = (size_t)round16(r1 - r0);
-    struct bfmm m = {.c = dst, .q = q, .sar = 1, .sak = lda, .ldb = ldb};
-    m.bb = t->pack;                                 /* [BF_TN_K, ldb] at most */
-    m.ab = (const float *)t->pack + BF_TN_K * ldb; /* [BF_TN_K, lda] at most */
-    for (int k = k0; k < k1; k += BF_TN_K) {
-        const float *a = t->m->a + (size_t)k * n + r0, *b = t->m->b + (size_t)k * q;
-        m.p = min_int(BF_TN_K, k1 - k);
-        m.resume = k > k0;
-#if defined(VEC_AVX512)
-        if (t->kind == MM_BF16_NATIVE) {
-            bf_tn_native(&m, a, (size_t)n, b, r0, r1);
-            continue;
-        }
-#endif
-        bf_tn_emu(&m, a, (size_t)n, b, r0, r1);
-    }
-}
-
-/* -- bf16: attention on the tiles -- */
-
-/* Attention in bf16 (k_attention_bf16's contract) as a TPU runs it: every
- * product on the matrix unit, here the tiles above, and the softmax
- * between them in fp32. A thread rounds a batch's q, k, v (and dO) once,
- * like the fp32 kernels' inputs; every product's operands are then views
- * of rounded floats, which the emulated tiles read in place and the
- * native ones read packed into pairs (bf_opnd). P and dS are rounded as
- * they are made. */
-
-/* An operand made ready: element k of row r of A's rows at
- * at + r*ld + k (bf_rows), or row k of a column-form operand (B, or A
- * as the transpose of rows) at at + k*ld (bf_cols); packed natively,
- * where k counts pairs (so k, k0 even) and ld is in pairs. */
-struct bf_opnd {
-    const float *at;
-    size_t ld;
-    int pairs;
-};
-
-/* rows [rows,p] (lds apart) as A's rows; native: packed into buf,
- * [rows, round16(p2)] */
-static struct bf_opnd bf_rows(const float *src, size_t lds, int rows, int p, float *buf,
-                              int native)
-{
-#if defined(VEC_AVX512)
-    if (native) {
-        size_t ld = (size_t)round16((p + 1) / 2);
-        bf_pack_a((uint32_t *)buf, src, lds, 0, rows, p, ld);
-        return (struct bf_opnd){buf, ld, 1};
-    }
-#endif
-    (void)rows, (void)p, (void)buf, (void)native;
-    return (struct bf_opnd){src, lds, 0};
-}
-
-/* src [p,q] (lds apart) in column form; native: packed into buf,
- * [p2, round16(q)] */
-static struct bf_opnd bf_cols(const float *src, size_t lds, int p, int q, float *buf, int native)
-{
-#if defined(VEC_AVX512)
-    if (native) {
-        size_t ld = (size_t)round16(q);
-        bf_pack_b((uint32_t *)buf, src, lds, p, q, ld);
-        return (struct bf_opnd){buf, ld, 1};
-    }
-#endif
-    (void)p, (void)q, (void)buf, (void)native;
-    return (struct bf_opnd){src, lds, 0};
-}
-
-/* Row k (even) of a column-form operand. */
-static const float *bf_row_at(struct bf_opnd o, int k)
-{
-    return o.at + (size_t)(o.pairs ? k / 2 : k) * o.ld;
-}
-
-#if defined(VEC_AVX512)
-T_BF16 static void bf_product_native(const struct bfmm *m)
-{
-    BF_ROWS_EXPANDED(bf_tile_native, m, 0, m->n, 4, BF_ATT_H);
-}
-#endif
-
-/* c[n,q] (rows q apart) = A B: A from row a0 of a's rows (a_cols 0), or
- * the transpose of a column-form operand from its row a0 (a_cols 1); B
- * from row b0 and column j0 of b; the sums from zero or (resume) from c.
- * By the calling thread; the emulation in a flush of its own, so that the
- * fp32 work around it keeps its denormals. An odd p reads element p of A
- * and row p of B: the callers make one zero and the other finite, as the
- * zero partner bf16_dot pairs an odd last element with. */
-static void bf_product(float *c, struct bf_opnd a, int a_cols, int a0, struct bf_opnd b, int b0,
-                       int j0, int n, int p, int q, int resume)
-{
-    struct bfmm m = {.c = c, .n = n, .p = p, .q = q, .resume = resume};
-    m.ab = a_cols ? bf_row_at(a, a0) : a.at + (size_t)a0 * a.ld;
-    m.sar = a_cols ? 1 : a.ld, m.sak = a_cols ? a.ld : 1;
-    m.bb = bf_row_at(b, b0) + j0, m.ldb = b.ld;
-#if defined(VEC_AVX512)
-    if (a.pairs) {
-        bf_product_native(&m);
-        return;
-    }
-#endif
-    m.csr = vflush_begin();
-    BF_ROWS_EXPANDED(bf_tile_emu, &m, 0, n, BF_V, BF_ATT_H);
-    vflush_end(m.csr);
-}
-
-/* A thread's scratch, carved from one allocation (with base NULL it only
- * counts): a batch's rounded q, k, v and dO, each with a zero row past
- * the last (the odd last element's partner) and 16 floats more (the
- * tiles' loads past a head's last channel), then one head's buffers. */
-struct bf_att_bufs {
-    float *rq, *rd;                             /* [T+1,3C]+16, [T+1,C]+16 */
-    float *qt, *sc, *ot;                        /* forward */
-    float *kt, *vt, *s, *dp, *pw, *ds, *dq, *D, *tv, *tk; /* backward */
-    float *pk[8];                               /* native: packed operands */
-};
-
-static float *bf_take(float *base, size_t *at, size_t n)
-{
-    float *p = base ? base + *at : NULL;
-    *at += n;
-    return p;
-}
-
-/* A native pack: the largest of the forms packed, A's rows or the column
- * form of [T,hs] or [T,16] (whole vectors of pairs), [hs,T] (tp a row) and
- * the group's dS rows. */
-static size_t bf_pack_floats(int T, int hs)
-{
-    size_t rows = (size_t)(T + 2) * round16(hs > VL ? hs : VL);
-    size_t keys = (size_t)(hs + 1) * key_stride(T);
-    size_t group = (size_t)T * round16((ds_group(T) + 1) / 2);
-    size_t most = rows > keys ? rows : keys;
-    return most > group ? most : group;
-}
-
-static size_t bf_att_carve(struct bf_att_bufs *b, float *base, int T, int C, int hs, int bwd,
-                           int native)
-{
-    size_t at = 0, rows = (size_t)T + 1, tp = (size_t)key_stride(T);
-    b->rq = bf_take(base, &at, rows * 3 * C + VL);
-    b->rd = bf_take(base, &at, bwd ? rows * C + VL : 0);
-    if (!bwd) {
-        b->qt = bf_take(base, &at, VL * (size_t)(hs + 1)); /* [hs+1,16] a block's Q^T */
-        b->sc = bf_take(base, &at, VL * rows);             /* [T+1,16] S^T, then P^T */
-        b->ot = bf_take(base, &at, VL * (size_t)hs);       /* [hs,16] O^T */
-    } else {
-        b->kt = bf_take(base, &at, (size_t)(hs + 1) * tp); /* [hs+1,tp] K^T */
-        b->vt = bf_take(base, &at, (size_t)(hs + 1) * tp); /* [hs+1,tp] V^T */
-        b->s = bf_take(base, &at, VL * (size_t)T);         /* [T,16] a chunk's S */
-        b->dp = bf_take(base, &at, VL * (size_t)T);        /* [T,16] a chunk's dP */
-        b->pw = bf_take(base, &at, VL * rows);             /* [T+1,16] a chunk's P */
-        b->ds = bf_take(base, &at, rows * ds_stride(T));   /* [T+1,lds] the group's dS */
-        b->dq = bf_take(base, &at, (size_t)T * hs);        /* [T,hs] dQ's sums */
-        b->D = bf_take(base, &at, (size_t)T);              /* [T] dO . O */
-        b->tv = bf_take(base, &at, VL * (size_t)hs);       /* [hs,16] a chunk's dV^T */
-        b->tk = bf_take(base, &at, VL * (size_t)hs);       /* [hs,16] a chunk's dK^T */
-    }
-    if (base) /* the rows past the last stay zero: nothing writes them */
-        memset(base, 0, sizeof(float) * at);
-    for (int k = 0; k < 8; k++) /* written whole by each packing */
-        b->pk[k] = bf_take(base, &at, native ? bf_pack_floats(T, hs) : 0);
-    return at;
-}
-
-/* The batch's rounded copy of len floats, made when the thread's head
- * comes from another batch than the last (as the heads come in batch
- * order, once a batch unless a head is stolen). */
-static const float *bf_batch(float *copy, int *have, int b, const float *x, size_t len)
-{
-    if (*have != b) {
-        round_span(copy, x, len);
-        *have = b;
-    }
-    return copy;
-}
-
-/* One head, 16 queries at a time in the lanes (as attention_body): S^T =
- * K Q^T (K's rows as A), scaled to base 2 and masked; the softmax of the
- * fp32 kernel; P rounded; O^T = V^T P^T, then / l. */
-static void attention_head_bf16(float *o /* [T,C], head's col */, float *lse /* [T] */,
-                                const float *x /* rounded [T+1,3C], head's q col */, int T, int C,
-                                int hs, const struct bf_att_bufs *b, int native)
-{
-    const size_t ld3 = 3 * (size_t)C;
-    const vf scale2 = vset(LOG2E / sqrtf((float)hs)), ninf = vset(-INFINITY);
-    struct bf_opnd k = bf_rows(x + hs, ld3, T, hs, b->pk[0], native);
-    struct bf_opnd vc = bf_cols(x + 2 * hs, ld3, T, hs, b->pk[1], native);
-    for (int i0 = 0; i0 < T; i0 += VL) {
-        int w = min_int(VL, T - i0), nk = i0 + w; /* queries i0.., keys 0..nk-1 */
-        q_block_transpose(b->qt, x + (size_t)i0 * ld3, ld3, w, hs);
-        struct bf_opnd qt = bf_cols(b->qt, VL, hs, VL, b->pk[2], native);
-        bf_product(b->sc, k, 0, 0, qt, 0, 0, nk, hs, VL, 0);
-        vf mx = ninf;
-        for (int j = 0; j < nk; j++) {
-            vf s = vmul(vload(b->sc + VL * j), scale2);
-            if (j >= i0)
-                s = vsel(vlanes(j - i0), ninf, s); /* queries before key j */
-            vstore(b->sc + VL * j, s);
-            mx = vmax(mx, s);
-        }
-        vf l = softmax_exp(b->sc, nk, mx, i0, 1);
-        struct bf_opnd pt = bf_cols(b->sc, VL, nk, VL, b->pk[3], native);
-        bf_product(b->ot, vc, 1, 0, pt, 0, 0, hs, nk, VL, 0);
-        for (int d = 0; d < hs; d++)
-            vstore(b->ot + VL * d, vdiv(vload(b->ot + VL * d), l));
-        vtranspose(o + (size_t)i0 * C, (size_t)C, b->ot, VL, hs, w);
-        vstore_n(lse + i0, vadd(vmul(mx, vset(LN2)), vlog(l)), w); /* to base e, as in fp32 */
-    }
-}
-
-static void attention_bf16(float *out /* [B,T,C] */, float *lse /* [B,H,T] */,
-                           const float *qkv /* [B,T,3C] */, int B, int T, int C, int H,
-                           int native)
-{
-    int hs = C / H;
-    size_t blk = (size_t)T * 3 * C;
-    struct share *sh = share_alloc(B * H, 1);
-#pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
-    {
-        struct bf_att_bufs b;
-        float *base = kmalloc(sizeof(float) * bf_att_carve(&b, NULL, T, C, hs, 0, native));
-        bf_att_carve(&b, base, T, C, hs, 0, native);
-        int have = -1, h0, h1;
-        while (share_next(sh, 0, &h0, &h1))
-            for (int bh = h0; bh < h1; bh++) {
-                int bt = bh / H, h = bh % H;
-                const float *x = bf_batch(b.rq, &have, bt, qkv + bt * blk, blk) + 3 * hs * h;
-                attention_head_bf16(out + (size_t)bt * T * C + hs * h, lse + (size_t)bh * T, x, T,
-                                    C, hs, &b, native);
-            }
-        free(base);
-    }
-    free(sh);
-}
-
-/* One head's backward, a chunk of 16 keys at a time in the lanes (as
- * attention_bwd_body): S and dP of every query that sees the chunk (Q's
- * and dO's rows against K^T and V^T), P and dS = P (dP - D) in fp32 and
- * rounded, then dV^T = dO^T P and dK^T = Q^T dS over those queries; a
- * group's dQ = dS K at its last chunk, resuming the groups before. */
-static void attention_bwd_head_bf16(float *dqkv /* [T,3C], head's q col */,
-                                    const float *g /* rounded [T+1,C], head's col */,
-                                    const float *x /* rounded [T+1,3C], head's q col */,
-                                    const float *dout /* [T,C], head's col */,
-                                    const float *out /* [T,C], head's col */,
-                                    const float *lse /* [T] */, int T, int C, int hs,
-                                    const struct bf_att_bufs *b, int native)
-{
-    const size_t ld3 = 3 * (size_t)C, tp = (size_t)key_stride(T), lds = ds_stride(T);
-    const int gk = ds_group(T);
-    const float scale = 1.0f / sqrtf((float)hs);
-    const vf scale2 = vset(LOG2E * scale);
-    kv_transpose(b->kt, b->vt, x, T, C, hs, (int)tp);
-    struct bf_opnd q = bf_rows(x, ld3, T, hs, b->pk[0], native);
-    struct bf_opnd gr = bf_rows(g, (size_t)C, T, hs, b->pk[1], native);
-    struct bf_opnd kt = bf_cols(b->kt, tp, hs, T, b->pk[2], native);
-    struct bf_opnd vt = bf_cols(b->vt, tp, hs, T, b->pk[3], native);
-    struct bf_opnd qc = bf_cols(x, ld3, T, hs, b->pk[4], native);
-    struct bf_opnd gc = bf_cols(g, (size_t)C, T, hs, b->pk[5], native);
-    struct bf_opnd kc = bf_cols(x + hs, ld3, T, hs, b->pk[6], native);
-    for (int i = 0; i < T; i++)
-        bwd_d_rows(b->D, dout, out, C, hs, i, 1);
-    for (int k0 = 0; k0 < T; k0 += VL) {
-        int rows = T - k0, kb = k0 - k0 % gk, ke = min_int(kb + gk, T); /* the chunk's group */
-        float *dsc = b->ds + (k0 - kb);                                 /* its columns of dS */
-        bf_product(b->s + VL * k0, q, 0, k0, kt, 0, k0, rows, hs, VL, 0);
-        bf_product(b->dp + VL * k0, gr, 0, k0, vt, 0, k0, rows, hs, VL, 0);
-        for (int i = k0; i < T; i++) {
-            vf p = vexp2(vfms(vload(b->s + VL * i), scale2, vset(lse[i] * LOG2E)));
-            p = vkeep(vlanes(min_int(i + 1, T) - k0), p); /* keys after i, and past T */
-            vf d = vmul(p, vsub(vload(b->dp + VL * i), vset(b->D[i])));
-            vstore(b->pw + VL * i, vbf16(p));
-            vstore(dsc + i * lds, vbf16(d));
-        }
-        struct bf_opnd pw = bf_cols(b->pw + VL * k0, VL, rows, VL, b->pk[7], native);
-        bf_product(b->tv, gc, 1, k0, pw, 0, 0, hs, rows, VL, 0);
-        struct bf_opnd dsw = bf_cols(dsc + k0 * lds, lds, rows, VL, b->pk[7], native);
-        bf_product(b->tk, qc, 1, k0, dsw, 0, 0, hs, rows, VL, 0);
-        for (int d = 0; d < hs; d++) /* x 1/sqrt(hs) after the sum, as dQ */
-            vstore(b->tk + VL * d, vmul(vload(b->tk + VL * d), vset(scale)));
-        float *row = dqkv + (size_t)k0 * ld3; /* key k0's q col */
-        vtranspose(row + 2 * hs, ld3, b->tv, VL, hs, min_int(VL, rows));
-        vtranspose(row + hs, ld3, b->tk, VL, hs, min_int(VL, rows));
-        if (k0 + VL < ke)
-            continue;
-        /* the group's last chunk: its share of dQ, 16 queries at a time,
-         * each block against the group's keys up to its own last (so
-         * every entry of dS read was written) */
-        struct bf_opnd dsr = bf_rows(b->ds + kb * lds, lds, T - kb, ke - kb, b->pk[7], native);
-        for (int i0 = kb; i0 < T; i0 += VL) {
-            int w = min_int(VL, T - i0), p = min_int(ke, i0 + VL) - kb;
-            bf_product(b->dq + (size_t)i0 * hs, dsr, 0, i0 - kb, kc, kb, 0, w, p, hs, kb > 0);
-        }
-    }
-    const vf sc = vset(scale);
-    for (int i = 0; i < T; i++) /* x 1/sqrt(hs) after the sum, into dQ's rows */
-        for (int d = 0; d < hs; d += VL)
-            vstore_n(dqkv + (size_t)i * ld3 + d,
-                     vmul(vload_n(b->dq + (size_t)i * hs + d, hs - d), sc), hs - d);
-}
-
-static void attention_bwd_bf16(float *dqkv /* [B,T,3C] */, const float *dout /* [B,T,C] */,
-                               const float *qkv /* [B,T,3C] */, const float *out /* [B,T,C] */,
-                               const float *lse /* [B,H,T] */, int B, int T, int C, int H,
-                               int native)
-{
-    int hs = C / H;
-    size_t b3 = (size_t)T * 3 * C, b1 = (size_t)T * C;
-    struct share *sh = share_alloc(B * H, 1);
-#pragma omp parallel if ((long)B * T * T * C >= PAR_WORK)
-    {
-        struct bf_att_bufs b;
-        float *base = kmalloc(sizeof(float) * bf_att_carve(&b, NULL, T, C, hs, 1, native));
-        bf_att_carve(&b, base, T, C, hs, 1, native);
-        int have_q = -1, have_d = -1, h0, h1;
-        while (share_next(sh, 0, &h0, &h1))
-            for (int bh = h0; bh < h1; bh++) {
-                int bt = bh / H, h = bh % H;
-                size_t r3 = bt * b3 + 3 * hs * h, r1 = bt * b1 + hs * h;
-                const float *x = bf_batch(b.rq, &have_q, bt, qkv + bt * b3, b3) + 3 * hs * h;
-                const float *g = bf_batch(b.rd, &have_d, bt, dout + bt * b1, b1) + hs * h;
-                attention_bwd_head_bf16(dqkv + r3, g, x, dout + r1, out + r1,
-                                        lse + (size_t)bh * T, T, C, hs, &b, native);
-            }
-        free(base);
-    }
-    free(sh);
 }
 
 /* ---- the table ---- */
