@@ -209,11 +209,15 @@ static void say_pace(struct trainer *tr, int step, int change)
  * next window of steps runs on one thread; the faster count is kept, and
  * another trial comes THREAD_RETRY windows later (the other program may
  * have ended), twice as late after each trial that changed nothing, up to
- * THREAD_RETRY_MAX, so that trials on a machine that stays busy cost
- * little. Any thread count gives the same bits. */
-#define THREAD_RETRY 8       /* windows before the first trial's sequel */
-#define THREAD_RETRY_MAX 64  /* windows between trials at the most */
+ * THREAD_RETRY_MAX. Running on one thread, the run tries its full count
+ * again only after a window that left a core to spare (THREAD_SPARE of a
+ * core idle, machine-wide; where /proc does not say, regardless): while
+ * the other programs take every core, more threads would find none, and
+ * the trial would only cost. Any thread count gives the same bits. */
+#define THREAD_RETRY 20      /* windows before the first trial's sequel (200 steps) */
+#define THREAD_RETRY_MAX 160 /* windows between trials at the most (1600 steps) */
 #define THREAD_GAIN 0.95     /* a trial's count is kept when this much faster */
+#define THREAD_SPARE 0.5     /* idle cores over a window that make a trial worth it */
 
 static void run_threads(struct thread_trial *t, int n)
 {
@@ -247,6 +251,8 @@ static void adapt_threads(struct trainer *tr, int step)
         return;
     }
     int due = t->since >= t->every;
+    if (t->now == 1 && p->idle_cores >= 0 && p->idle_cores < THREAD_SPARE)
+        due = 0; /* every core taken: more threads would find none */
     if (due && (t->now == 1 || p->busy || p->waited >= PACE_CONTENDED)) {
         t->ref_ms = p->median;
         t->trying = 1;

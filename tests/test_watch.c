@@ -4,12 +4,14 @@
  * (rsvg-convert) with both curves in the picture; the TensorBoard event
  * file passes an independent reader (python3-protobuf) that checks every
  * CRC and value against the log. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "util/util.h"
 #include "watch/pace.h"
 #include "test.h"
 
@@ -195,6 +197,42 @@ static int pace_window(Pace *p, double ms, double spread, int *early)
     return said;
 }
 
+/* The machine's idle cores over a window (/proc/stat's ticks, which gpt
+ * train reads before it tries more threads again), against the kernel's
+ * other account of idle time, /proc/uptime's second figure (idle seconds
+ * summed over the CPUs), over the same window of steps that sleep. */
+static double uptime_idle_s(void)
+{
+    double up = 0, idle = -1;
+    FILE *f = fopen("/proc/uptime", "r");
+    if (!f || fscanf(f, "%lf %lf", &up, &idle) != 2)
+        idle = -1;
+    if (f)
+        fclose(f);
+    return idle;
+}
+
+static void check_pace_idle(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    Pace p;
+    pace_start(&p);
+    double idle0 = uptime_idle_s(), t0 = now_seconds();
+    for (int i = 0; i < PACE_WINDOW; i++) {
+        usleep(15000); /* a step that leaves its core */
+        pace_step(&p, 15, 1, 0);
+    }
+    double idle = (uptime_idle_s() - idle0) / (now_seconds() - t0);
+    if (idle0 < 0) {
+        SKIP_MISSING("/proc/uptime", "the idle cores are not compared");
+        return;
+    }
+    /* both count in ticks of 10 ms: a 150 ms window is exact to ~0.15 */
+    CHECK(p.idle_cores >= 0 && p.idle_cores <= (double)cpus && fabs(p.idle_cores - idle) < 0.35,
+          "a window of %ld cpus: %.2f idle cores; /proc/uptime says %.2f", cpus, p.idle_cores,
+          idle);
+}
+
 /* pace_step on synthetic step times: steady steps never flag, even
  * jittery ones; a stretch twice as slow says +1 at its first window, once,
  * and the first window back says -1; a slowdown between PACE_BACK and
@@ -227,6 +265,7 @@ static void check_pace_unit(void)
                   p.slowdown);
     }
     CHECK(early == 0, "pace_step said a change %d times before a window's end", early);
+    check_pace_idle();
 }
 
 /* The step lines of dir's log that say the machine busy (their "time"

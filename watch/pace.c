@@ -38,10 +38,45 @@ static double run_delay_s(void)
     return sum;
 }
 
+/* The machine's idle and total CPU ticks so far, over every CPU (the
+ * first line of /proc/stat: user nice system idle iowait irq softirq
+ * steal); 0 where /proc does not say. The number of CPUs counted. */
+static int cpu_ticks(unsigned long long *idle, unsigned long long *total)
+{
+    unsigned long long v[8] = {0};
+    int cpus = 0;
+    char line[256];
+    FILE *f = fopen("/proc/stat", "r");
+    *idle = *total = 0;
+    if (f && fgets(line, sizeof line, f) &&
+        sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+               &v[4], &v[5], &v[6], &v[7]) == 8) {
+        for (int i = 0; i < 8; i++)
+            *total += v[i];
+        *idle = v[3] + v[4];
+        while (fgets(line, sizeof line, f) && !strncmp(line, "cpu", 3))
+            cpus++;
+    }
+    if (f)
+        fclose(f);
+    return cpus;
+}
+
 static int by_value(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* The machine's idle cores since the current window began (every
+ * program's), the window left as it is; -1 where /proc does not say. */
+static double idle_cores_since(const Pace *p)
+{
+    unsigned long long idle, total;
+    int cpus = cpu_ticks(&idle, &total);
+    return cpus > 0 && total > p->total0
+               ? (double)cpus * (double)(idle - p->idle0) / (double)(total - p->total0)
+               : -1;
 }
 
 void pace_start(Pace *p)
@@ -49,6 +84,8 @@ void pace_start(Pace *p)
     memset(p, 0, sizeof *p);
     p->delay0 = run_delay_s();
     p->t0 = clock_s();
+    p->idle_cores = -1;
+    cpu_ticks(&p->idle0, &p->total0);
 }
 
 int pace_step(Pace *p, double ms, int threads, int trial)
@@ -64,6 +101,8 @@ int pace_step(Pace *p, double ms, int threads, int trial)
     p->windows++;
     p->delay0 = delay;
     p->t0 = now;
+    p->idle_cores = idle_cores_since(p);
+    cpu_ticks(&p->idle0, &p->total0);
     if (trial)
         return 0;
     if (p->best == 0 || median < p->best)

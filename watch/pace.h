@@ -8,11 +8,12 @@
  * for a core (/proc/self/task/N/schedstat's run delay), as a share of the
  * window's time. Steps PACE_SLOW times slower, with threads kept from
  * their cores, is a busy machine; a window back within PACE_BACK of the
- * best ends it. */
+ * best ends it. How many cores sat idle over the window (/proc/stat, the
+ * whole machine's) says whether more threads would find a core. */
 #ifndef WATCH_PACE_H
 #define WATCH_PACE_H
 
-#define PACE_WINDOW 25  /* steps a window */
+#define PACE_WINDOW 10  /* steps a window */
 #define PACE_SLOW 1.5   /* a window this much slower than the best is busy ... */
 #define PACE_BACK 1.25  /* ... and this close to it again is not */
 /* Threads kept from their cores this share of a window's time: other
@@ -28,7 +29,10 @@ typedef struct Pace {
     int windows;            /* whole windows timed */
     double slowdown;        /* the last whole window's median / best */
     double waited;          /* its threads' run delay / (its wall time x threads) */
+    double idle_cores;      /* the machine's idle CPU time over the window, in
+                             * cores (every program's: /proc/stat); -1 unknown */
     double delay0, t0;      /* run delay (s) and clock at the window's start */
+    unsigned long long idle0, total0; /* /proc/stat's idle and all ticks then */
     int busy;               /* the state said last */
 } Pace;
 
