@@ -33,7 +33,7 @@ HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/fla
            device/ops.h device/ops_gen.h device/flops.h device/exec.h device/exec_side.h device/board.h \
            device/metrics.h device/allreduce.h kernels/tensor_impl.h kernels/tensor_impl_gen.h \
            kernels/tiles.h kernels/attention_layout.h kernels/bf16_sim.h \
-           kernels/kernels.h kernels/kernels_gen.h kernels/base.h kernels/tensor_ref.h kernels/gelu.h kernels/vec.h cmd/pod.h \
+           kernels/kernels.h kernels/kernels_gen.h kernels/base.h kernels/tensor_ref.h kernels/dropout.h kernels/gelu.h kernels/vec.h cmd/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
            watch/watch.h watch/pace.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h util/threads.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \

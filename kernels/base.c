@@ -95,24 +95,24 @@ void add_plain(float *restrict dst, const float *restrict src, size_t n)
 
 /* The tree over the arrays part[lo..hi-1] (each len floats, contiguous),
  * in place: the result lands in part[lo]. */
-static void tree_inplace(add_fn *add, float *part /* [hi,len] */, int lo, int hi, size_t len)
+static void tree_inplace(add_fn *add_rows, float *part /* [hi,len] */, int lo, int hi, size_t len)
 {
     if (hi - lo < 2)
         return;
     int mid = lo + (hi - lo) / 2;
-    tree_inplace(add, part, lo, mid, len);
-    tree_inplace(add, part, mid, hi, len);
-    add(part + (size_t)lo * len, part + (size_t)mid * len, len);
+    tree_inplace(add_rows, part, lo, mid, len);
+    tree_inplace(add_rows, part, mid, hi, len);
+    add_rows(part + (size_t)lo * len, part + (size_t)mid * len, len);
 }
 
-void tree_finish(add_fn *add, float *out /* [len] */, float *part /* [m,len] */, int m,
+void tree_finish(add_fn *add_rows, float *out /* [len] */, float *part /* [m,len] */, int m,
                  size_t len)
 {
     if (m < 1) {
         memset(out, 0, sizeof(float) * len);
         return;
     }
-    tree_inplace(add, part, 0, m, len);
+    tree_inplace(add_rows, part, 0, m, len);
     memcpy(out, part, sizeof(float) * len);
 }
 

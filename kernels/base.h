@@ -119,7 +119,7 @@ typedef void add_fn(float *restrict dst, const float *restrict src, size_t n);
 add_fn add_plain; /* the twins' */
 
 /* out = the tree over m leaf partials part[m,len] (destroyed); 0 if m = 0. */
-void tree_finish(add_fn *add, float *out /* [len] */, float *part /* [m,len] */, int m,
+void tree_finish(add_fn *add_rows, float *out /* [len] */, float *part /* [m,len] */, int m,
                  size_t len);
 
 /* ---- Adam's constants ---- */

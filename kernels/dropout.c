@@ -3,7 +3,8 @@
  * a counter hash of (key, site, row, col) (kernels.h states the rule), so
  * the attention twins ask the same question in the backward pass as in
  * the forward and get the same answer on any thread, core or rank. */
-#include "kernels/tensor_ref.h"
+#include "kernels/dropout.h"
+#include "kernels/base.h"
 #include "util/util.h"
 
 int k_dropout_keep(const int32_t *key, long site, int32_t row, long col, float p)

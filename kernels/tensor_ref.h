@@ -1,13 +1,13 @@
 /* kernels/tensor_ref.h: what the files of the plain-C twins share beyond
  * the kernel layer's floor (base.h): a block's sum over rows and the
  * layernorm's backward for any reduction, which the tree's twins
- * (tensor_seg.c) run on their leaves; the attention twins with a dropout
- * mask, which
- * k_attention_ref and fused_ref.c's k_attention_drop both call; and the
- * mask itself (dropout.c). */
+ * (tensor_seg.c) run on their leaves; and the attention twins with a
+ * dropout mask (kernels/dropout.h), which k_attention_ref and fused_ref.c's
+ * k_attention_drop both call. */
 #ifndef KERNELS_TENSOR_REF_H
 #define KERNELS_TENSOR_REF_H
 #include "kernels/base.h"
+#include "kernels/dropout.h"
 
 /* Rows [i0, i1) of x summed in order from zero: a block of
  * k_sum_rows_ref, a leaf of k_sum_rows_seg_ref (tensor_seg.c). */
@@ -19,17 +19,6 @@ void sum_rows_leaf_ref(float *out /* [q] */, const float *x /* [n,q] */, int i0,
 void layernorm_bwd_any_ref(float *dx, float *dw, float *db, const float *dy, const float *x,
                            const float *w, const float *mean, const float *rstd, const float *r1,
                            const float *r2, int n, int c, int seg);
-
-/* Dropout on the attention probabilities, or none when NULL. */
-struct drop_mask {
-    const int32_t *key, *rows; /* [2], [B*T] */
-    long site;
-    float p;
-};
-
-/* What survives of P_ij, head h, query row `row`: 1/(1-p) or 0; 1 without
- * dropout (so the products that use it keep their bits). */
-float kept_scale(const struct drop_mask *dm, int32_t row, int h, int T, int j);
 
 /* k_attention_ref and k_attention_bwd_ref with the mask dm (or NULL). */
 void attention_masked_ref(float *out, float *lse, const float *qkv, int B, int T, int C, int H,
