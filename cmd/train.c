@@ -214,8 +214,8 @@ static void say_pace(struct trainer *tr, int step, int change)
  * core idle, machine-wide; where /proc does not say, regardless): while
  * the other programs take every core, more threads would find none, and
  * the trial would only cost. Any thread count gives the same bits. */
-#define THREAD_RETRY 20      /* windows before the first trial's sequel (200 steps) */
-#define THREAD_RETRY_MAX 160 /* windows between trials at the most (1600 steps) */
+#define THREAD_RETRY 8       /* windows before the first trial's sequel */
+#define THREAD_RETRY_MAX 64  /* windows between trials at the most */
 #define THREAD_GAIN 0.95     /* a trial's count is kept when this much faster */
 #define THREAD_SPARE 0.5     /* idle cores over a window that make a trial worth it */
 

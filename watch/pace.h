@@ -13,7 +13,7 @@
 #ifndef WATCH_PACE_H
 #define WATCH_PACE_H
 
-#define PACE_WINDOW 10  /* steps a window */
+#define PACE_WINDOW 25  /* steps a window */
 #define PACE_SLOW 1.5   /* a window this much slower than the best is busy ... */
 #define PACE_BACK 1.25  /* ... and this close to it again is not */
 /* Threads kept from their cores this share of a window's time: other
