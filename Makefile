@@ -144,7 +144,8 @@ tests/run: $(OBJ) $(KOBJ) $(HDR) $(TESTSRC) $(TESTHDR) $(FLAVOUR)
 # make gen: the C that device/ops.def and kernels/kernels.def define,
 # written by gen/gen.c into the tree (device/ops_gen.h, device/ops_gen.c,
 # device/exec_gen.c, kernels/tensor_impl_gen.h, kernels/kernels_gen.h,
-# kernels/entry_gen.c and the rows of tensor.c's table) and committed: the
+# kernels/entry_gen.c and the rows of tensor.c's and kernels/reading.c's
+# tables) and committed: the
 # build compiles those files and never runs the generator. make test's gen
 # suite runs it into tests/tmp and names each committed file that differs.
 HOSTCC  ?= cc

@@ -37,7 +37,8 @@
  * the arenas are still growing in the first step.
  *
  * The layer's other rooms, below this file: compiler/record.c (tensors,
- * new_node, add_out, run_if_eager; the arenas; as_stored, the bf16 roundings),
+ * new_node, add_out, run_if_eager; the arenas), compiler/precision.c
+ * (as_stored, the bf16 roundings),
  * compiler/graph_side.c (second-read builders: data parallelism,
  * dropout, inference-only attention) and compiler/remat.c (--remat). */
 #include "compiler/record.h"

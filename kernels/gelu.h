@@ -1,6 +1,7 @@
-/* kernels/gelu.h: GPT-2's GELU, its constants and its steps spelled once,
- * for the kernel (tensor.c, over vec.h's vectors) and its twin
- * (tensor_ref.c, a lane at a time), which give the same bits:
+/* kernels/gelu.h: GPT-2's GELU: its constants, spelled once for the
+ * kernel (tensor.c, which does these steps over vec.h's vectors) and its
+ * twin, and the twin's steps a lane at a time (tensor_ref.c); the two
+ * give the same bits:
  *   y = x sigmoid(2u) = 0.5 x (1 + tanh u) = x / (1 + e^-2u),
  *   u = sqrt(2/pi) (x + K x^3),
  * each step one IEEE operation in the order below, e^t vec.h's vexp

@@ -3,8 +3,9 @@
  * (k_tree_sum_ref) and the *_seg twins, which make a sum over rows come
  * out the same on any number of cores. Each leaf is the plain twin of
  * tensor_ref.c over the leaf's rows (rows in order, from 0), and the
- * leaves' partials are combined by the tree (tree_finish, base.c). A first
- * read of the default path skips this file. */
+ * leaves' partials are combined by the tree (tree_finish, base.c). The
+ * default step runs three of them in the reading mode (the weight
+ * gradients of the matmuls, the biases and the embeddings). */
 #include "kernels/tensor_ref.h"
 #include <stdlib.h>
 #include <string.h>

@@ -37,7 +37,8 @@ How it is counted (the coverage build of the Makefile, build/cov):
   line (cmd/evaluate.c's compile_line) is printing, not the step's path.
 
 The list's lines are "FILE:FIRST-LAST LINES NAME", in the order of the
-layers (README.md's map), then by line; lines starting with # are comments.
+program's layers and then the leaves beside them (LAYER_ORDER), then by
+line; lines starting with # are comments.
 Two lists differ when they name different functions (FILE and NAME): their
 line numbers move with every edit above them, and are only reported.
 """
@@ -62,7 +63,8 @@ LINE_BUDGET = 2500  # the plain path a reader walks stays this short
 STEPS = [["--device", "xla"], ["--device", "cpu"]]
 FIXED = ["--steps", "1", "--eval-batch", "1", "--final-bytes", "21", "--live", "off",
          "--threads", "2"]
-# The layers, top down (README.md's map): the list follows them.
+# The program's layers, top down, then the leaves beside them (data,
+# safetensors, watch, pod, util): the list follows this order.
 LAYER_ORDER = ["cmd/", "gpt.c", "model/", "graph.c", "compiler/", "xla_sim.c", "device/",
                "tensor.c", "kernels/", "data/", "safetensors/", "watch/", "pod/", "util/"]
 
