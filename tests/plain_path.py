@@ -59,8 +59,12 @@ LINE_BUDGET = 2500  # the plain path a reader walks stays this short
 # One default step each way. The other flags change no step: they shorten
 # what follows it (the eval and the final passage), which is not counted,
 # and fix the threads, so that every machine splits the work as this one
-# does and the list is the same.
+# does and the list is the same. The text is a file of its own (CORPUS),
+# so that a clone without the downloaded corpus lists the same path: a
+# file's bytes, whatever they are, take the same functions.
 STEPS = [["--device", "xla"], ["--device", "cpu"]]
+CORPUS_LINE = "the cat sat on the mat, and Holmes said: elementary, my dear Watson.\n"
+CORPUS_BYTES = 20000  # its training split holds many 129-byte windows
 FIXED = ["--steps", "1", "--eval-batch", "1", "--final-bytes", "21", "--live", "off",
          "--threads", "2"]
 # The program's layers, top down, then the leaves beside them (data,
@@ -80,12 +84,15 @@ def run_steps(tmp):
     for f in glob.glob(COVDIR + "/**/*.gcda", recursive=True):
         os.remove(f)
     env = dict(os.environ, GPT_ISA=READING_ISA)
+    os.makedirs(tmp, exist_ok=True)
+    corpus = os.path.join(tmp, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write((CORPUS_LINE * (CORPUS_BYTES // len(CORPUS_LINE) + 1))[:CORPUS_BYTES])
     for i, device in enumerate(STEPS):
         out = os.path.join(tmp, "step-%d" % i)
         subprocess.run(["rm", "-rf", out], check=True)
-        os.makedirs(tmp, exist_ok=True)
-        subprocess.run([BINARY, "train", *device, *FIXED, "--out", out], check=True,
-                       env=env, stdout=subprocess.DEVNULL)
+        subprocess.run([BINARY, "train", *device, *FIXED, "--data", corpus, "--out", out],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
 
 
 def backend_names(obj):
