@@ -26,7 +26,7 @@ SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd
            xla_sim.c device/exec.c device/exec_gen.c device/exec_side.c device/allreduce.c device/metrics.c \
            device/board.c device/ops.c device/ops_gen.c device/flops.c \
            $(KONCE) cmd/pod.c pod/comm.c \
-           data/batch.c data/data.c data/loader.c data/text.c watch/watch.c watch/pace.c \
+           data/batch.c data/data.c data/loader.c data/text.c watch/watch.c watch/pace.c watch/trial.c \
            safetensors/safetensors.c util/util.c pod/error.c util/rng.c util/fmath.c util/threads.c
 HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
            cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h cmd/evaluate.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
@@ -35,7 +35,7 @@ HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/fla
            kernels/tiles.h kernels/attention_layout.h kernels/bf16_sim.h \
            kernels/kernels.h kernels/kernels_gen.h kernels/base.h kernels/tensor_ref.h kernels/dropout.h kernels/gelu.h kernels/vec.h cmd/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
-           watch/watch.h watch/pace.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h util/threads.h
+           watch/watch.h watch/pace.h watch/trial.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h util/threads.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \
@@ -204,6 +204,12 @@ bench/gpt-gcc: $(MAIN) $(SRC) $(KSRC) $(HDR)
 	gcc $(CFLAGS) $(WARN) -fopenmp -static -o $@ $(MAIN) $(SRC) $(call kobjs,build/gcc) -lm
 bench-flavours: bench/gpt-gcc gpt-llvm
 	bench/flavours.sh bench/gpt-gcc ./gpt-llvm $(BENCH_FLAGS)
+
+# What a step's joins cost beside a busy process, apart from gpt: a
+# synthetic step on OpenMP's regions or on one persistent team
+# (bench/README.md, "Under load, fourth round").
+bench/team_probe: bench/team_probe.c
+	$(CC) $(CFLAGS) $(WARN) -fopenmp -pthread -o $@ bench/team_probe.c
 
 # The cross-host all-reduce's cost on this machine: 2, 4 and 8 ranks over
 # TCP on loopback (as between hosts; 4 and 8 share 2 cores, so their times
@@ -377,7 +383,7 @@ install: gpt docs/gpt.1
 	install -m 644 docs/gpt.1 $(DESTDIR)$(PREFIX)/share/man/man1/gpt.1
 
 clean:
-	rm -f gpt gpt-mpi gpt-debug gpt-dyn gpt-llvm tests/run tests/run-debug bench/bench bench/comm_bench
+	rm -f gpt gpt-mpi gpt-debug gpt-dyn gpt-llvm tests/run tests/run-debug bench/bench bench/comm_bench bench/team_probe
 	rm -f gpt-arm64 tests/run-arm64 bench/bench-arm64
 	rm -rf tests/tmp build
 

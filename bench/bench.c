@@ -25,9 +25,12 @@
  * alike instead of on whichever ran during a disturbance.
  *
  *   bench/bench [--quick] [--data FILE] [--only SECTION[,SECTION...]] [--json FILE]
+ *               [--gpt FILE]
  *
  *   --json FILE also writes every figure (and its target, if it has one)
  *   with the machine it was measured on, so two runs can be compared.
+ *   --gpt FILE is the binary the load section trains with (./gpt by
+ *   default; ./gpt-llvm times clang's build under load).
  *
  * SECTION: kernels, steps, isa, eval, torch, scaling, shapes, gpt2,
  * flavours, loader, load (the projected full run needs steps and eval); the peak
@@ -36,11 +39,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <omp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,6 +80,7 @@ static struct {
     char torch[PATH_MAX]; /* torch_ref.py, next to this binary */
     char tmp[64];         /* synthetic text file to remove at exit, or "" */
     const char *json;     /* --json: the record's path, or NULL */
+    char gpt[PATH_MAX];   /* --gpt: the binary the load section trains with */
 } opt;
 
 /* Measured peaks, GFLOP/s: [0] 1 thread, [1] all threads; 0 = none. */
@@ -1723,8 +1729,11 @@ static void busy_stop(struct busy *b)
 }
 
 /* n processes that spin until killed; each dies with the bench too
- * (PR_SET_PDEATHSIG), should the bench die first. -1 if fork failed. */
-static int busy_start(struct busy *b, int n)
+ * (PR_SET_PDEATHSIG), should the bench die first. With own_session each
+ * starts a session of its own (setsid), as a program started from
+ * another terminal has: Linux's autogroup then shares the cores between
+ * sessions before it shares them between threads. -1 if fork failed. */
+static int busy_start(struct busy *b, int n, int own_session)
 {
     pid_t bench = getpid();
     b->n = 0;
@@ -1738,6 +1747,8 @@ static int busy_start(struct busy *b, int n)
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != bench) /* the bench died before prctl */
                 _exit(0);
+            if (own_session)
+                setsid();
             for (;;)
                 ;
         }
@@ -1746,19 +1757,79 @@ static int busy_start(struct busy *b, int n)
     return 0;
 }
 
-/* Each shape's contenders: gpt's own thread count or --threads 1, and
- * how many busy processes run beside it. */
-enum { ALONE, BESIDE1, BESIDE2, T1_BESIDE1, T1_BESIDE2, NLOAD };
+/* Each shape's contenders: gpt's own thread count or --threads 1, how
+ * many busy processes run beside it, and whether they run in a session
+ * of their own (a program started from another terminal). */
+enum { ALONE, BESIDE1, BESIDE2, T1_BESIDE1, T1_BESIDE2, T1_ALONE, BESIDE1_SESSION,
+       T1_BESIDE1_SESSION, NLOAD };
 static const struct {
     const char *label, *flags;
-    int busy;
+    int busy, own_session;
 } load_runs[NLOAD] = {
-    [ALONE] = {"alone", "", 0},
-    [BESIDE1] = {"beside 1 busy process", "", 1},
-    [BESIDE2] = {"beside 2 busy processes", "", 2},
-    [T1_BESIDE1] = {"--threads 1 beside 1 busy process", "--threads 1", 1},
-    [T1_BESIDE2] = {"--threads 1 beside 2 busy processes", "--threads 1", 2},
+    [ALONE] = {"alone", "", 0, 0},
+    [BESIDE1] = {"beside 1 busy process", "", 1, 0},
+    [BESIDE2] = {"beside 2 busy processes", "", 2, 0},
+    [T1_BESIDE1] = {"--threads 1 beside 1 busy process", "--threads 1", 1, 0},
+    [T1_BESIDE2] = {"--threads 1 beside 2 busy processes", "--threads 1", 2, 0},
+    [T1_ALONE] = {"--threads 1 alone", "--threads 1", 0, 0},
+    [BESIDE1_SESSION] = {"beside 1 busy process of another session", "", 1, 1},
+    [T1_BESIDE1_SESSION] = {"--threads 1 beside it", "--threads 1", 1, 1},
 };
+
+/* ---- the cores the kernel gives ----
+ * How much CPU the scheduler gives a process of two threads that never
+ * wait for each other, beside busy processes: the most any thread count
+ * and any design of the step can use there. The probe's threads spin on
+ * the clock for SHARE_PROBE_S; the cores it got are its CPU time over its
+ * wall time (the kernel's account, wait4's rusage). */
+#define SHARE_PROBE_S 1.0
+#define SHARE_PROBE_THREADS 2
+
+static void *spin_on_clock(void *arg)
+{
+    double until = *(const double *)arg;
+    while (now() < until)
+        ;
+    return NULL;
+}
+
+/* The probe itself, in a child of its own (the bench's OpenMP team does
+ * not survive a fork: plain threads). */
+static void share_probe_child(void)
+{
+    pthread_t t[SHARE_PROBE_THREADS];
+    double until = now() + SHARE_PROBE_S;
+    for (int i = 1; i < SHARE_PROBE_THREADS; i++)
+        if (pthread_create(&t[i], NULL, spin_on_clock, &until))
+            _exit(1);
+    spin_on_clock(&until);
+    for (int i = 1; i < SHARE_PROBE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    _exit(0);
+}
+
+/* Cores a two-thread process gets beside `busy` spinning processes (in a
+ * session of their own with own_session); -1 if it could not be run. */
+static double cores_given(int busy, int own_session)
+{
+    struct busy b;
+    struct rusage ru;
+    int status;
+    if (busy_start(&b, busy, own_session))
+        return -1;
+    usleep(100000); /* the busy ones on their cores first */
+    double t0 = now();
+    pid_t pid = fork();
+    if (pid == 0)
+        share_probe_child();
+    int ok = pid > 0 && wait4(pid, &status, 0, &ru) == pid && WIFEXITED(status) &&
+             WEXITSTATUS(status) == 0;
+    double wall = now() - t0;
+    busy_stop(&b);
+    double cpu = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+                 (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+    return ok && wall > 0 ? cpu / wall : -1;
+}
 
 /* The models timed: the default, and a larger one, fewer steps (--quick
  * gives each one layer). */
@@ -1788,10 +1859,10 @@ static double load_average(void)
 
 /* One run of a contender beside its busy processes; -1 if it failed. */
 static double beside_busy_ms(const char *launch, const char *bin, const char *flags, int busy,
-                       const char *dir, int steps, char *threads, size_t n)
+                             int own_session, const char *dir, int steps, char *threads, size_t n)
 {
     struct busy b;
-    if (busy_start(&b, busy))
+    if (busy_start(&b, busy, own_session))
         return -1;
     double ms = gpt_train_ms(launch, bin, flags, dir, steps, threads, n);
     busy_stop(&b);
@@ -1810,18 +1881,52 @@ static void load_ratio_row(const char *shape, const char *label, double *r, int 
     record("load", name, x, "x", target_text(id), met);
 }
 
+/* The cores a two-thread process gets beside one busy process, in the
+ * same session and in another (the medians of the rounds). */
+static struct {
+    double same, other;
+} share;
+
+/* The fastest a step could be beside one busy process, over its time
+ * alone: all of its one-thread work spread without loss over the cores
+ * the kernel gives (t1_over_alone: --threads 1 alone over alone). */
+static void load_bound_row(const char *shape, const char *where, double cores,
+                           double t1_over_alone)
+{
+    char label[112], name[160];
+    double x = cores > 0 ? t1_over_alone / cores : -1;
+    snprintf(label, sizeof label, "bound %s: %.2f cores given", where, cores);
+    printf("    %-56s %9s %10.2fx\n", label, "", x);
+    snprintf(name, sizeof name, "%s, the bound beside 1 busy process %s", shape, where);
+    record("load", name, x, "x", NULL, 0);
+}
+
+/* Whether the kernel groups each session's processes for its fair
+ * share (/proc/sys/kernel/sched_autogroup_enabled). */
+static const char *autogroup_text(void)
+{
+    int on = -1;
+    FILE *f = fopen("/proc/sys/kernel/sched_autogroup_enabled", "r");
+    if (f && fscanf(f, "%d", &on) != 1)
+        on = -1;
+    if (f)
+        fclose(f);
+    return on == 1 ? "on" : on == 0 ? "off" : "unknown";
+}
+
 /* The contenders of one shape alternately, round after round; 0 if a run
  * failed. */
 static int load_shape_table(const struct load_shape *sh, const char *gpt, const char *dir)
 {
     int rounds = load_rounds(), steps = opt.quick ? sh->quick_steps : sh->steps;
-    double ms[NLOAD][MAX_ROUNDS], over[NLOAD][MAX_ROUNDS], vs_t1[2][MAX_ROUNDS];
+    double ms[NLOAD][MAX_ROUNDS], over[NLOAD][MAX_ROUNDS], vs_t1[3][MAX_ROUNDS];
     char flags[256], threads[160] = "?";
     for (int r = 0; r < rounds; r++) {
         for (int c = 0; c < NLOAD; c++) {
             snprintf(flags, sizeof flags, "%s%s %s", sh->flags, opt.quick ? " --layers 1" : "",
                      load_runs[c].flags);
-            ms[c][r] = beside_busy_ms("", gpt, flags, load_runs[c].busy, dir, steps,
+            ms[c][r] = beside_busy_ms("", gpt, flags, load_runs[c].busy, load_runs[c].own_session,
+                                      dir, steps,
                                 c == ALONE ? threads : NULL, c == ALONE ? sizeof threads : 0);
             if (ms[c][r] <= 0)
                 return 0;
@@ -1829,6 +1934,7 @@ static int load_shape_table(const struct load_shape *sh, const char *gpt, const 
         }
         vs_t1[0][r] = ms[BESIDE1][r] / ms[T1_BESIDE1][r];
         vs_t1[1][r] = ms[BESIDE2][r] / ms[T1_BESIDE2][r];
+        vs_t1[2][r] = ms[BESIDE1_SESSION][r] / ms[T1_BESIDE1_SESSION][r];
     }
     printf("  %s, %d steps (gpt alone: %s)\n", sh->name, steps, threads);
     printf("    %-56s %9s %11s   %s\n", "run", "ms/step", "over alone", "target");
@@ -1853,6 +1959,11 @@ static int load_shape_table(const struct load_shape *sh, const char *gpt, const 
                    T_LOAD_THREADS);
     load_ratio_row(sh->name, "beside 2 busy: gpt's threads over --threads 1", vs_t1[1], rounds,
                    T_LOAD_THREADS);
+    load_ratio_row(sh->name, "another session's: gpt's threads over --threads 1", vs_t1[2],
+                   rounds, T_LOAD_THREADS);
+    double t1 = median_of(over[T1_ALONE], rounds);
+    load_bound_row(sh->name, "in this session", share.same, t1);
+    load_bound_row(sh->name, "in another session", share.other, t1);
     return 1;
 }
 
@@ -1899,13 +2010,34 @@ static void load_pod(const char *gpt, const char *dir)
 static void load_table(void)
 {
     char gpt[PATH_MAX + 16], dir[64];
-    snprintf(gpt, sizeof gpt, "%s/../gpt", opt.dir);
-    printf("under load: ./gpt train alone and beside plain spinning processes, median of %d "
-           "alternating rounds (load average %.2f as it starts)\n", load_rounds(), load_average());
+    if (opt.gpt[0])
+        snprintf(gpt, sizeof gpt, "%s", opt.gpt);
+    else
+        snprintf(gpt, sizeof gpt, "%s/../gpt", opt.dir);
+    const char *isa = getenv("GPT_ISA");
+    printf("under load: %s train alone and beside plain spinning processes, median of %d "
+           "alternating rounds (load average %.2f as it starts%s%s)\n",
+           opt.gpt[0] ? opt.gpt : "./gpt", load_rounds(), load_average(), isa ? ", GPT_ISA=" : "",
+           isa ? isa : "");
     temp_template(dir, sizeof dir, "gpt-bench-load");
-    const char *why = access(gpt, X_OK) ? "no ./gpt (make gpt)"
+    const char *why = access(gpt, X_OK) ? "no gpt binary to run (make gpt)"
                       : !mkdtemp(dir)   ? "no temporary directory"
                                         : NULL;
+    if (!why) {
+        double same[MAX_ROUNDS], other[MAX_ROUNDS];
+        for (int r = 0; r < load_rounds(); r++)
+            same[r] = cores_given(1, 0), other[r] = cores_given(1, 1);
+        share.same = median_of(same, load_rounds());
+        share.other = median_of(other, load_rounds());
+        printf("  the cores the kernel gives a process of %d threads that never wait, beside 1 "
+               "busy process: %.2f in the same session, %.2f when it runs in another (its "
+               "own terminal's; autogroup %s)\n", SHARE_PROBE_THREADS, share.same, share.other,
+               autogroup_text());
+        record("load", "cores given beside 1 busy process, same session", share.same, "cores",
+               NULL, 0);
+        record("load", "cores given beside 1 busy process, another session", share.other,
+               "cores", NULL, 0);
+    }
     for (size_t i = 0; !why && i < sizeof load_shapes / sizeof *load_shapes; i++)
         if (!load_shape_table(&load_shapes[i], gpt, dir))
             why = "a gpt train run failed";
@@ -2169,9 +2301,11 @@ int main(int argc, char **argv)
             opt.only = argv[++i];
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             opt.json = argv[++i];
+        else if (!strcmp(argv[i], "--gpt") && i + 1 < argc)
+            snprintf(opt.gpt, sizeof opt.gpt, "%s", argv[++i]);
         else {
             fprintf(stderr, "usage: bench/bench [--quick] [--data FILE] [--only SECTION,...] "
-                            "[--json FILE] (sections: %s)\n", sections);
+                            "[--json FILE] [--gpt FILE] (sections: %s)\n", sections);
             return 2;
         }
     }

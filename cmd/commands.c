@@ -110,7 +110,9 @@ int cmd_sample(int argc, char **argv)
         memcpy(text[i], s.prompt, (size_t)n);
         rng_seed(&r[i], (uint64_t)s.seed + (uint64_t)i, RNG_SAMPLE); /* = --seed SEED+i alone */
     }
-    SampleOpts so = {(float)s.temperature, s.top_k, ns == 1 ? emit_raw : NULL, NULL};
+    ThreadTrial threads; /* one thread, should other programs hold the cores */
+    trial_start(&threads);
+    SampleOpts so = {(float)s.temperature, s.top_k, ns == 1 ? emit_raw : NULL, NULL, &threads};
     if (ns == 1)
         fputs(s.prompt, stdout); /* one passage streams as it grows */
     Graph *g = new_graph(&s);
@@ -184,7 +186,10 @@ int cmd_eval(int argc, char **argv)
         load_data(&d, s.data, m.cfg.context, m.cfg.vocab, 1);
     Graph *g = new_graph(&s);
     int tty = progress_on_stderr("auto");
-    struct eval_progress p = {.on = tty, .t0 = now_seconds()};
+    ThreadTrial threads; /* one thread, should other programs hold the cores */
+    trial_start(&threads);
+    struct eval_progress p = {.on = tty, .t0 = now_seconds(), .threads = &threads,
+                              .last = now_seconds()};
     watch_compiles(tty, 1.0);
     double loss = eval_split(&m, g, &d, s.batch, eval_chunk_size(chunk, trained, s.batch),
                              &windows, &p);

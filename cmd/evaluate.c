@@ -64,7 +64,10 @@ float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, v
 void eval_progress_tick(int done, int total, void *ctx)
 {
     struct eval_progress *p = ctx;
-    double t = now_seconds() - p->t0;
+    double now = now_seconds(), t = now - p->t0;
+    if (p->threads) /* the pass just ended: a unit of the thread trial */
+        trial_unit(p->threads, 1e3 * (now - p->last));
+    p->last = now;
     if (!p->on || t < 2.0)
         return;
     fprintf(stderr, "\r\033[Keval %ld/%ld windows, %.0f s", p->before + done,

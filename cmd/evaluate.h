@@ -5,6 +5,7 @@
 #define CMD_EVALUATE_H
 #include "gpt.h"
 #include "data/text.h"
+#include "watch/trial.h"
 
 /* The mean loss of b, as batch_loss gives it bit for bit, from forward
  * passes of `chunk` windows at a time (all at once if chunk >= b->B or
@@ -14,11 +15,15 @@ float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, v
 
 /* An eval's progress line on stderr, once the eval has run 2 s: `on`
  * when a person watches (progress_on_stderr), `before` windows done
- * before the batch that ticks, of `total` (0: the batch's own). */
+ * before the batch that ticks, of `total` (0: the batch's own). With
+ * `threads`, each pass between ticks is timed as a unit of that thread
+ * trial (`last`: the clock as the eval starts). */
 struct eval_progress {
     int on, shown;
     double t0;
     long before, total;
+    ThreadTrial *threads; /* each pass a unit of its trial (watch/trial.h); NULL: none */
+    double last;          /* the clock at the last tick, for the trial */
 };
 void eval_progress_tick(int done, int total, void *ctx); /* an eval_tick; ctx: the struct */
 void eval_progress_clear(struct eval_progress *p);

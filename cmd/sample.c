@@ -154,7 +154,12 @@ void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, i
             d.tok[s] = (unsigned char)text[s][i], d.pos[s] = i;
         logits = decode_step(m, g, &d);
     }
-    for (; n < total; n++) {
+    for (double t0 = now_seconds(); n < total; n++) {
+        if (o->threads) { /* the byte before: a unit of the thread trial */
+            double t1 = now_seconds();
+            trial_unit(o->threads, 1e3 * (t1 - t0));
+            t0 = t1;
+        }
         if (n > c->context)
             logits = window_step(m, g, &w, text, n, &d);
         for (int s = 0; s < ns; s++)

@@ -4,6 +4,7 @@
 #define CMD_SAMPLE_H
 #include "gpt.h"
 #include "util/rng.h"
+#include "watch/trial.h"
 
 /* Sampling with a KV cache; each new byte is handed to emit (may be NULL).
  * text must hold total bytes; it starts with the prompt of n bytes.
@@ -13,6 +14,7 @@ typedef struct SampleOpts {
     int top_k;
     void (*emit)(int byte, void *ctx);
     void *ctx;
+    ThreadTrial *threads; /* each byte a unit of this thread trial (watch/trial.h); NULL: none */
 } SampleOpts;
 void model_generate(Model *m, Graph *g, char *text, int n, int total,
                     const SampleOpts *o, Rng *r);

@@ -18,13 +18,12 @@
 #include "gpt.h"
 #include "data/loader.h"
 #include "watch/watch.h"
-#include "watch/pace.h"
+#include "watch/trial.h"
 #include "xla_sim.h"
 #include "pod/comm.h"
 #include "util/rng.h"
 #include "util/util.h"
 #include "util/fmath.h"
-#include <omp.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -57,14 +56,8 @@ struct trainer {
     int progress;            /* eval and compile progress lines on stderr */
     uint64_t data_hash;
     double t_start, t_steps; /* wall clock; seconds spent in training steps */
-    Pace pace;               /* whether other programs are slowing the steps */
-    struct thread_trial {    /* fewer threads on a busy machine (adapt_threads) */
-        int full, now;       /* the count chosen at the start; the count running */
-        int trying;          /* this window tries `now` against ref_ms */
-        double ref_ms;       /* the median step of the window before the trial */
-        int since, seen;     /* windows since the last trial; pace windows seen */
-        int every;           /* windows between trials now */
-    } trial;
+    ThreadTrial threads;     /* the steps' pace, and fewer threads when other programs
+                              * slow them (watch/trial.h) */
 };
 
 static void emit_escaped(int c, void *ctx)
@@ -178,9 +171,9 @@ static void print_progress(struct trainer *tr, int step, float loss)
     printf("\r\033[Kstep %d/%d | %.2f ms/step | %.0f tok/s | ETA %d:%02d | loss %.4f",
            done, tr->s.steps, per * 1e3, step_windows(&tr->s) * tr->s.seq / per,
            (int)eta / 60, (int)eta % 60, loss);
-    if (tr->pace.busy)
-        printf(" | busy machine: %.1fx slower, %d thread%s", tr->pace.slowdown, tr->trial.now,
-               tr->trial.now > 1 ? "s" : "");
+    if (tr->threads.pace.busy)
+        printf(" | busy machine: %.1fx slower, %d thread%s", tr->threads.pace.slowdown,
+               tr->threads.now, tr->threads.now > 1 ? "s" : "");
     fflush(stdout);
 }
 
@@ -189,7 +182,7 @@ static void print_progress(struct trainer *tr, int step, float loss)
  * the run log's step lines carry the figures while it lasts. */
 static void say_pace(struct trainer *tr, int step, int change)
 {
-    const Pace *p = &tr->pace;
+    const Pace *p = &tr->threads.pace;
     if (!is_master())
         return;
     clear_progress(tr);
@@ -202,63 +195,17 @@ static void say_pace(struct trainer *tr, int step, int change)
         fprintf(stderr, "gpt: step %d: back to pace (%.2fx the best)\n", step, p->slowdown);
 }
 
-/* On a busy machine fewer threads can be faster: a step is some 140
- * short parallel regions, each as slow as its slowest thread, and another
- * program may hold a thread off its core. When the pace says busy, or the
- * threads waited PACE_CONTENDED of a window for their cores, the
- * next window of steps runs on one thread; the faster count is kept, and
- * another trial comes THREAD_RETRY windows later (the other program may
- * have ended), twice as late after each trial that changed nothing, up to
- * THREAD_RETRY_MAX. Running on one thread, the run tries its full count
- * again only after a window that left a core to spare (THREAD_SPARE of a
- * core idle, machine-wide; where /proc does not say, regardless): while
- * the other programs take every core, more threads would find none, and
- * the trial would only cost. Any thread count gives the same bits. */
-#define THREAD_RETRY 8       /* windows before the first trial's sequel */
-#define THREAD_RETRY_MAX 64  /* windows between trials at the most */
-#define THREAD_GAIN 0.95     /* a trial's count is kept when this much faster */
-#define THREAD_SPARE 0.5     /* idle cores over a window that make a trial worth it */
-
-static void run_threads(struct thread_trial *t, int n)
+/* A trial kept its thread count (watch/trial.h): say so. */
+static void say_threads(struct trainer *tr, int step)
 {
-    t->now = n;
-    omp_set_num_threads(n);
-}
-
-static void adapt_threads(struct trainer *tr, int step)
-{
-    struct thread_trial *t = &tr->trial;
-    const Pace *p = &tr->pace;
-    if (t->full <= 1 || p->windows == t->seen)
-        return; /* one thread only, or no new window */
-    t->seen = p->windows;
-    t->since++;
-    if (t->trying) {
-        t->trying = 0;
-        int tried = t->now, before = tried == 1 ? t->full : 1;
-        if (!(p->median < THREAD_GAIN * t->ref_ms)) {
-            run_threads(t, before);
-            t->every = 2 * t->every < THREAD_RETRY_MAX ? 2 * t->every : THREAD_RETRY_MAX;
-            return;
-        }
-        t->every = THREAD_RETRY;
-        if (is_master()) {
-            clear_progress(tr);
-            fprintf(stderr, "gpt: step %d: a step takes %.2f ms on %d thread%s, %.2f ms on %d: "
-                    "going on with %d (the other count tried again from time to time)\n", step,
-                    p->median, tried, tried > 1 ? "s" : "", t->ref_ms, before, tried);
-        }
+    const ThreadTrial *t = &tr->threads;
+    int tried = t->now, before = tried == 1 ? t->full : 1;
+    if (!is_master())
         return;
-    }
-    int due = t->since >= t->every;
-    if (t->now == 1 && p->idle_cores >= 0 && p->idle_cores < THREAD_SPARE)
-        due = 0; /* every core taken: more threads would find none */
-    if (due && (t->now == 1 || p->busy || p->waited >= PACE_CONTENDED)) {
-        t->ref_ms = p->median;
-        t->trying = 1;
-        t->since = 0;
-        run_threads(t, t->now == 1 ? t->full : 1);
-    }
+    clear_progress(tr);
+    fprintf(stderr, "gpt: step %d: a step takes %.2f ms on %d thread%s, %.2f ms on %d: "
+            "going on with %d (the other count tried again from time to time)\n", step,
+            t->pace.median, tried, tried > 1 ? "s" : "", t->ref_ms, before, tried);
 }
 
 static void rng_hex(char *out, const Rng *r)
@@ -674,9 +621,7 @@ static void train_loop(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
     Batch share = host_share(&tr->train);
-    pace_start(&tr->pace);
-    tr->trial = (struct thread_trial){.full = omp_get_max_threads(), .now = omp_get_max_threads(),
-                                      .since = THREAD_RETRY, .every = THREAD_RETRY};
+    trial_start(&tr->threads);
     for (int step = tr->start; step < s->steps; step++) {
         if (s->profile && step == tr->start)
             xs_timeline_start();
@@ -688,17 +633,19 @@ static void train_loop(struct trainer *tr)
         float loss = model_train_step(&tr->model, tr->g, &share, (float)lr);
         double dt = now_seconds() - t0;
         tr->t_steps += dt;
-        int change = pace_step(&tr->pace, dt * 1e3, tr->trial.now, tr->trial.trying);
-        if (change)
-            say_pace(tr, step, change);
-        adapt_threads(tr, step);
-        int busy = tr->pace.busy;
+        TrialNews news = trial_unit(&tr->threads, dt * 1e3);
+        if (news.pace)
+            say_pace(tr, step, news.pace);
+        if (news.kept)
+            say_threads(tr, step);
+        const Pace *pace = &tr->threads.pace;
+        int busy = pace->busy;
         if (tr->log)
             runlog_step(tr->log, &(StepFigures){step, loss, lr, dt * 1e3,
                                                 step_windows(s) * s->seq / dt, xs_counter(C_UNCACHED),
                                                 xs_counter(C_CACHED), xs_counter(C_HOST_READ),
-                                                busy ? tr->pace.slowdown : 0,
-                                                busy ? tr->pace.waited : 0});
+                                                busy ? pace->slowdown : 0,
+                                                busy ? pace->waited : 0});
         if (!isfinite(loss))
             die_all(1, "training diverged at step %d (loss %g); try a smaller --lr", step, loss);
         if (step % s->eval_every == 0)

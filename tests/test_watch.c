@@ -184,15 +184,15 @@ static void check_diverged(void)
     CHECK(rc == 0 && atoi(out) >= 1, "the diverged run's log: rc %d: %s", rc, out);
 }
 
-/* One window of steps of about ms each to pace_step (a spread of +-2%
+/* One window of steps (the first one short) of about ms each to pace_step (a spread of +-2%
  * around ms, its median ms); returns what the window's end said, and
  * counts anything said before the end. */
 static int pace_window(Pace *p, double ms, double spread, int *early)
 {
-    int said = 0;
-    for (int i = 0; i < PACE_WINDOW; i++) {
+    int said = 0, len = p->len;
+    for (int i = 0; i < len; i++) {
         said = pace_step(p, ms * (1 + spread * (i % 5 - 2) / 2), 1, 0);
-        *early += i < PACE_WINDOW - 1 && said;
+        *early += i < len - 1 && said;
     }
     return said;
 }
@@ -217,6 +217,8 @@ static void check_pace_idle(void)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     Pace p;
     pace_start(&p);
+    for (int i = 0, first = p.len; i < first; i++) /* the short first window, untimed here */
+        pace_step(&p, 15, 1, 0);
     double idle0 = uptime_idle_s(), t0 = now_seconds();
     for (int i = 0; i < PACE_WINDOW; i++) {
         usleep(15000); /* a step that leaves its core */
@@ -334,6 +336,45 @@ static void check_pace_note(void)
           "line on stderr: %s", from, out);
 }
 
+/* Two threads on one core (taskset -c 0 --threads 2), each region's join
+ * waiting for the thread the core is not running: the run tries one
+ * thread after its short first window, keeps it (it is faster there), and
+ * says so by the end of the trial's window; the weights are the same
+ * bits as a run on one thread throughout. */
+static void check_thread_trial(void)
+{
+    char out[4096];
+    if (!t_have("taskset -c 0 true")) {
+        SKIP_MISSING("util-linux", "the thread trial not checked: no taskset");
+        return;
+    }
+    const int steps = 1 + PACE_FIRST + 2 * PACE_WINDOW;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "taskset -c 0 ./gpt train --data " WD "/text.txt --steps %d "
+             "--eval-every 100000 --ckpt-every 100000 --final-bytes 0 --live off --threads 2 "
+             "--out " WD "/trial2 2>&1 >/dev/null && ./gpt train --data " WD "/text.txt "
+             "--steps %d --eval-every 100000 --ckpt-every 100000 --final-bytes 0 --threads 1 "
+             "--out " WD "/trial1 >/dev/null 2>&1 && cmp " WD "/trial2/ckpt-%08d.safetensors "
+             WD "/trial1/ckpt-%08d.safetensors && echo same", steps, steps, steps, steps);
+    int rc = t_run(cmd, out, sizeof out);
+    const char *said = strstr(out, "going on with 1"), *at = NULL;
+    for (const char *l = strstr(out, "gpt: step "); l && said && l < said; l = strstr(l + 1, "gpt: step "))
+        at = l; /* the line that says it */
+    int step = at ? atoi(at + strlen("gpt: step ")) : -1;
+    CHECK(rc == 0 && said && step <= steps - 1 - PACE_WINDOW && strstr(out, "same"),
+          "2 threads on one core over %d steps: rc %d, want \"going on with 1\" by step %d and "
+          "the same checkpoint as --threads 1: %.600s", steps, rc, steps - 1 - PACE_WINDOW, out);
+    /* gpt sample's bytes and gpt eval's passes run the same trial: the
+     * same bytes and loss whichever count each part ran on */
+    rc = t_run("for t in 1 2; do taskset -c 0 ./gpt sample --ckpt " WD "/trial1 --bytes 600 "
+               "--threads $t > " WD "/trial-sample$t && taskset -c 0 ./gpt eval --ckpt " WD
+               "/trial1 --data " WD "/text.txt --chunk 4 --threads $t > " WD "/trial-eval$t "
+               "|| exit 1; done; cmp " WD "/trial-sample1 " WD "/trial-sample2 && cmp " WD
+               "/trial-eval1 " WD "/trial-eval2 && echo same", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "same"), "sample and eval on 2 threads on one core against "
+          "--threads 1: rc %d: %.400s", rc, out);
+}
+
 void test_watch(void)
 {
     char out[256];
@@ -349,4 +390,5 @@ void test_watch(void)
     check_diverged();
     check_pace_unit();
     check_pace_note();
+    check_thread_trial();
 }

@@ -38,6 +38,38 @@ static double run_delay_s(void)
     return sum;
 }
 
+/* Other programs' runnable threads at this moment: the kernel's count of
+ * runnable threads, machine-wide (/proc/loadavg's "R/T"), less this
+ * process's own (state R in /proc/self/task/N/stat); -1 where /proc does
+ * not say. */
+static int others_running_now(void)
+{
+    int all = -1, own = 0, total;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f || fscanf(f, "%*f %*f %*f %d/%d", &all, &total) != 2)
+        all = -1;
+    if (f)
+        fclose(f);
+    DIR *d = all >= 0 ? opendir("/proc/self/task") : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], line[512], *paren;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%.255s/stat", e->d_name);
+        FILE *t = fopen(path, "r");
+        /* "tid (comm) S ...": the state follows the last parenthesis */
+        if (t && fgets(line, sizeof line, t) && (paren = strrchr(line, ')')) && paren[1] == ' ' &&
+            paren[2] == 'R')
+            own++;
+        if (t)
+            fclose(t);
+    }
+    if (d)
+        closedir(d);
+    return all < 0 ? -1 : all > own ? all - own : 0;
+}
+
 /* The machine's idle and total CPU ticks so far, over every CPU (the
  * first line of /proc/stat: user nice system idle iowait irq softirq
  * steal); 0 where /proc does not say. The number of CPUs counted. */
@@ -85,23 +117,27 @@ void pace_start(Pace *p)
     p->delay0 = run_delay_s();
     p->t0 = clock_s();
     p->idle_cores = -1;
+    p->others_running = -1;
+    p->len = PACE_FIRST;
     cpu_ticks(&p->idle0, &p->total0);
 }
 
 int pace_step(Pace *p, double ms, int threads, int trial)
 {
     p->ms[p->n++] = ms;
-    if (p->n < PACE_WINDOW)
+    if (p->n < p->len)
         return 0;
-    qsort(p->ms, PACE_WINDOW, sizeof *p->ms, by_value);
-    double median = p->ms[PACE_WINDOW / 2], now = clock_s(), delay = run_delay_s();
+    qsort(p->ms, (size_t)p->len, sizeof *p->ms, by_value);
+    double median = p->ms[p->len / 2], now = clock_s(), delay = run_delay_s();
     p->waited = now > p->t0 ? (delay - p->delay0) / ((now - p->t0) * (threads > 0 ? threads : 1)) : 0;
     p->n = 0;
+    p->len = PACE_WINDOW;
     p->median = median;
     p->windows++;
     p->delay0 = delay;
     p->t0 = now;
     p->idle_cores = idle_cores_since(p);
+    p->others_running = others_running_now();
     cpu_ticks(&p->idle0, &p->total0);
     if (trial)
         return 0;

@@ -14,6 +14,11 @@
 #define WATCH_PACE_H
 
 #define PACE_WINDOW 25  /* steps a window */
+/* The first window is short: beside a busy program, a run that starts on
+ * too many threads learns it from its threads' wait within two steps (a
+ * step on two threads beside one busy loop took 2.2x the step on one;
+ * gpt train then tries one thread), not after a whole window. */
+#define PACE_FIRST 2
 #define PACE_SLOW 1.5   /* a window this much slower than the best is busy ... */
 #define PACE_BACK 1.25  /* ... and this close to it again is not */
 /* Threads kept from their cores this share of a window's time: other
@@ -24,6 +29,7 @@
 typedef struct Pace {
     double ms[PACE_WINDOW]; /* this window's step times */
     int n;                  /* of them so far */
+    int len;                /* this window's steps: PACE_FIRST, then PACE_WINDOW */
     double best;            /* the fastest window median yet; 0 before one */
     double median;          /* the last whole window's median step, ms */
     int windows;            /* whole windows timed */
@@ -31,11 +37,15 @@ typedef struct Pace {
     double waited;          /* its threads' run delay / (its wall time x threads) */
     double idle_cores;      /* the machine's idle CPU time over the window, in
                              * cores (every program's: /proc/stat); -1 unknown */
+    int others_running;     /* other programs' runnable threads as the window
+                             * ended (/proc/loadavg less this process's); -1 unknown */
     double delay0, t0;      /* run delay (s) and clock at the window's start */
     unsigned long long idle0, total0; /* /proc/stat's idle and all ticks then */
     int busy;               /* the state said last */
 } Pace;
 
+/* Starts the first window. A run calls it after its first step, which
+ * traces and compiles and would tell nothing of the pace. */
 void pace_start(Pace *p);
 /* One step of ms milliseconds on `threads` threads; at a window's end,
  * returns +1 when the run has just become busy, -1 when it has just
