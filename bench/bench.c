@@ -13,9 +13,11 @@
  *     larger shapes and GPT-2 small's; gcc's build against clang's;
  *   - the data loader: steps a second it makes from tar shards, from files
  *     and through pipe:cat, next to the steps a second training takes;
- *   - under load: gpt train alone and beside busy processes, with gpt's
- *     own thread count and --threads 1; a pod of 2 ranks on this host
- *     against one process of --cores 2;
+ *   - under load: the cores the kernel gives a process of two threads
+ *     beside a busy process (in the same session and in another), and
+ *     the bound they set; gpt train alone and beside busy processes, with
+ *     gpt's own thread count and --threads 1; a pod of 2 ranks on this
+ *     host against one process of --cores 2;
  *   - last, the summary: every target of the fourth speed issue (35) and
  *     of issue 60 (the load section's), the figure measured, met or
  *     MISSED, or why it was not measured.
