@@ -1846,18 +1846,21 @@ static const struct load_shape {
 
 static int load_rounds(void) { return opt.quick ? 1 : 5; }
 
-/* The 1-minute load average as the section starts: what else the machine
- * runs (the busy processes come on top of it). */
-static double load_average(void)
+/* The number a /proc file starts with; -1 where it cannot be read. */
+static double proc_number(const char *path)
 {
-    double avg = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f && fscanf(f, "%lf", &avg) != 1)
-        avg = -1;
+    double v = -1;
+    FILE *f = fopen(path, "r");
+    if (f && fscanf(f, "%lf", &v) != 1)
+        v = -1;
     if (f)
         fclose(f);
-    return avg;
+    return v;
 }
+
+/* The 1-minute load average as the section starts: what else the machine
+ * runs (the busy processes come on top of it). */
+static double load_average(void) { return proc_number("/proc/loadavg"); }
 
 /* One run of a contender beside its busy processes; -1 if it failed. */
 static double beside_busy_ms(const char *launch, const char *bin, const char *flags, int busy,
@@ -1907,12 +1910,7 @@ static void load_bound_row(const char *shape, const char *where, double cores,
  * share (/proc/sys/kernel/sched_autogroup_enabled). */
 static const char *autogroup_text(void)
 {
-    int on = -1;
-    FILE *f = fopen("/proc/sys/kernel/sched_autogroup_enabled", "r");
-    if (f && fscanf(f, "%d", &on) != 1)
-        on = -1;
-    if (f)
-        fclose(f);
+    double on = proc_number("/proc/sys/kernel/sched_autogroup_enabled");
     return on == 1 ? "on" : on == 0 ? "off" : "unknown";
 }
 

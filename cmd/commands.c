@@ -188,8 +188,8 @@ int cmd_eval(int argc, char **argv)
     int tty = progress_on_stderr("auto");
     ThreadTrial threads; /* one thread, should other programs hold the cores */
     trial_start(&threads);
-    struct eval_progress p = {.on = tty, .t0 = now_seconds(), .threads = &threads,
-                              .last = now_seconds()};
+    double t0 = now_seconds();
+    struct eval_progress p = {.on = tty, .t0 = t0, .threads = &threads, .last = t0};
     watch_compiles(tty, 1.0);
     double loss = eval_split(&m, g, &d, s.batch, eval_chunk_size(chunk, trained, s.batch),
                              &windows, &p);

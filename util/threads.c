@@ -170,7 +170,7 @@ double cgroup_cpu_quota(void)
 
 /* ---- the count ---- */
 
-static int affinity_cores(void)
+int affinity_cores(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)

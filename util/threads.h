@@ -26,6 +26,9 @@ struct thread_budget {
  * cgroup and the cgroup's ancestors, v1 or v2); 0 when there is none. */
 double cgroup_cpu_quota(void);
 
+/* The processors in this process's affinity mask (at least 1). */
+int affinity_cores(void);
+
 /* Fills b from the machine: user > 0 is --threads N and wins, then
  * OMP_NUM_THREADS; else the
  * cores of the affinity mask, capped by the quota (rounded down, at least

@@ -13,60 +13,52 @@ static double clock_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Seconds this process's threads have spent runnable but not running,
- * summed over its threads (the kernel's schedstat: "run time, run delay,
- * slices", in ns); 0 where /proc does not say. */
-static double run_delay_s(void)
+/* One walk over this process's threads: the seconds they have spent
+ * runnable but not running, summed (the kernel's schedstat: "run time,
+ * run delay, slices", in ns), and how many are runnable now (state R in
+ * their stat: "tid (comm) S ...", the state after the last parenthesis).
+ * 0 and 0 where /proc does not say. */
+static double own_threads(int *running)
 {
     DIR *d = opendir("/proc/self/task");
     struct dirent *e;
-    double sum = 0;
+    double delay_s = 0;
+    *running = 0;
     while (d && (e = readdir(d))) {
-        char path[300];
+        char path[300], line[512], *paren;
         unsigned long long run, delay;
         if (e->d_name[0] == '.')
             continue;
         snprintf(path, sizeof path, "/proc/self/task/%.255s/schedstat", e->d_name);
         FILE *f = fopen(path, "r");
         if (f && fscanf(f, "%llu %llu", &run, &delay) == 2)
-            sum += 1e-9 * (double)delay;
+            delay_s += 1e-9 * (double)delay;
+        if (f)
+            fclose(f);
+        snprintf(path, sizeof path, "/proc/self/task/%.255s/stat", e->d_name);
+        f = fopen(path, "r");
+        if (f && fgets(line, sizeof line, f) && (paren = strrchr(line, ')')) && paren[1] == ' ' &&
+            paren[2] == 'R')
+            ++*running;
         if (f)
             fclose(f);
     }
     if (d)
         closedir(d);
-    return sum;
+    return delay_s;
 }
 
 /* Other programs' runnable threads at this moment: the kernel's count of
  * runnable threads, machine-wide (/proc/loadavg's "R/T"), less this
- * process's own (state R in /proc/self/task/N/stat); -1 where /proc does
- * not say. */
-static int others_running_now(void)
+ * process's own; -1 where /proc does not say. */
+static int others_running(int own)
 {
-    int all = -1, own = 0, total;
+    int all = -1, total;
     FILE *f = fopen("/proc/loadavg", "r");
     if (!f || fscanf(f, "%*f %*f %*f %d/%d", &all, &total) != 2)
         all = -1;
     if (f)
         fclose(f);
-    DIR *d = all >= 0 ? opendir("/proc/self/task") : NULL;
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        char path[300], line[512], *paren;
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof path, "/proc/self/task/%.255s/stat", e->d_name);
-        FILE *t = fopen(path, "r");
-        /* "tid (comm) S ...": the state follows the last parenthesis */
-        if (t && fgets(line, sizeof line, t) && (paren = strrchr(line, ')')) && paren[1] == ' ' &&
-            paren[2] == 'R')
-            own++;
-        if (t)
-            fclose(t);
-    }
-    if (d)
-        closedir(d);
     return all < 0 ? -1 : all > own ? all - own : 0;
 }
 
@@ -100,21 +92,11 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The machine's idle cores since the current window began (every
- * program's), the window left as it is; -1 where /proc does not say. */
-static double idle_cores_since(const Pace *p)
-{
-    unsigned long long idle, total;
-    int cpus = cpu_ticks(&idle, &total);
-    return cpus > 0 && total > p->total0
-               ? (double)cpus * (double)(idle - p->idle0) / (double)(total - p->total0)
-               : -1;
-}
-
 void pace_start(Pace *p)
 {
+    int own;
     memset(p, 0, sizeof *p);
-    p->delay0 = run_delay_s();
+    p->delay0 = own_threads(&own);
     p->t0 = clock_s();
     p->idle_cores = -1;
     p->others_running = -1;
@@ -128,7 +110,8 @@ int pace_step(Pace *p, double ms, int threads, int trial)
     if (p->n < p->len)
         return 0;
     qsort(p->ms, (size_t)p->len, sizeof *p->ms, by_value);
-    double median = p->ms[p->len / 2], now = clock_s(), delay = run_delay_s();
+    int own;
+    double median = p->ms[p->len / 2], now = clock_s(), delay = own_threads(&own);
     p->waited = now > p->t0 ? (delay - p->delay0) / ((now - p->t0) * (threads > 0 ? threads : 1)) : 0;
     p->n = 0;
     p->len = PACE_WINDOW;
@@ -136,9 +119,14 @@ int pace_step(Pace *p, double ms, int threads, int trial)
     p->windows++;
     p->delay0 = delay;
     p->t0 = now;
-    p->idle_cores = idle_cores_since(p);
-    p->others_running = others_running_now();
-    cpu_ticks(&p->idle0, &p->total0);
+    /* the machine's idle cores over the window (every program's) */
+    unsigned long long idle, total;
+    int cpus = cpu_ticks(&idle, &total);
+    p->idle_cores = cpus > 0 && total > p->total0 ? (double)cpus * (double)(idle - p->idle0) /
+                                                        (double)(total - p->total0)
+                                                  : -1;
+    p->idle0 = idle, p->total0 = total;
+    p->others_running = others_running(own);
     if (trial)
         return 0;
     if (p->best == 0 || median < p->best)

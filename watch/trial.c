@@ -1,7 +1,7 @@
 /* watch/trial.c: fewer threads on a busy machine (trial.h). */
 #include "watch/trial.h"
+#include "util/threads.h"
 #include <omp.h>
-#include <sched.h>
 #include <string.h>
 
 static void run_threads(ThreadTrial *t, int n)
@@ -13,11 +13,9 @@ static void run_threads(ThreadTrial *t, int n)
 void trial_start(ThreadTrial *t)
 {
     memset(t, 0, sizeof *t);
-    cpu_set_t mask;
     t->full = t->now = omp_get_max_threads();
-    t->cores = sched_getaffinity(0, sizeof mask, &mask) ? t->full : CPU_COUNT(&mask);
+    t->cores = affinity_cores();
     t->since = t->every = TRIAL_RETRY; /* the first trial may come at once */
-    pace_start(&t->pace);
 }
 
 /* At a window's end: a trial judged, or one begun. */

@@ -1,5 +1,6 @@
 /* watch/trial.h: fewer threads on a busy machine (a leaf: it reads the
- * pace, watch/pace.h, and sets OpenMP's thread count, nothing of gpt's).
+ * pace, watch/pace.h, and the affinity's cores, util/threads.h, and sets
+ * OpenMP's thread count).
  *
  * A training step, an eval's forward pass, a sampled byte: each is some
  * tens to hundreds of short parallel regions, each as slow as its slowest
@@ -42,7 +43,8 @@ typedef struct TrialNews {
     int kept;      /* a trial has just kept its count, t->now (ref_ms: the other's) */
 } TrialNews;
 
-/* Starts on OpenMP's current thread count. */
+/* Starts on OpenMP's current thread count; the pace starts with the
+ * first unit's end (trial_unit). */
 void trial_start(ThreadTrial *t);
 
 /* One unit of ms milliseconds has ended: pace it, and try or keep a thread
