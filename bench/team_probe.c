@@ -1,9 +1,9 @@
 /* bench/team_probe.c: what a step's joins cost beside a busy process,
  * apart from gpt (issue 60's "what was tried").
  *
- * A synthetic step: REGIONS parallel regions of CHUNKS equal chunks of
- * arithmetic, each region a join, as a default training step is some 140
- * kernels of 20-100 us. Two ways to run it:
+ * A synthetic step: 140 parallel regions of 16 equal chunks of arithmetic
+ * (about 3 us each), each region a join, as a default training step is
+ * some 140 kernels of 20-100 us. Three ways to run it:
  *
  *   omp   an OpenMP region per kernel, chunks shared dynamically, the
  *         runtime's own join (as gpt's kernels run);
@@ -13,13 +13,25 @@
  *         without anyone waiting for it to arrive. A waiting thread
  *         spins SPIN pauses, then sleeps on a futex (or, with yield,
  *         calls sched_yield instead).
+ *   redo  the same team, but a thread that has waited SPIN pauses for a
+ *         chunk another claimed runs that chunk itself (the arithmetic
+ *         gives the same result whoever runs it; whichever finishes first
+ *         counts it, the other gives up at its next sixteenth), so that no
+ *         thread ever waits for one the scheduler holds off: the ceiling
+ *         of a schedule that keeps its threads working beside a busy
+ *         process. A real kernel could do this only if a late thread's
+ *         stores could not land once its chunk was redone.
+ *
+ * PROBE_SHAPE="REGIONS CHUNKS WORK" gives the step another shape, for
+ * example "1 8 672000": one region of 8 long chunks, as a step run as 8
+ * simulated cores' programs would be.
  *
  * It prints ms a step and the cores the process got (its CPU time over
  * its wall time). Run it alone and beside `sh -c 'while :; do :; done'`,
  * in the same session and under setsid:
  *
  *   make bench/team_probe            (x86-64: it pauses with the x86 pause)
- *   bench/team_probe omp|team THREADS STEPS [SPIN [yield]]
+ *   bench/team_probe omp|team|redo THREADS STEPS [SPIN [yield]]
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -37,7 +49,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { REGIONS = 140, CHUNKS = 16, CHUNK_WORK = 2400 /* dependent multiply-adds, ~3 us */ };
+/* The step's shape (PROBE_SHAPE sets another) */
+enum { MAX_REGIONS = 512, MAX_CHUNKS = 64, PIECES = 16 /* a chunk's checks for a redo */ };
+static int regions = 140, chunks = 16, chunk_work = 2400; /* dependent multiply-adds, ~3 us */
 
 static double now(void)
 {
@@ -48,31 +62,30 @@ static double now(void)
 
 static volatile float sink;
 
-static void chunk(int region, int i)
-{
-    float a = (float)region + 0.5f * (float)i;
-    for (int k = 0; k < CHUNK_WORK; k++)
-        a = a * 1.0001f + 0.5f;
-    sink = a;
-}
+/* Runs chunk i of region r; in redo, gives up (0) between pieces once the
+ * chunk is finished in step g by another thread. */
+static int chunk(int region, int i, unsigned g);
 
 static void omp_step(void)
 {
-    for (int r = 0; r < REGIONS; r++) {
+    for (int r = 0; r < regions; r++) {
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int i = 0; i < CHUNKS; i++)
-            chunk(r, i);
+        for (int i = 0; i < chunks; i++)
+            chunk(r, i, 0);
     }
 }
 
 /* ---- the persistent team ----
  * Each region's counters carry the step's generation in their high half,
  * so a thread still in an old step sees that it fell behind and leaves. */
-static int spin_limit = 2000, yield_to_wait;
+static int spin_limit = 2000, yield_to_wait, redo_held;
 static atomic_uint job;                   /* the step's generation; futex word */
 static atomic_uint progress;              /* regions completed; futex word */
 static atomic_int sleepers;               /* threads asleep on progress */
-static _Atomic unsigned long long claimed[REGIONS], done[REGIONS];
+static _Atomic unsigned long long claimed[MAX_REGIONS], done[MAX_REGIONS];
+/* redo: each chunk's step once it is finished, so that a chunk run twice
+ * counts once */
+static _Atomic unsigned long long finished_in[MAX_REGIONS][MAX_CHUNKS];
 
 static void futex_wait(atomic_uint *word, unsigned seen)
 {
@@ -85,7 +98,46 @@ static void futex_wake_all(atomic_uint *word)
 }
 
 static unsigned generation(unsigned long long v) { return (unsigned)(v >> 32); }
+
+static int chunk(int region, int i, unsigned g)
+{
+    float a = (float)region + 0.5f * (float)i;
+    for (int piece = 0; piece < PIECES; piece++) {
+        if (redo_held && atomic_load(&finished_in[region][i]) == g)
+            return 0;
+        for (int k = 0; k < chunk_work / PIECES; k++)
+            a = a * 1.0001f + 0.5f;
+    }
+    sink = a;
+    return 1;
+}
 static unsigned count(unsigned long long v) { return (unsigned)v; }
+
+/* Counts chunk i of region r in step g done, once however many ran it. */
+static void finish_chunk(int r, int i, unsigned g)
+{
+    unsigned long long p = atomic_load(&finished_in[r][i]);
+    while (p != g)
+        if (atomic_compare_exchange_weak(&finished_in[r][i], &p, g)) {
+            if ((int)count(atomic_fetch_add(&done[r], 1) + 1) == chunks) {
+                atomic_fetch_add(&progress, 1);
+                if (atomic_load(&sleepers))
+                    futex_wake_all(&progress);
+            }
+            return;
+        }
+}
+
+/* redo: runs the chunks of region r that are claimed and not finished. */
+static void redo_held_chunks(int r, unsigned g)
+{
+    unsigned long long c = atomic_load(&claimed[r]);
+    if (generation(c) != g)
+        return;
+    for (int i = 0; i < (int)count(c) && i < chunks; i++)
+        if (atomic_load(&finished_in[r][i]) != g && chunk(r, i, g))
+            finish_chunk(r, i, g);
+}
 
 /* Claims and runs chunks of region r in step g; 0 once the step is over. */
 static int work_region(int r, unsigned g)
@@ -94,16 +146,12 @@ static int work_region(int r, unsigned g)
         unsigned long long v = atomic_load(&claimed[r]);
         if (generation(v) != g)
             return 0;
-        if (count(v) >= CHUNKS)
+        if ((int)count(v) >= chunks)
             return 1;
         if (!atomic_compare_exchange_weak(&claimed[r], &v, v + 1))
             continue;
-        chunk(r, (int)count(v));
-        if (count(atomic_fetch_add(&done[r], 1) + 1) == CHUNKS) {
-            atomic_fetch_add(&progress, 1);
-            if (atomic_load(&sleepers))
-                futex_wake_all(&progress);
-        }
+        if (chunk(r, (int)count(v), g))
+            finish_chunk(r, (int)count(v), g);
     }
 }
 
@@ -115,16 +163,19 @@ static int wait_region(int r, unsigned g)
         unsigned long long d = atomic_load(&done[r]);
         if (generation(d) != g)
             return 0;
-        if (count(d) >= CHUNKS)
+        if ((int)count(d) >= chunks)
             return 1;
         if (spins < spin_limit) {
             __builtin_ia32_pause();
+        } else if (redo_held) {
+            redo_held_chunks(r, g);
+            spins = 0;
         } else if (yield_to_wait) {
             sched_yield();
         } else {
             atomic_fetch_add(&sleepers, 1);
             d = atomic_load(&done[r]);
-            if (generation(d) == g && count(d) < CHUNKS)
+            if (generation(d) == g && (int)count(d) < chunks)
                 futex_wait(&progress, seen);
             atomic_fetch_sub(&sleepers, 1);
         }
@@ -133,7 +184,7 @@ static int wait_region(int r, unsigned g)
 
 static void run_job(unsigned g)
 {
-    for (int r = 0; r < REGIONS; r++)
+    for (int r = 0; r < regions; r++)
         if (!work_region(r, g) || !wait_region(r, g))
             return;
 }
@@ -158,7 +209,7 @@ static void team_step(void)
 {
     static unsigned g;
     g++;
-    for (int r = 0; r < REGIONS; r++) {
+    for (int r = 0; r < regions; r++) {
         atomic_store(&claimed[r], (unsigned long long)g << 32);
         atomic_store(&done[r], (unsigned long long)g << 32);
     }
@@ -169,11 +220,20 @@ static void team_step(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4 || (strcmp(argv[1], "omp") && strcmp(argv[1], "team"))) {
-        fprintf(stderr, "usage: team_probe omp|team THREADS STEPS [SPIN [yield]]\n");
+    if (argc < 4 || (strcmp(argv[1], "omp") && strcmp(argv[1], "team") && strcmp(argv[1], "redo"))) {
+        fprintf(stderr, "usage: team_probe omp|team|redo THREADS STEPS [SPIN [yield]]\n");
         return 2;
     }
-    int team = !strcmp(argv[1], "team"), threads = atoi(argv[2]), steps = atoi(argv[3]);
+    redo_held = !strcmp(argv[1], "redo");
+    const char *shape = getenv("PROBE_SHAPE");
+    if (shape && (sscanf(shape, "%d %d %d", &regions, &chunks, &chunk_work) != 3 ||
+                  regions < 1 || regions > MAX_REGIONS || chunks < 1 || chunks > MAX_CHUNKS ||
+                  chunk_work < PIECES)) {
+        fprintf(stderr, "team_probe: PROBE_SHAPE: expected \"REGIONS CHUNKS WORK\" with at most "
+                        "%d regions, %d chunks and at least %d work\n", MAX_REGIONS, MAX_CHUNKS, PIECES);
+        return 2;
+    }
+    int team = strcmp(argv[1], "omp") != 0, threads = atoi(argv[2]), steps = atoi(argv[3]);
     if (argc > 4)
         spin_limit = atoi(argv[4]);
     yield_to_wait = argc > 5 && !strcmp(argv[5], "yield");
