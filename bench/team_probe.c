@@ -99,11 +99,17 @@ static void futex_wake_all(atomic_uint *word)
 
 static unsigned generation(unsigned long long v) { return (unsigned)(v >> 32); }
 
+static unsigned count(unsigned long long v) { return (unsigned)v; }
+
+/* Generations only grow: a chunk finished in step g or a later one is
+ * done for a thread still in step g. */
+static int finished_since(int r, int i, unsigned g) { return atomic_load(&finished_in[r][i]) >= g; }
+
 static int chunk(int region, int i, unsigned g)
 {
     float a = (float)region + 0.5f * (float)i;
     for (int piece = 0; piece < PIECES; piece++) {
-        if (redo_held && atomic_load(&finished_in[region][i]) == g)
+        if (redo_held && finished_since(region, i, g))
             return 0;
         for (int k = 0; k < chunk_work / PIECES; k++)
             a = a * 1.0001f + 0.5f;
@@ -111,13 +117,13 @@ static int chunk(int region, int i, unsigned g)
     sink = a;
     return 1;
 }
-static unsigned count(unsigned long long v) { return (unsigned)v; }
 
-/* Counts chunk i of region r in step g done, once however many ran it. */
+/* Counts chunk i of region r in step g done, once however many ran it,
+ * and not at all by a thread that resumes after step g is over. */
 static void finish_chunk(int r, int i, unsigned g)
 {
     unsigned long long p = atomic_load(&finished_in[r][i]);
-    while (p != g)
+    while (p < g)
         if (atomic_compare_exchange_weak(&finished_in[r][i], &p, g)) {
             if ((int)count(atomic_fetch_add(&done[r], 1) + 1) == chunks) {
                 atomic_fetch_add(&progress, 1);
@@ -135,7 +141,7 @@ static void redo_held_chunks(int r, unsigned g)
     if (generation(c) != g)
         return;
     for (int i = 0; i < (int)count(c) && i < chunks; i++)
-        if (atomic_load(&finished_in[r][i]) != g && chunk(r, i, g))
+        if (!finished_since(r, i, g) && chunk(r, i, g))
             finish_chunk(r, i, g);
 }
 
