@@ -24,14 +24,14 @@ SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd
            compiler/trace.c compiler/cache.c compiler/fuse.c compiler/plan.c compiler/lower.c \
            compiler/dump.c compiler/explain.c \
            xla_sim.c device/exec.c device/exec_gen.c device/exec_side.c device/allreduce.c device/metrics.c \
-           device/board.c device/ops.c device/ops_gen.c device/flops.c \
+           device/board.c device/ops.c device/ops_gen.c device/flops.c device/redo.c \
            $(KONCE) cmd/pod.c pod/comm.c \
            data/batch.c data/data.c data/loader.c data/text.c watch/watch.c watch/pace.c watch/trial.c \
            safetensors/safetensors.c util/util.c pod/error.c util/rng.c util/fmath.c util/threads.c
 HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
            cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h cmd/evaluate.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
            device/ops.h device/ops_gen.h device/flops.h device/exec.h device/exec_side.h device/board.h \
-           device/metrics.h device/allreduce.h kernels/tensor_impl.h kernels/tensor_impl_gen.h \
+           device/metrics.h device/allreduce.h device/redo.h kernels/tensor_impl.h kernels/tensor_impl_gen.h \
            kernels/tiles.h kernels/attention_layout.h kernels/bf16_sim.h \
            kernels/kernels.h kernels/kernels_gen.h kernels/base.h kernels/tensor_ref.h kernels/dropout.h kernels/gelu.h kernels/vec.h cmd/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \

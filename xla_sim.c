@@ -8,10 +8,12 @@
 #include "xla_sim.h"
 #include "device/allreduce.h"
 #include "device/exec.h"
+#include "device/redo.h"
 #include "util/util.h"
 #include <string.h>
 #include <stdlib.h>
 #include <omp.h>
+#include <pthread.h>
 
 /* One instruction on one core, timed only when metrics.c is recording, so
  * that an unprofiled run pays nothing for it. */
@@ -50,7 +52,9 @@ void program_free(Program *p)
 {
     if (!p)
         return;
+    redo_quiesce(); /* a late attempt may still read it */
     free(p->ins);
+    free(p->slot_bytes);
     free(p->tin);
     free(p->tout);
     free(p);
@@ -156,15 +160,212 @@ static void run_stretch(const Program *p, int i0, int i1, int n, unsigned char *
     }
 }
 
+/* ---- the cores' programs redone (device/redo.h) ----
+ * Each attempt at a core's stretch runs in an arena of its own from a
+ * pool, from copies of the slots the stretch reads, taken as its job
+ * began: a late attempt, resumed after its core's result came from
+ * another, reads nothing the step has changed since (Adam's weights, the
+ * next batch) and writes nothing another reads, until it gives up at its
+ * next instruction. */
+
+/* The team's arenas and copies, at most: a larger model keeps the plain
+ * schedule (and the trial finds the team no faster). */
+#define REDO_MAX_BYTES ((size_t)1 << 30)
+
+struct attempt_arena {
+    unsigned char *at;
+    size_t cap;
+    double seconds; /* the attempt's time, for the core's busy time */
+};
+
+/* One stretch of the cores, kept in the ring while its attempts may run. */
+struct core_job {
+    const Program *p;
+    int i0, i1;
+    void **slots;          /* [n][nslots] core c's slot s, or its copy, or NULL */
+    unsigned char *copies; /* the slots the stretch reads, as the job began */
+    size_t slots_cap, copies_cap;
+};
+
+static struct core_job core_jobs[REDO_RING];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct attempt_arena *pool[2 * REDO_MAX_UNITS];
+static int pooled;
+
+static struct attempt_arena *arena_take(size_t bytes)
+{
+    struct attempt_arena *a = NULL;
+    pthread_mutex_lock(&pool_lock);
+    if (pooled > 0)
+        a = pool[--pooled];
+    pthread_mutex_unlock(&pool_lock);
+    if (!a)
+        a = xcalloc(1, sizeof *a);
+    if (a->cap < bytes) {
+        free(a->at);
+        a->at = xaligned_alloc(bytes);
+        a->cap = bytes;
+    }
+    return a;
+}
+
+static void arena_give(void *arena)
+{
+    struct attempt_arena *a = arena;
+    pthread_mutex_lock(&pool_lock);
+    int kept = pooled < (int)(sizeof pool / sizeof *pool);
+    if (kept)
+        pool[pooled++] = a;
+    pthread_mutex_unlock(&pool_lock);
+    if (!kept) {
+        free(a->at);
+        free(a);
+    }
+}
+
+static void *core_attempt(unsigned gen, int core)
+{
+    const struct core_job *j = &core_jobs[gen % REDO_RING];
+    const Program *p = j->p;
+    double t0 = now_seconds();
+    struct attempt_arena *a = arena_take(p->arena_bytes);
+    void *const *slots = j->slots + (size_t)core * (size_t)p->nslots;
+    transfer(p->tin, p->nin, a->at, slots, 1);
+    for (int i = j->i0; i < j->i1; i++) {
+        if (redo_finished(gen, core)) {
+            arena_give(a);
+            return NULL;
+        }
+        struct kinstr k = bind(&p->ins[i], a->at, slots, core);
+        xs_dispatch(&k);
+        redo_progressed(core);
+    }
+    a->seconds = now_seconds() - t0;
+    return a;
+}
+
+static const RedoWork core_work = {core_attempt, arena_give};
+
+/* Whether the stretch [i0, i1) may be redone: it writes no slot, which
+ * an attempt that lost would write too. */
+static int redo_safe(const Program *p, int i0, int i1)
+{
+    for (int i = i0; i < i1; i++)
+        for (int o = 0; o < KMAX_OUT; o++)
+            if (p->ins[i].out[o].kind == PL_SLOT)
+                return 0;
+    return 1;
+}
+
+/* The slots the stretch [i0, i1) reads (reads[s] = 1: those transferred
+ * in and those bound in place); returns their bytes, one core's. */
+static size_t stretch_reads(const Program *p, int i0, int i1, char *reads)
+{
+    size_t bytes = 0;
+    memset(reads, 0, (size_t)p->nslots);
+    for (int t = 0; t < p->nin; t++)
+        reads[p->tin[t].slot] = 1;
+    for (int i = i0; i < i1; i++)
+        for (int k = 0; k < KMAX_IN; k++)
+            if (p->ins[i].in[k].kind == PL_SLOT)
+                reads[p->ins[i].in[k].at] = 1;
+    for (int s = 0; s < p->nslots; s++)
+        bytes += reads[s] ? (size_t)p->slot_bytes[s] : 0;
+    return bytes;
+}
+
+/* Whether the team's memory for the stretch [0, i1) of n cores stays
+ * within REDO_MAX_BYTES: the copies of every job in the ring, and an
+ * arena for each core's result and each thread's attempt. */
+static int redo_fits(const Program *p, int i1, int n)
+{
+    char *reads = xmalloc((size_t)p->nslots);
+    size_t copies = (size_t)n * stretch_reads(p, 0, i1, reads);
+    free(reads);
+    size_t arenas = (size_t)(n + redo_threads()) * p->arena_bytes;
+    return REDO_RING * copies + arenas <= REDO_MAX_BYTES;
+}
+
+/* Job gen's entry: the stretch, and copies of the slots it reads on each
+ * of n cores. */
+static void core_job_set(unsigned gen, const Program *p, int i0, int i1, int n,
+                         void *const *const *slots)
+{
+    struct core_job *j = &core_jobs[gen % REDO_RING];
+    size_t nslots = (size_t)p->nslots;
+    char *reads = xmalloc(nslots);
+    size_t bytes = stretch_reads(p, i0, i1, reads);
+    if (n * nslots > j->slots_cap) {
+        free(j->slots);
+        j->slots = xcalloc(n * nslots, sizeof *j->slots);
+        j->slots_cap = n * nslots;
+    }
+    if (n * bytes > j->copies_cap) {
+        free(j->copies);
+        j->copies = xaligned_alloc(n * bytes);
+        j->copies_cap = n * bytes;
+    }
+    unsigned char *at = j->copies;
+    for (int c = 0; c < n; c++)
+        for (size_t s = 0; s < nslots; s++) {
+            j->slots[c * nslots + s] = reads[s] ? at : NULL;
+            if (reads[s]) {
+                memcpy(at, slots[c][s], (size_t)p->slot_bytes[s]);
+                at += p->slot_bytes[s];
+            }
+        }
+    free(reads);
+    j->p = p, j->i0 = i0, j->i1 = i1;
+}
+
+/* The stretch [0, i1) of n cores, transfers in included, by the redo
+ * team: arena[c] becomes core c's result, the arena of the attempt won[c]
+ * (arena_give it back after the program). Returns the clock after the
+ * copies, which count as the transfer in. */
+static double redo_stretch(const Program *p, int i1, int n, unsigned char **arena, void **won,
+                           void *const *const *slots)
+{
+    unsigned gen = redo_begin();
+    double t0 = now_seconds();
+    core_job_set(gen, p, 0, i1, n, slots);
+    double t1 = now_seconds();
+    xs_metric_add(M_TO_DEVICE, t1 - t0);
+    redo_run(gen, n, &core_work, won);
+    for (int c = 0; c < n; c++) {
+        const struct attempt_arena *a = won[c];
+        arena[c] = a->at;
+        xs_core_ran(c, a->seconds);
+    }
+    return t1;
+}
+
+static int last_fit; /* the last program of several cores: redo_fits */
+
+void xs_set_redo(int threads) { redo_set_threads(threads); }
+int xs_redo_fits(void) { return last_fit; }
+
 void xs_run_replicated(const Program *p, int n, void *const *const *slots)
 {
     unsigned char *arena[XS_MAX_CORES];
+    void *won[XS_MAX_CORES];
     n = n < 1 ? 1 : n;
-    for (int c = 0; c < n; c++)
-        arena[c] = device_arena(c, p->arena_bytes);
-    transfer_all(p, n, arena, slots, 1);
-    double t0 = now_seconds();
-    for (int i = 0; i < p->n;) {
+    int first = 0; /* the first all-reduce */
+    while (first < p->n && !is_collective(p->ins[first].op))
+        first++;
+    if (n > 1 && first > 0)
+        last_fit = redo_fits(p, first, n);
+    int redo = redo_threads() && n > 1 && first > 0 && !xs_watching() && redo_safe(p, 0, first) &&
+               last_fit;
+    double t0;
+    if (redo) {
+        t0 = redo_stretch(p, first, n, arena, won, slots);
+    } else {
+        for (int c = 0; c < n; c++)
+            arena[c] = device_arena(c, p->arena_bytes);
+        transfer_all(p, n, arena, slots, 1);
+        t0 = now_seconds();
+    }
+    for (int i = redo ? first : 0; i < p->n;) {
         int j = i;
         while (j < p->n && !is_collective(p->ins[j].op))
             j++;
@@ -174,5 +375,7 @@ void xs_run_replicated(const Program *p, int n, void *const *const *slots)
     }
     xs_metric_add(n > 1 ? M_EXECUTE_REPLICATED : M_EXECUTE, now_seconds() - t0);
     transfer_all(p, n, arena, slots, 0);
+    if (redo)
+        for (int c = 0; c < n; c++)
+            arena_give(won[c]);
 }
-

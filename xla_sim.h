@@ -3,7 +3,8 @@
  * kernel instruction at a time; the compiled (xla) path hands it whole
  * programs. It includes the rooms below it, for its callers: the
  * instruction set and op table (device/ops.h), the board
- * (device/board.h) and the metrics (device/metrics.h). Everything below
+ * (device/board.h), the metrics (device/metrics.h) and the redo team's
+ * limits (device/redo.h). Everything below
  * them is tensor.c. */
 #ifndef XLA_SIM_H
 #define XLA_SIM_H
@@ -12,6 +13,7 @@
 #include "device/ops.h"
 #include "device/board.h"
 #include "device/metrics.h"
+#include "device/redo.h"
 
 /* How floats are computed and stored (--precision). */
 enum precision {
@@ -55,6 +57,7 @@ typedef struct Program {
     struct pinstr *ins;    /* [n] */
     size_t arena_bytes;    /* the memory plan's high-water mark */
     int nslots;
+    long *slot_bytes;      /* [nslots] each slot's size */
     int nin, nout;
     struct transfer *tin;  /* [nin] host -> device before running */
     struct transfer *tout; /* [nout] device -> host after running */
@@ -69,4 +72,13 @@ void program_free(Program *p);
  * processes. */
 void xs_run_replicated(const Program *p, int n, void *const *const *slots);
 
+/* Beside busy programs: the cores' programs up to the first all-reduce
+ * run by a team of `threads` that redoes a core's program a descheduled
+ * thread holds (device/redo.h); 0 (the default) runs them as above. The
+ * same bits either way. A profile or timeline that is recording waits
+ * for the plain schedule: it times each core's kernels once. */
+void xs_set_redo(int threads);
+/* Whether the last program run on several cores was small enough for the
+ * team (its arenas and copies within 1 GiB); 0 before one. */
+int xs_redo_fits(void);
 #endif

@@ -1842,6 +1842,7 @@ static const struct load_shape {
     {"default config", "", 300, 20},
     {"embed 256, 8 heads, mlp 1024, 4 layers", "--embed 256 --heads 8 --mlp 1024 --layers 4", 12,
      2},
+    {"--tpu v3-8 (8 simulated cores), default config", "--tpu v3-8", 300, 20},
 };
 
 static int load_rounds(void) { return opt.quick ? 1 : 5; }

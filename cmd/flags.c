@@ -418,6 +418,11 @@ void setup_board(const struct settings *s, int hosts)
          s->batch, cores * hosts, hosts > 1 ? " (of all hosts)" : "");
     if (s->hbm)
         hbm = parse_size("hbm", s->hbm);
+    need(s->redo == 0 || (s->redo >= 2 && s->redo <= REDO_MAX_THREADS),
+         "--redo must be 0 (tried on a busy machine) or 2 to %d threads, got %d",
+         REDO_MAX_THREADS, s->redo);
+    need(s->redo == 0 || cores >= 2, "--redo redoes whole cores' programs: it needs --cores 2 "
+         "or more (or a --tpu board)");
     xs_set_device(name, cores, hbm);
 }
 

@@ -34,6 +34,7 @@ struct settings {
     int remat;        /* train: recompute each block's activations in the backward pass */
     int shard_optimizer; /* train: Adam's moments split over the pod's cores (ZeRO-1) */
     int log_eval_windows; /* train: each eval record lists its test windows' offsets */
+    int redo;         /* train: the redo team's threads from the first step; 0: when tried */
 };
 
 /* Windows an optimizer step takes, all hosts together: --batch x --grad-accum. */

@@ -146,6 +146,17 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
     free(text);
 }
 
+/* "2 threads", "1 thread", or "8 cores redone by 3 threads": a schedule
+ * the thread trial runs (watch/trial.h). */
+static void schedule_name(const ThreadTrial *t, int schedule, char *buf, size_t n)
+{
+    int threads = schedule == RUN_FULL ? t->full : 1;
+    if (schedule == RUN_REDO)
+        snprintf(buf, n, "%d cores redone by %d threads", xs_cores(), t->redo);
+    else
+        snprintf(buf, n, "%d thread%s", threads, threads > 1 ? "s" : "");
+}
+
 /* --live: the live line's carriage returns and escape code belong on a
  * terminal a person watches, never in a log. auto asks whether stdout
  * reaches a terminal (under mpirun: mpirun's own stdout) that can erase a
@@ -171,9 +182,11 @@ static void print_progress(struct trainer *tr, int step, float loss)
     printf("\r\033[Kstep %d/%d | %.2f ms/step | %.0f tok/s | ETA %d:%02d | loss %.4f",
            done, tr->s.steps, per * 1e3, step_windows(&tr->s) * tr->s.seq / per,
            (int)eta / 60, (int)eta % 60, loss);
-    if (tr->threads.pace.busy)
-        printf(" | busy machine: %.1fx slower, %d thread%s", tr->threads.pace.slowdown,
-               tr->threads.now, tr->threads.now > 1 ? "s" : "");
+    if (tr->threads.pace.busy) {
+        char how[80];
+        schedule_name(&tr->threads, trial_schedule(&tr->threads), how, sizeof how);
+        printf(" | busy machine: %.1fx slower, %s", tr->threads.pace.slowdown, how);
+    }
     fflush(stdout);
 }
 
@@ -195,17 +208,18 @@ static void say_pace(struct trainer *tr, int step, int change)
         fprintf(stderr, "gpt: step %d: back to pace (%.2fx the best)\n", step, p->slowdown);
 }
 
-/* A trial kept its thread count (watch/trial.h): say so. */
-static void say_threads(struct trainer *tr, int step)
+/* A trial kept its schedule (watch/trial.h): say so. */
+static void say_threads(struct trainer *tr, int step, const TrialNews *news)
 {
-    const ThreadTrial *t = &tr->threads;
-    int tried = t->now, before = tried == 1 ? t->full : 1;
+    char kept[80], other[80];
+    schedule_name(&tr->threads, news->schedule, kept, sizeof kept);
+    schedule_name(&tr->threads, news->other, other, sizeof other);
     if (!is_master())
         return;
     clear_progress(tr);
-    fprintf(stderr, "gpt: step %d: a step takes %.2f ms on %d thread%s, %.2f ms on %d: "
-            "going on with %d (the other count tried again from time to time)\n", step,
-            t->pace.median, tried, tried > 1 ? "s" : "", t->ref_ms, before, tried);
+    fprintf(stderr, "gpt: step %d: a step takes %.2f ms on %s, %.2f ms on %s: going on with "
+            "%s (the other tried again from time to time)\n", step, news->ms, kept,
+            news->other_ms, other, kept);
 }
 
 static void rng_hex(char *out, const Rng *r)
@@ -622,6 +636,11 @@ static void train_loop(struct trainer *tr)
     const struct settings *s = &tr->s;
     Batch share = host_share(&tr->train);
     trial_start(&tr->threads);
+    if (s->redo) { /* the redo team given: no trial */
+        tr->threads.redo = s->redo;
+        tr->threads.redoing = tr->threads.fixed = 1;
+        xs_set_redo(s->redo);
+    }
     for (int step = tr->start; step < s->steps; step++) {
         if (s->profile && step == tr->start)
             xs_timeline_start();
@@ -634,10 +653,19 @@ static void train_loop(struct trainer *tr)
         double dt = now_seconds() - t0;
         tr->t_steps += dt;
         TrialNews news = trial_unit(&tr->threads, dt * 1e3);
+        if (step == tr->start && s->redo && !xs_redo_fits() && is_master())
+            fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; the "
+                    "cores' programs run without it\n", s->redo);
+        if (step == tr->start && !s->redo && xs_cores() >= REDO_MIN_UNITS &&
+            tr->threads.full > 1 && xs_redo_fits())
+            tr->threads.redo = tr->threads.full + 1; /* the trial may try the redo team: there
+                                                      * are cores' programs enough to share out,
+                                                      * and memory for their attempts */
+        xs_set_redo(tr->threads.redoing ? tr->threads.redo : 0);
         if (news.pace)
             say_pace(tr, step, news.pace);
         if (news.kept)
-            say_threads(tr, step);
+            say_threads(tr, step, &news);
         const Pace *pace = &tr->threads.pace;
         int busy = pace->busy;
         if (tr->log)
@@ -918,6 +946,7 @@ static void run_training(struct trainer *tr)
     tr->rate_step = tr->start;
     open_run_log(tr);
     train_loop(tr);
+    xs_set_redo(0); /* the team's threads joined */
     if (tr->start < s->steps)
         save_checkpoint(tr, s->steps);
     if (s->profile && s->steps - tr->start <= s->profile_steps)
@@ -929,6 +958,10 @@ static void run_training(struct trainer *tr)
     if (steps > 0)
         printf("%.2f ms/step over %d steps; the steps waited %.4f ms/step for data\n",
                tr->t_steps * 1e3 / steps, steps, tr->t_data * 1e3 / steps);
+    RedoStats redo = redo_stats();
+    if (redo.units > 0)
+        printf("the redo team ran %ld cores' programs and redid %ld that a held thread had "
+               "not finished (%ld attempts gave up)\n", redo.units, redo.redone, redo.given_up);
     report_metrics(s);
     report_plan_peak(tr);
     char err[1024];
@@ -1050,6 +1083,8 @@ int cmd_train(int argc, char **argv)
         {"threads", O_INT, &s->threads, "OpenMP threads, 0 = the cores this process may use"},
         {"tpu", O_STR, &s->tpu, "simulate this TPU board (v2-8, v3-8, v4-8, v5e-8, v5p-8, v6e-8)"},
         {"cores", O_INT, &s->cores, "simulated cores, data parallel (power of two; 0 = --tpu's or 1)"},
+        {"redo", O_INT, &s->redo, "threads of a team whose idle threads redo the cores' programs "
+         "a descheduled thread holds (2-8, needs 2+ cores); 0 = tried when the machine is busy"},
         {"hbm", O_STR, &s->hbm, "HBM per core, e.g. 16G or 8M (default: --tpu's, or 16G)"},
         {"precision", O_STR, &s->precision, "fp32, bf16 (matrix-unit inputs) or bf16-pure (XLA_USE_BF16)"},
         {"remat", O_FLAG, &s->remat, "recompute each block's activations in the backward pass "

@@ -36,6 +36,9 @@ Program *lower(const struct plan *pl)
     }
     p->arena_bytes = pl->arena;
     p->nslots = tr->nslots + tr->nroots;
+    p->slot_bytes = xcalloc((size_t)p->nslots, sizeof *p->slot_bytes);
+    for (int s = 0; s < p->nslots; s++)
+        p->slot_bytes[s] = (s < tr->nslots ? tr->slot[s] : tr->root_t[s - tr->nslots])->numel * 4;
     p->tin = xcalloc((size_t)tr->nslots, sizeof *p->tin);
     for (int s = 0; s < tr->nslots; s++)
         if (pl->slot_val[s] >= 0)

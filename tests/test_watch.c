@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "util/util.h"
 #include "watch/pace.h"
+#include "watch/trial.h"
 #include "test.h"
 
 #define WD "tests/tmp/wt"
@@ -270,6 +271,50 @@ static void check_pace_unit(void)
     check_pace_idle();
 }
 
+/* The schedule a due trial tries (trial_next), from each schedule, on
+ * windows that say what /proc would: the redo team first when a busy run
+ * is offered one, one thread otherwise or once the team has failed; from
+ * one thread, the full count once a core sat idle, else the team while
+ * another program runs; from the team, the full count once no other
+ * program runs, else one thread if the team had about one core's time
+ * (more, and one thread cannot beat it). */
+static void check_trial_next(void)
+{
+    const struct {
+        int from, redo, failed, busy, others;
+        double idle, cores_used;
+        int want;
+    } script[] = {
+        {RUN_FULL, 3, -1, 1, 1, 0.0, 1.3, RUN_REDO},
+        {RUN_FULL, 0, -1, 1, 1, 0.0, 1.3, RUN_ONE},
+        {RUN_FULL, 3, RUN_REDO, 1, 1, 0.0, 1.3, RUN_ONE},
+        {RUN_FULL, 3, RUN_ONE, 1, 1, 0.0, 1.3, RUN_REDO},
+        {RUN_FULL, 3, -1, 0, 1, 0.0, 1.3, -1},
+        {RUN_FULL, 3, -1, 1, 0, 0.0, 1.3, -1},
+        {RUN_ONE, 3, -1, 1, 1, 0.8, 1.0, RUN_FULL},
+        {RUN_ONE, 3, -1, 1, 1, 0.0, 1.0, RUN_REDO},
+        {RUN_ONE, 0, -1, 1, 1, 0.0, 1.0, -1},
+        {RUN_ONE, 3, -1, 1, 0, 0.0, 1.0, -1},
+        {RUN_REDO, 3, -1, 1, 0, 0.0, 1.5, RUN_FULL},
+        {RUN_REDO, 3, -1, 1, 1, 0.0, 1.0, RUN_ONE},
+        {RUN_REDO, 3, -1, 1, 1, 0.0, 1.5, -1},
+    };
+    for (size_t i = 0; i < sizeof script / sizeof *script; i++) {
+        ThreadTrial t = {.full = 2, .cores = 2, .redo = script[i].redo, .failed = script[i].failed};
+        t.now = script[i].from == RUN_FULL ? 2 : 1;
+        t.redoing = script[i].from == RUN_REDO;
+        t.pace.busy = script[i].busy;
+        t.pace.others_running = script[i].others;
+        t.pace.idle_cores = script[i].idle;
+        t.pace.cores_used = script[i].cores_used;
+        int got = trial_next(&t);
+        CHECK(got == script[i].want, "case %zu: from schedule %d (redo %d, busy %d, others %d, "
+              "idle %.1f, cores used %.1f) the trial tries %d, want %d", i, script[i].from,
+              script[i].redo, script[i].busy, script[i].others, script[i].idle,
+              script[i].cores_used, got, script[i].want);
+    }
+}
+
 /* The step lines of dir's log that say the machine busy (their "time"
  * carries busy_slowdown while it lasts). */
 static int pace_notes(const char *dir) { return t_log_count(dir, "\"busy_slowdown\":"); }
@@ -375,6 +420,27 @@ static void check_thread_trial(void)
           "--threads 1: rc %d: %.400s", rc, out);
 }
 
+/* The redo team (--redo, device/redo.h) with every thread on one core,
+ * so that the scheduler holds threads off it in the middle of a core's
+ * program and the others redo it: the checkpoint is the plain --cores 8
+ * run's, bit for bit, and the run says what the team did. */
+static void check_redo_team(void)
+{
+    char out[4096];
+    if (!t_have("taskset -c 0 true")) {
+        SKIP_MISSING("util-linux", "the redo team on one core not checked: no taskset");
+        return;
+    }
+    int rc = t_run("run='./gpt train --data " WD "/text.txt --steps 30 --eval-every 10 "
+                   "--ckpt-every 100000 --final-bytes 0 --live off --cores 8 --batch 16'; "
+                   "taskset -c 0 $run --redo 4 --out " WD "/redo4 > " WD "/redo4.out 2>&1 && "
+                   "$run --out " WD "/redo0 > /dev/null 2>&1 && cmp " WD "/redo4/ckpt-00000030"
+                   ".safetensors " WD "/redo0/ckpt-00000030.safetensors && grep -h 'the redo "
+                   "team ran 240 ' " WD "/redo4.out && echo same", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "same"), "--cores 8 --redo 4 on one core against --cores 8: "
+          "rc %d, want the same checkpoint and the team's 240 programs said: %.600s", rc, out);
+}
+
 void test_watch(void)
 {
     char out[256];
@@ -389,6 +455,8 @@ void test_watch(void)
     check_debug_warnings();
     check_diverged();
     check_pace_unit();
+    check_trial_next();
     check_pace_note();
     check_thread_trial();
+    check_redo_team();
 }

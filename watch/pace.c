@@ -92,12 +92,21 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* This process's CPU time, every thread's, in seconds. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 void pace_start(Pace *p)
 {
     int own;
     memset(p, 0, sizeof *p);
     p->delay0 = own_threads(&own);
     p->t0 = clock_s();
+    p->cpu0 = cpu_s();
     p->idle_cores = -1;
     p->others_running = -1;
     p->len = PACE_FIRST;
@@ -111,8 +120,10 @@ int pace_step(Pace *p, double ms, int threads, int trial)
         return 0;
     qsort(p->ms, (size_t)p->len, sizeof *p->ms, by_value);
     int own;
-    double median = p->ms[p->len / 2], now = clock_s(), delay = own_threads(&own);
+    double median = p->ms[p->len / 2], now = clock_s(), delay = own_threads(&own), cpu = cpu_s();
     p->waited = now > p->t0 ? (delay - p->delay0) / ((now - p->t0) * (threads > 0 ? threads : 1)) : 0;
+    p->cores_used = now > p->t0 ? (cpu - p->cpu0) / (now - p->t0) : 0;
+    p->cpu0 = cpu;
     p->n = 0;
     p->len = PACE_WINDOW;
     p->median = median;

@@ -39,7 +39,8 @@ typedef struct Pace {
                              * cores (every program's: /proc/stat); -1 unknown */
     int others_running;     /* other programs' runnable threads as the window
                              * ended (/proc/loadavg less this process's); -1 unknown */
-    double delay0, t0;      /* run delay (s) and clock at the window's start */
+    double cores_used;      /* this process's CPU time over the window's wall time */
+    double delay0, t0, cpu0; /* run delay (s), clock and CPU time at the window's start */
     unsigned long long idle0, total0; /* /proc/stat's idle and all ticks then */
     int busy;               /* the state said last */
 } Pace;

@@ -4,10 +4,16 @@
 #include <omp.h>
 #include <string.h>
 
-static void run_threads(ThreadTrial *t, int n)
+static void run_schedule(ThreadTrial *t, int schedule)
 {
-    t->now = n;
-    omp_set_num_threads(n);
+    t->redoing = schedule == RUN_REDO;
+    t->now = schedule == RUN_FULL ? t->full : 1;
+    omp_set_num_threads(t->now);
+}
+
+int trial_schedule(const ThreadTrial *t)
+{
+    return t->redoing ? RUN_REDO : t->now == 1 ? RUN_ONE : RUN_FULL;
 }
 
 void trial_start(ThreadTrial *t)
@@ -16,49 +22,93 @@ void trial_start(ThreadTrial *t)
     t->full = t->now = omp_get_max_threads();
     t->cores = affinity_cores();
     t->since = t->every = TRIAL_RETRY; /* the first trial may come at once */
+    t->failed = -1;
 }
 
-/* At a window's end: a trial judged, or one begun. */
-static int after_window(ThreadTrial *t)
+int trial_next(const ThreadTrial *t)
+{
+    const Pace *p = &t->pace;
+    switch (trial_schedule(t)) {
+    case RUN_FULL:
+        if (t->now <= t->cores && p->others_running == 0)
+            return -1; /* no other program wants a core, and the threads have a core each:
+                        * they waited on one another's (as new threads may, before the
+                        * kernel spreads them) */
+        if (!p->busy && p->waited < PACE_CONTENDED)
+            return -1;
+        return t->redo && t->failed != RUN_REDO ? RUN_REDO : RUN_ONE;
+    case RUN_ONE:
+        if (p->idle_cores < 0 || p->idle_cores >= TRIAL_SPARE)
+            return RUN_FULL;
+        /* every core taken: more threads of their own would find none, but a
+         * redo team's spare thread takes a share and waits on no one */
+        return t->redo && p->others_running != 0 ? RUN_REDO : -1;
+    default: /* the team's spare thread keeps every core taken: the others decide */
+        if (p->others_running == 0)
+            return RUN_FULL;
+        return p->cores_used < TRIAL_ONE_CORE ? RUN_ONE : -1;
+    }
+}
+
+/* Runs `schedule` for a window, against the one running, whose median
+ * unit was ref_ms. */
+static void begin_trial(ThreadTrial *t, int schedule, double ref_ms)
+{
+    t->ref_ms = ref_ms;
+    t->trying = 1;
+    t->since = 0;
+    t->before = trial_schedule(t);
+    run_schedule(t, schedule);
+}
+
+/* At a window's end: a trial judged (what it kept, into news), or one
+ * begun. */
+static void after_window(ThreadTrial *t, TrialNews *news)
 {
     const Pace *p = &t->pace;
     t->since++;
     if (t->trying) {
+        int tried = trial_schedule(t), from = t->before;
         t->trying = 0;
         if (!(p->median < TRIAL_GAIN * t->ref_ms)) { /* no gain: back */
-            run_threads(t, t->now == 1 ? t->full : 1);
+            t->failed = tried;
+            run_schedule(t, from);
+            t->kept_ms = t->ref_ms;
             t->every = 2 * t->every < TRIAL_RETRY_MAX ? 2 * t->every : TRIAL_RETRY_MAX;
-            return 0;
+            if (from == RUN_FULL && tried == RUN_REDO)
+                begin_trial(t, RUN_ONE, t->ref_ms); /* one thread's turn, at once */
+            return;
         }
+        t->failed = -1;
+        t->kept_ms = p->median;
         t->every = TRIAL_RETRY;
-        return 1;
+        *news = (TrialNews){.kept = 1, .schedule = tried, .ms = p->median, .other = from,
+                            .other_ms = t->ref_ms};
+        /* the team beat the full count on about one core's time: one thread
+         * may beat it in turn (a busy program of another session leaves the
+         * whole process one core, which the team's threads share) */
+        if (from == RUN_FULL && tried == RUN_REDO && p->cores_used < TRIAL_ONE_CORE)
+            begin_trial(t, RUN_ONE, p->median);
+        return;
     }
-    int due = t->since >= t->every;
-    if (t->now == 1 && p->idle_cores >= 0 && p->idle_cores < TRIAL_SPARE)
-        due = 0; /* every core taken: more threads would find none */
-    if (t->now > 1 && t->now <= t->cores && p->others_running == 0)
-        due = 0; /* no other program wants a core, and the threads have a core each: they
-                  * waited on one another's (as new threads may, before the kernel spreads
-                  * them) */
-    if (due && (t->now == 1 || p->busy || p->waited >= PACE_CONTENDED)) {
-        t->ref_ms = p->median;
-        t->trying = 1;
-        t->since = 0;
-        run_threads(t, t->now == 1 ? t->full : 1);
-    }
-    return 0;
+    if (t->kept_ms > 0 && p->median > t->kept_ms / TRIAL_GAIN)
+        t->since = t->every; /* slower than when the trial kept this schedule: the other
+                              * programs have changed, and a trial is due at once */
+    int next = t->since >= t->every ? trial_next(t) : -1;
+    if (next >= 0)
+        begin_trial(t, next, p->median);
 }
 
 TrialNews trial_unit(ThreadTrial *t, double ms)
 {
-    TrialNews news = {0, 0};
+    TrialNews news = {0};
     if (t->units++ == 0) {
         pace_start(&t->pace); /* the first unit compiled: the pace starts after it */
         return news;
     }
     int windows = t->pace.windows, trying = t->trying;
     news.pace = pace_step(&t->pace, ms, t->now, trying);
-    if (t->full > 1 && t->pace.windows != windows)
-        news.kept = after_window(t);
+    if (t->full > 1 && !t->fixed && t->pace.windows != windows)
+        after_window(t, &news);
     return news;
 }

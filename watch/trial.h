@@ -16,7 +16,21 @@
  * again only after a window that left TRIAL_SPARE of a core idle,
  * machine-wide (where /proc does not say, regardless): while the other
  * programs take every core, more threads would find none. Any thread
- * count gives the same bits. */
+ * count gives the same bits.
+ *
+ * A caller that can run a redo team (xla_sim.h's xs_set_redo: simulated
+ * cores whose programs a waiting thread redoes) offers it in `redo`. A
+ * busy run then tries the team first, and from one thread tries it while
+ * another program's threads are runnable; from the team it tries the full
+ * count once no other program's threads are, else one thread if the team
+ * ran on less than TRIAL_ONE_CORE cores' time (Pace's cores_used). The caller
+ * reads `redoing` after each unit and runs the team or not; its threads
+ * give the same bits too. When the team loses to the full count, or beats
+ * it on less than TRIAL_ONE_CORE cores' time, one thread is tried at once
+ * in turn (against the faster); and a window TRIAL_GAIN slower than the
+ * schedule was when the last trial was judged makes the next trial due at
+ * once: the other programs have changed (or the first windows, before the
+ * kernel had shared the cores out, flattered it). */
 #ifndef WATCH_TRIAL_H
 #define WATCH_TRIAL_H
 #include "watch/pace.h"
@@ -25,14 +39,27 @@
 #define TRIAL_RETRY_MAX 64 /* windows between trials at the most */
 #define TRIAL_GAIN 0.95    /* a trial's count is kept when this much faster */
 #define TRIAL_SPARE 0.5    /* idle cores over a window that make a trial worth it */
+/* A redo team that ran on less CPU time than this many cores' may lose to
+ * one thread (which its redone work does not burden) */
+#define TRIAL_ONE_CORE 1.15
+
+/* What a window runs: OpenMP's full count, one thread, or the redo team
+ * (with one OpenMP thread for what it does not run). */
+enum trial_schedule { RUN_FULL, RUN_ONE, RUN_REDO };
 
 typedef struct ThreadTrial {
     Pace pace;     /* the units' pace; started after the first unit */
     int units;     /* units timed so far (the first, which compiles, is not) */
     int full, now; /* the count at the start; the count running */
     int cores;     /* the cores this process may run on (its affinity) */
-    int trying;    /* this window tries `now` against ref_ms */
+    int redo;      /* the redo team's threads the caller offers; 0: none */
+    int redoing;   /* the redo team runs (now is 1, unless fixed) */
+    int fixed;     /* the schedule was given (train --redo): no trials */
+    int before;    /* the schedule before the last trial (enum trial_schedule) */
+    int failed;    /* the schedule the last trial found no faster, or -1 */
+    int trying;    /* this window tries the schedule against ref_ms */
     double ref_ms; /* the median unit of the window before the trial */
+    double kept_ms; /* the schedule's median when the last trial was judged; 0: none */
     int since;     /* windows since the last trial */
     int every;     /* windows between trials now */
 } ThreadTrial;
@@ -40,12 +67,23 @@ typedef struct ThreadTrial {
 /* What one unit's end brought (trial_unit's result). */
 typedef struct TrialNews {
     int pace;      /* +1: the pace has just turned busy, -1: back; 0 */
-    int kept;      /* a trial has just kept its count, t->now (ref_ms: the other's) */
+    int kept;      /* a trial has just kept its schedule: */
+    int schedule;  /* ... this one (enum trial_schedule), a unit taking ms */
+    double ms;
+    int other;     /* ... over the one it ran before, other_ms */
+    double other_ms;
 } TrialNews;
 
 /* Starts on OpenMP's current thread count; the pace starts with the
  * first unit's end (trial_unit). */
 void trial_start(ThreadTrial *t);
+
+/* The schedule running now (enum trial_schedule). */
+int trial_schedule(const ThreadTrial *t);
+
+/* The schedule a trial that is due would try after the window t->pace
+ * has just judged, or -1: none. */
+int trial_next(const ThreadTrial *t);
 
 /* One unit of ms milliseconds has ended: pace it, and try or keep a thread
  * count at a window's end. The first unit after trial_start only starts
