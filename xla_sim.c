@@ -276,13 +276,14 @@ static size_t stretch_reads(const Program *p, int i0, int i1, char *reads)
 
 /* Whether the team's memory for the stretch [0, i1) of n cores stays
  * within REDO_MAX_BYTES: the copies of every job in the ring, and an
- * arena for each core's result and each thread's attempt. */
+ * arena for each core's result and each thread's attempt (a team of the
+ * most threads). */
 static int redo_fits(const Program *p, int i1, int n)
 {
     char *reads = xmalloc((size_t)p->nslots);
     size_t copies = (size_t)n * stretch_reads(p, 0, i1, reads);
     free(reads);
-    size_t arenas = (size_t)(n + redo_threads()) * p->arena_bytes;
+    size_t arenas = (size_t)(n + REDO_MAX_THREADS) * p->arena_bytes;
     return REDO_RING * copies + arenas <= REDO_MAX_BYTES;
 }
 
@@ -354,7 +355,7 @@ void xs_run_replicated(const Program *p, int n, void *const *const *slots)
         first++;
     if (n > 1 && first > 0)
         last_fit = redo_fits(p, first, n);
-    int redo = redo_threads() && n > 1 && first > 0 && !xs_watching() && redo_safe(p, 0, first) &&
+    int redo = n > 1 && first > 0 && redo_threads() && !xs_watching() && redo_safe(p, 0, first) &&
                last_fit;
     double t0;
     if (redo) {

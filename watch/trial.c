@@ -82,8 +82,9 @@ static void after_window(ThreadTrial *t, TrialNews *news)
         t->failed = -1;
         t->kept_ms = p->median;
         t->every = TRIAL_RETRY;
-        *news = (TrialNews){.kept = 1, .schedule = tried, .ms = p->median, .other = from,
-                            .other_ms = t->ref_ms};
+        news->kept = 1;
+        news->schedule = tried, news->ms = p->median;
+        news->other = from, news->other_ms = t->ref_ms;
         /* the team beat the full count on about one core's time: one thread
          * may beat it in turn (a busy program of another session leaves the
          * whole process one core, which the team's threads share) */
