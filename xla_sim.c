@@ -48,11 +48,18 @@ static unsigned char *device_arena(int core, size_t bytes)
     return dev_arena[core];
 }
 
+/* The last program run on several cores, and whether the redo team fits
+ * it (redo_fits, below): reckoned once a program, not once a step. */
+static const Program *fit_for;
+static int last_fit;
+
 void program_free(Program *p)
 {
     if (!p)
         return;
     redo_quiesce(); /* a late attempt may still read it */
+    if (p == fit_for)
+        fit_for = NULL; /* a new program may come at its address */
     free(p->ins);
     free(p->slot_bytes);
     free(p->tin);
@@ -167,6 +174,8 @@ static void run_stretch(const Program *p, int i0, int i1, int n, unsigned char *
  * another, reads nothing the step has changed since (Adam's weights, the
  * next batch) and writes nothing another reads, until it gives up at its
  * next instruction. */
+
+_Static_assert(XS_MAX_CORES <= REDO_MAX_UNITS, "a redo job has a unit a core");
 
 /* The team's arenas and copies, at most: a larger model keeps the plain
  * schedule (and the trial finds the team no faster). */
@@ -340,8 +349,6 @@ static double redo_stretch(const Program *p, int i1, int n, unsigned char **aren
     return t1;
 }
 
-static int last_fit; /* the last program of several cores: redo_fits */
-
 void xs_set_redo(int threads) { redo_set_threads(threads); }
 int xs_redo_fits(void) { return last_fit; }
 
@@ -353,8 +360,10 @@ void xs_run_replicated(const Program *p, int n, void *const *const *slots)
     int first = 0; /* the first all-reduce */
     while (first < p->n && !is_collective(p->ins[first].op))
         first++;
-    if (n > 1 && first > 0)
+    if (n > 1 && first > 0 && p != fit_for) {
+        fit_for = p;
         last_fit = redo_fits(p, first, n);
+    }
     int redo = n > 1 && first > 0 && redo_threads() && !xs_watching() && redo_safe(p, 0, first) &&
                last_fit;
     double t0;

@@ -631,6 +631,19 @@ static void write_timeline(const struct settings *s)
                s->profile_steps, path);
 }
 
+/* After the first step, which compiled the program: the redo team for the
+ * trial to try where there are cores' programs enough to share out and
+ * memory for their attempts; or, given by --redo, a word if it cannot run. */
+static void offer_redo(struct trainer *tr)
+{
+    const struct settings *s = &tr->s;
+    if (s->redo && !xs_redo_fits() && is_master())
+        fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; the "
+                "cores' programs run without it\n", s->redo);
+    if (!s->redo && xs_cores() >= REDO_MIN_UNITS && tr->threads.full > 1 && xs_redo_fits())
+        tr->threads.redo = tr->threads.full + 1;
+}
+
 static void train_loop(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
@@ -653,14 +666,8 @@ static void train_loop(struct trainer *tr)
         double dt = now_seconds() - t0;
         tr->t_steps += dt;
         TrialNews news = trial_unit(&tr->threads, dt * 1e3);
-        if (step == tr->start && s->redo && !xs_redo_fits() && is_master())
-            fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; the "
-                    "cores' programs run without it\n", s->redo);
-        if (step == tr->start && !s->redo && xs_cores() >= REDO_MIN_UNITS &&
-            tr->threads.full > 1 && xs_redo_fits())
-            tr->threads.redo = tr->threads.full + 1; /* the trial may try the redo team: there
-                                                      * are cores' programs enough to share out,
-                                                      * and memory for their attempts */
+        if (step == tr->start)
+            offer_redo(tr);
         xs_set_redo(tr->threads.redoing ? tr->threads.redo : 0);
         if (news.pace)
             say_pace(tr, step, news.pace);
