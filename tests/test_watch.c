@@ -315,6 +315,66 @@ static void check_trial_next(void)
     }
 }
 
+/* Beside programs of another scheduling group only (another session's,
+ * pace_others), the team is never tried: the kernel gives the process its
+ * group's share whatever its threads, and the team's redone work comes on
+ * top. From the team, one thread is tried at once. */
+static void check_trial_apart(void)
+{
+    const struct {
+        int from, apart, want;
+    } script[] = {
+        {RUN_FULL, 1, RUN_ONE}, {RUN_FULL, 0, RUN_REDO}, {RUN_FULL, -1, RUN_REDO},
+        {RUN_ONE, 1, -1},       {RUN_ONE, 0, RUN_REDO},  {RUN_REDO, 1, RUN_ONE},
+        {RUN_REDO, 0, -1},
+    };
+    for (size_t i = 0; i < sizeof script / sizeof *script; i++) {
+        ThreadTrial t = {.full = 2, .cores = 2, .redo = 3, .failed = -1};
+        t.now = script[i].from == RUN_FULL ? 2 : 1;
+        t.redoing = script[i].from == RUN_REDO;
+        t.pace.busy = 1;
+        t.pace.others_running = 1;
+        t.pace.others_apart = script[i].apart;
+        t.pace.cores_used = 1.5;
+        int got = trial_next(&t);
+        CHECK(got == script[i].want, "case %zu: from schedule %d, others apart %d: the trial "
+              "tries %d, want %d", i, script[i].from, script[i].apart, got, script[i].want);
+    }
+}
+
+/* pace_others on this machine: a busy loop of this session shares the
+ * process's scheduling group, one under setsid (a session, so an
+ * autogroup, of its own) does not, where the kernel groups by session. */
+static void check_pace_others(void)
+{
+    char out[256];
+    int same0, apart0, same, apart;
+    pace_others(&same0, &apart0);
+    CHECK(same0 >= 0 && apart0 >= 0, "pace_others could not read /proc: %d, %d", same0, apart0);
+    t_run("sh -c 'while :; do :; done' > /dev/null 2>&1 & echo $! > " WD "/busy.pid", out,
+          sizeof out);
+    t_run("sleep 0.2", out, sizeof out);
+    pace_others(&same, &apart);
+    t_run("kill $(cat " WD "/busy.pid)", out, sizeof out);
+    CHECK(same > same0 - 1 && same >= 1, "a busy loop of this session: pace_others said %d "
+          "running in this group, %d apart (%d and %d before it)", same, apart, same0, apart0);
+    if (!t_have("setsid true")) {
+        SKIP_MISSING("util-linux", "pace_others not checked against another session: no setsid");
+        return;
+    }
+    if (t_run("grep -qx 1 /proc/sys/kernel/sched_autogroup_enabled", out, sizeof out) != 0) {
+        SKIP_MACHINE("pace_others not checked against another session: the kernel does not "
+                     "group threads by session (sched_autogroup_enabled)");
+        return;
+    }
+    t_run("setsid sh -c 'while :; do :; done' > /dev/null 2>&1 & echo $! > " WD "/busy.pid; "
+          "sleep 0.2", out, sizeof out);
+    pace_others(&same, &apart);
+    t_run("kill $(cat " WD "/busy.pid)", out, sizeof out);
+    CHECK(apart >= 1, "a busy loop of another session: pace_others said %d running in this "
+          "group, %d apart", same, apart);
+}
+
 /* The step lines of dir's log that say the machine busy (their "time"
  * carries busy_slowdown while it lasts). */
 static int pace_notes(const char *dir) { return t_log_count(dir, "\"busy_slowdown\":"); }
@@ -456,6 +516,8 @@ void test_watch(void)
     check_diverged();
     check_pace_unit();
     check_trial_next();
+    check_trial_apart();
+    check_pace_others();
     check_pace_note();
     check_thread_trial();
     check_redo_team();

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#define PF_KTHREAD 0x00200000 /* a kernel thread (the flags of /proc/PID/stat) */
 
 static double clock_s(void)
 {
@@ -62,6 +65,85 @@ static int others_running(int own)
     return all < 0 ? -1 : all > own ? all - own : 0;
 }
 
+/* Whether a line of /proc/PID/cgroup ("id:controllers:path") names the
+ * cgroup that the cpu controller shares the cores by: v1's line whose
+ * controllers list "cpu", or v2's one line ("0::path"). */
+static int cpu_cgroup(const char *line)
+{
+    const char *c = strchr(line, ':'), *end = c ? strchr(c + 1, ':') : NULL;
+    if (!end)
+        return 0;
+    if (end == c + 1)
+        return 1;
+    for (const char *t = c + 1; t < end;) {
+        size_t len = strcspn(t, ",:");
+        if (len == 3 && !strncmp(t, "cpu", 3))
+            return 1;
+        t += len + 1;
+    }
+    return 0;
+}
+
+/* A process's scheduling group, as the kernel shares the cores between
+ * groups before their threads: its autogroup (a session's, where
+ * /proc/sys/kernel/sched_autogroup_enabled) and its cgroup for the cpu
+ * controller ("cpu:" under cgroup v1, "0::" under v2), one string; "" if
+ * /proc does not say. */
+static void sched_group(const char *pid, char *buf, size_t n)
+{
+    char path[300], line[512];
+    size_t len = 0;
+    buf[0] = 0;
+    snprintf(path, sizeof path, "/proc/%.255s/autogroup", pid);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(line, sizeof line, f))
+        len += (size_t)snprintf(buf + len, n - len, "%.*s", (int)strcspn(line, " \n"), line);
+    if (f)
+        fclose(f);
+    snprintf(path, sizeof path, "/proc/%.255s/cgroup", pid);
+    f = fopen(path, "r");
+    while (f && len < n && fgets(line, sizeof line, f))
+        if (cpu_cgroup(line))
+            len += (size_t)snprintf(buf + len, n - len, "|%.*s", (int)strcspn(line, "\n"), line);
+    if (f)
+        fclose(f);
+}
+
+void pace_others(int *same, int *apart)
+{
+    char mine[600], theirs[600], self[32];
+    snprintf(self, sizeof self, "%d", (int)getpid());
+    sched_group(self, mine, sizeof mine);
+    *same = *apart = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], line[512], *paren;
+        unsigned long flags;
+        if (e->d_name[0] < '1' || e->d_name[0] > '9' || !strcmp(e->d_name, self))
+            continue;
+        snprintf(path, sizeof path, "/proc/%.255s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        int running = f && fgets(line, sizeof line, f) && (paren = strrchr(line, ')')) &&
+                      paren[1] == ' ' && paren[2] == 'R' &&
+                      sscanf(paren + 3, " %*d %*d %*d %*d %*d %lu", &flags) == 1 &&
+                      !(flags & PF_KTHREAD);
+        if (f)
+            fclose(f);
+        if (!running)
+            continue;
+        sched_group(e->d_name, theirs, sizeof theirs);
+        if (theirs[0] && mine[0] && strcmp(theirs, mine))
+            ++*apart;
+        else
+            ++*same;
+    }
+    if (d)
+        closedir(d);
+    if (!d)
+        *same = *apart = -1;
+}
+
 /* The machine's idle and total CPU ticks so far, over every CPU (the
  * first line of /proc/stat: user nice system idle iowait irq softirq
  * steal); 0 where /proc does not say. The number of CPUs counted. */
@@ -108,7 +190,7 @@ void pace_start(Pace *p)
     p->t0 = clock_s();
     p->cpu0 = cpu_s();
     p->idle_cores = -1;
-    p->others_running = -1;
+    p->others_running = p->others_apart = -1;
     p->len = PACE_FIRST;
     cpu_ticks(&p->idle0, &p->total0);
 }
@@ -138,6 +220,7 @@ int pace_step(Pace *p, double ms, int threads, int trial)
                                                   : -1;
     p->idle0 = idle, p->total0 = total;
     p->others_running = others_running(own);
+    p->others_apart = -1; /* pace_others' walk over /proc is for the trial to ask */
     if (trial)
         return 0;
     if (p->best == 0 || median < p->best)

@@ -39,6 +39,9 @@ typedef struct Pace {
                              * cores (every program's: /proc/stat); -1 unknown */
     int others_running;     /* other programs' runnable threads as the window
                              * ended (/proc/loadavg less this process's); -1 unknown */
+    int others_apart;       /* the other programs' running processes if every one is
+                             * in another scheduling group (pace_others), else 0; -1
+                             * unknown (pace_step leaves it so; watch/trial.c asks) */
     double cores_used;      /* this process's CPU time over the window's wall time */
     double delay0, t0, cpu0; /* run delay (s), clock and CPU time at the window's start */
     unsigned long long idle0, total0; /* /proc/stat's idle and all ticks then */
@@ -53,5 +56,13 @@ void pace_start(Pace *p);
  * recovered, else 0. A trial window (another thread count tried) is timed
  * but judged against nothing: it says 0 and leaves the best and the state. */
 int pace_step(Pace *p, double ms, int threads, int trial);
+/* Other programs' running processes (state R, kernel threads aside), by
+ * whether the kernel shares the cores with them in this process's
+ * scheduling group (same) or in another (apart): another session's
+ * autogroup, or another cgroup of the cpu controller. The kernel shares
+ * the cores between groups first, so beside programs apart this process
+ * gets its group's share whatever its thread count. -1 and -1 where
+ * /proc does not say. */
+void pace_others(int *same, int *apart);
 
 #endif

@@ -36,18 +36,35 @@ int trial_next(const ThreadTrial *t)
                         * kernel spreads them) */
         if (!p->busy && p->waited < PACE_CONTENDED)
             return -1;
-        return t->redo && t->failed != RUN_REDO ? RUN_REDO : RUN_ONE;
+        /* the team takes a share from other programs of this group; threads that
+         * only outnumber the cores gain nothing by it */
+        return t->redo && t->failed != RUN_REDO && p->others_running != 0 &&
+                       p->others_apart <= 0
+                   ? RUN_REDO
+                   : RUN_ONE;
     case RUN_ONE:
         if (p->idle_cores < 0 || p->idle_cores >= TRIAL_SPARE)
             return RUN_FULL;
         /* every core taken: more threads of their own would find none, but a
          * redo team's spare thread takes a share and waits on no one */
-        return t->redo && p->others_running != 0 ? RUN_REDO : -1;
+        return t->redo && p->others_running != 0 && p->others_apart <= 0 ? RUN_REDO : -1;
     default: /* the team's spare thread keeps every core taken: the others decide */
         if (p->others_running == 0)
             return RUN_FULL;
+        if (p->others_apart > 0)
+            return RUN_ONE;
         return p->cores_used < TRIAL_ONE_CORE ? RUN_ONE : -1;
     }
+}
+
+/* Whether every other running program is in another scheduling group
+ * than this process (pace_others): the team's trial depends on it, so it
+ * is asked only when one is due (a walk over /proc). */
+static void others_apart(Pace *p)
+{
+    int same, apart;
+    pace_others(&same, &apart);
+    p->others_apart = same < 0 ? -1 : same > 0 ? 0 : apart;
 }
 
 /* Runs `schedule` for a window, against the one running, whose median
@@ -95,6 +112,8 @@ static void after_window(ThreadTrial *t, TrialNews *news)
     if (t->kept_ms > 0 && p->median > t->kept_ms / TRIAL_GAIN)
         t->since = t->every; /* slower than when the trial kept this schedule: the other
                               * programs have changed, and a trial is due at once */
+    if (t->since >= t->every && t->redo && t->pace.others_running > 0)
+        others_apart(&t->pace);
     int next = t->since >= t->every ? trial_next(t) : -1;
     if (next >= 0)
         begin_trial(t, next, p->median);
