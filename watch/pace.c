@@ -140,7 +140,7 @@ void pace_others(int *same, int *apart)
     }
     if (d)
         closedir(d);
-    if (!d)
+    else
         *same = *apart = -1;
 }
 
