@@ -16,6 +16,21 @@ static double clock_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Whether the thread or process whose stat file is `path` is runnable
+ * (state R: "pid (comm) R ...", the state after the last parenthesis);
+ * its flags (the stat's ninth field) into *flags when not NULL. */
+static int stat_running(const char *path, unsigned long *flags)
+{
+    char line[512], *paren;
+    FILE *f = fopen(path, "r");
+    int running = f && fgets(line, sizeof line, f) && (paren = strrchr(line, ')')) &&
+                  paren[1] == ' ' && paren[2] == 'R' &&
+                  (!flags || sscanf(paren + 3, " %*d %*d %*d %*d %*d %lu", flags) == 1);
+    if (f)
+        fclose(f);
+    return running;
+}
+
 /* One walk over this process's threads: the seconds they have spent
  * runnable but not running, summed (the kernel's schedstat: "run time,
  * run delay, slices", in ns), and how many are runnable now (state R in
@@ -28,7 +43,7 @@ static double own_threads(int *running)
     double delay_s = 0;
     *running = 0;
     while (d && (e = readdir(d))) {
-        char path[300], line[512], *paren;
+        char path[300];
         unsigned long long run, delay;
         if (e->d_name[0] == '.')
             continue;
@@ -39,12 +54,7 @@ static double own_threads(int *running)
         if (f)
             fclose(f);
         snprintf(path, sizeof path, "/proc/self/task/%.255s/stat", e->d_name);
-        f = fopen(path, "r");
-        if (f && fgets(line, sizeof line, f) && (paren = strrchr(line, ')')) && paren[1] == ' ' &&
-            paren[2] == 'R')
-            ++*running;
-        if (f)
-            fclose(f);
+        *running += stat_running(path, NULL);
     }
     if (d)
         closedir(d);
@@ -118,19 +128,12 @@ void pace_others(int *same, int *apart)
     DIR *d = opendir("/proc");
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        char path[300], line[512], *paren;
+        char path[300];
         unsigned long flags;
         if (e->d_name[0] < '1' || e->d_name[0] > '9' || !strcmp(e->d_name, self))
             continue;
         snprintf(path, sizeof path, "/proc/%.255s/stat", e->d_name);
-        FILE *f = fopen(path, "r");
-        int running = f && fgets(line, sizeof line, f) && (paren = strrchr(line, ')')) &&
-                      paren[1] == ' ' && paren[2] == 'R' &&
-                      sscanf(paren + 3, " %*d %*d %*d %*d %*d %lu", &flags) == 1 &&
-                      !(flags & PF_KTHREAD);
-        if (f)
-            fclose(f);
-        if (!running)
+        if (!stat_running(path, &flags) || (flags & PF_KTHREAD))
             continue;
         sched_group(e->d_name, theirs, sizeof theirs);
         if (theirs[0] && mine[0] && strcmp(theirs, mine))

@@ -25,6 +25,15 @@ void trial_start(ThreadTrial *t)
     t->failed = -1;
 }
 
+/* Whether a team is offered and may take a share from other programs:
+ * some of their threads are runnable (threads that only outnumber the
+ * cores gain nothing by it), and not every one of them is in another
+ * scheduling group (whose share the kernel keeps from the team). */
+static int team_may_gain(const ThreadTrial *t)
+{
+    return t->redo && t->pace.others_running != 0 && t->pace.others_apart <= 0;
+}
+
 int trial_next(const ThreadTrial *t)
 {
     const Pace *p = &t->pace;
@@ -36,18 +45,13 @@ int trial_next(const ThreadTrial *t)
                         * kernel spreads them) */
         if (!p->busy && p->waited < PACE_CONTENDED)
             return -1;
-        /* the team takes a share from other programs of this group; threads that
-         * only outnumber the cores gain nothing by it */
-        return t->redo && t->failed != RUN_REDO && p->others_running != 0 &&
-                       p->others_apart <= 0
-                   ? RUN_REDO
-                   : RUN_ONE;
+        return team_may_gain(t) && t->failed != RUN_REDO ? RUN_REDO : RUN_ONE;
     case RUN_ONE:
         if (p->idle_cores < 0 || p->idle_cores >= TRIAL_SPARE)
             return RUN_FULL;
         /* every core taken: more threads of their own would find none, but a
          * redo team's spare thread takes a share and waits on no one */
-        return t->redo && p->others_running != 0 && p->others_apart <= 0 ? RUN_REDO : -1;
+        return team_may_gain(t) ? RUN_REDO : -1;
     default: /* the team's spare thread keeps every core taken: the others decide */
         if (p->others_running == 0)
             return RUN_FULL;
