@@ -265,7 +265,7 @@ Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
     if (targets->numel != logits->rows)
         shape_fail("xent", logits, targets);
     Node *n = new_node(g, KOP_XENT, IN([XENT_IN_LOGITS] = logits, [XENT_IN_TARGETS] = targets));
-    n->attr.xent = (struct xent_attr){.n = logits->rows, .v = logits->cols};
+    n->attr.xent = (struct xent_attr){.n = logits->rows, .v = logits->cols, .seg = g->seg};
     Tensor *y = add_out(g, n, DT_F32, 1, 1, 1);
     run_if_eager(g, n);
     return as_stored(g, y);

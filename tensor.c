@@ -1448,7 +1448,7 @@ static void row_stats(const float *x /* [v] */, int v, float *mx, float *sum, fl
 }
 
 static void xent(float *loss /* [1] */, const float *logits /* [n,v] */,
-                 const int32_t *targets /* [n] */, int n, int v)
+                 const int32_t *targets /* [n] */, int n, int v, int seg)
 {
     double *row = kmalloc(sizeof(double) * (size_t)n); /* [n] per-row losses */
     struct share *shr = share_alloc(n, 1); /* shared with stealing */
@@ -1463,7 +1463,7 @@ static void xent(float *loss /* [1] */, const float *logits /* [n,v] */,
         row[i] = (double)(m + fm_logf(s) - x[targets[i]]);
     }
     free(shr);
-    *loss = mean_loss(row, targets, n);
+    *loss = mean_loss(row, targets, n, seg);
     free(row);
 }
 
@@ -1490,7 +1490,7 @@ static void xent_bwd_row(float *dx /* [v] */, double *loss, const float *x /* [v
  * fusion of xent and xent_bwd over the same logits: one pass over them). */
 static void xent_bwd(float *dlogits /* [n,v] */, float *loss /* [1] or NULL */,
                      const float *logits /* [n,v] */, const int32_t *targets /* [n] */,
-                     const float *dloss /* [1] */, int n, int v)
+                     const float *dloss /* [1] */, int n, int v, int seg)
 {
     int count = 0;
     for (int i = 0; i < n; i++)
@@ -1510,7 +1510,7 @@ static void xent_bwd(float *dlogits /* [n,v] */, float *loss /* [1] or NULL */,
     }
     free(shr);
     if (loss)
-        *loss = mean_loss(row, targets, n);
+        *loss = mean_loss(row, targets, n, seg);
     free(row);
 }
 

@@ -6,8 +6,9 @@
  * program and reuses it. Each chunk's logits are kept; one xent over all
  * of them then gives the loss with the bits of the single pass: a row's
  * logits do not depend on the other rows in its pass, and xent sums its
- * rows' losses in row order (kernels/base.c mean_loss), which partial
- * sums per chunk would reorder.
+ * rows' losses in row order (kernels/base.c mean_loss: one leaf, as an
+ * eval records no example rows), which partial sums per chunk would
+ * reorder.
  *
  * Below: gpt eval's loss over a whole test split (eval_split), and the
  * lines a person at a terminal sees while an eval or a compile runs. */

@@ -111,7 +111,7 @@ void exec_attention_bwd(const struct kinstr *k)
 void exec_xent(const struct kinstr *k)
 {
     k_xent(k->out[XENT_OUT_LOSS], k->in[XENT_IN_LOGITS], k->in[XENT_IN_TARGETS], k->attr.xent.n,
-           k->attr.xent.v);
+           k->attr.xent.v, (int)k->attr.xent.seg);
 }
 
 void exec_xent_bwd(const struct kinstr *k)

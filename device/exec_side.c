@@ -159,5 +159,6 @@ void exec_xent_grad(const struct kinstr *k)
 {
     k_xent_grad(k->out[XENT_GRAD_OUT_LOSS], k->out[XENT_GRAD_OUT_DLOGITS],
                 k->in[XENT_GRAD_IN_LOGITS], k->in[XENT_GRAD_IN_TARGETS],
-                k->in[XENT_GRAD_IN_DLOSS], k->attr.xent.n, k->attr.xent.v);
+                k->in[XENT_GRAD_IN_DLOSS], k->attr.xent.n, k->attr.xent.v,
+                (int)k->attr.xent.seg);
 }

@@ -38,7 +38,7 @@ struct sum_rows_attr { long n, q, seg; };
 struct layernorm_attr { long n, c, seg; };   /* seg: backward only */
 struct attention_attr { long B, T, C, H, bf16; };
 struct decode_attr { long nb, tmax, C, H; };
-struct xent_attr { long n, v; };
+struct xent_attr { long n, v, seg; }; /* seg: the loss's leaves */
 struct fill_attr { long n; float value; };
 /* adam_shard's (--shard-optimizer, ZeRO-1): shard_cores (the board's
  * cores) and the parameter's place, floats [at, at + n) of a flat layout

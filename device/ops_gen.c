@@ -72,6 +72,7 @@ static const struct kop_attr decode_attrs[] = {
 static const struct kop_attr xent_attrs[] = {
     {"n", offsetof(union kattr, xent.n), 0},
     {"v", offsetof(union kattr, xent.v), 0},
+    {"seg", offsetof(union kattr, xent.seg), 0},
     {NULL, 0, 0},
 };
 

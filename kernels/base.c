@@ -134,18 +134,33 @@ struct adam_k adam_consts(float lr, float b1, float b2, float eps, int t)
     return k;
 }
 
-/* Sums per-row losses in row order, in double: the same total whatever
- * thread produced each row. No counted row gives 0, not 0/0. */
-float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n)
+/* Each leaf's losses summed in row order in double, divided by the count
+ * and rounded once; the leaves added by the tree in float. Why divide
+ * before the tree: a core of N holds count/N of the rows, so its leaves are
+ * one core's times N exactly (scaling by a power of two commutes with
+ * rounding), and the all-reduce's tree over the cores' losses, times 1/N,
+ * gives one core's bits. Over one leaf: the row-order sum / count. No
+ * counted row gives 0, not 0/0. */
+float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n, int seg)
 {
-    double total = 0.0;
     int count = 0;
     for (int i = 0; i < n; i++)
-        if (targets[i] >= 0) {
-            total += row[i];
-            count++;
-        }
-    return count ? (float)(total / count) : 0.0f;
+        count += targets[i] >= 0;
+    int leaves = leaf_count(n, seg);
+    if (!count || !leaves)
+        return 0.0f;
+    float *part = kmalloc(sizeof(float) * (size_t)leaves); /* [leaves] */
+    for (int l = 0; l < leaves; l++) {
+        double total = 0.0;
+        for (int i = leaf_lo(l, n, seg); i < leaf_hi(l, n, seg); i++)
+            if (targets[i] >= 0)
+                total += row[i];
+        part[l] = (float)(total / count);
+    }
+    float loss;
+    tree_finish(add_plain, &loss, part, leaves, 1);
+    free(part);
+    return loss;
 }
 
 /* ---- the vector kernels' order, one lane at a time ---- */

@@ -142,9 +142,11 @@ float bf16_dot(float acc, const float *ar, size_t sak, const float *bc, size_t l
 float bf16_epilogue(float y, const float *r1, const float *r2, const float *gate, int relu,
                     size_t at);
 
-/* Cross-entropy's mean over the rows with a target (>= 0), summed in row
- * order in double (the twin and every backend share it). */
-float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n);
+/* Cross-entropy's mean over the rows with a target (>= 0), the twin's and
+ * every backend's: each leaf of seg rows (seg < 1: one leaf of all) summed
+ * in row order in double, divided by the count and rounded to float once,
+ * then the leaves added by the tree. */
+float mean_loss(const double *row /* [n] */, const int32_t *targets /* [n] */, int n, int seg);
 
 /* ---- the vector kernels' order, one lane at a time (base.c) ----
  * The kernels of tensor.c run on vec.h's vectors of LANES floats on every

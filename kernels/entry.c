@@ -88,13 +88,13 @@ void k_embed_bwd_seg(float *dtable, const int32_t *idx, const float *dy, int n, 
 void k_xent_bwd(float *dlogits, const float *logits, const int32_t *targets, const float *dloss,
                 int n, int v)
 {
-    kernels_now()->xent_bwd(dlogits, NULL, logits, targets, dloss, n, v);
+    kernels_now()->xent_bwd(dlogits, NULL, logits, targets, dloss, n, v, 0);
 }
 
 void k_xent_grad(float *loss, float *dlogits, const float *logits, const int32_t *targets,
-                 const float *dloss, int n, int v)
+                 const float *dloss, int n, int v, int seg)
 {
-    kernels_now()->xent_bwd(dlogits, loss, logits, targets, dloss, n, v);
+    kernels_now()->xent_bwd(dlogits, loss, logits, targets, dloss, n, v, seg);
 }
 
 /* ---- attention: fp32 or bf16 operands ---- */

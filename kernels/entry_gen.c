@@ -32,9 +32,9 @@ void k_layernorm(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /* [n]
 }
 
 void k_xent(float *loss /* [1] */, const float *logits /* [n,v] */,
-            const int32_t *targets /* [n] */, int n, int v)
+            const int32_t *targets /* [n] */, int n, int v, int seg)
 {
-    kernels_now()->xent(loss, logits, targets, n, v);
+    kernels_now()->xent(loss, logits, targets, n, v, seg);
 }
 
 void k_add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n)

@@ -18,9 +18,9 @@ void k_matmul_gated_ref(float *c /* [n,q] */, const float *a /* [n,p] */,
 /* The loss and its gradient from one read of the logits. */
 void k_xent_grad_ref(float *loss /* [1] */, float *dlogits /* [n,v] */,
                      const float *logits /* [n,v] */, const int32_t *targets /* [n] */,
-                     const float *dloss /* [1] */, int n, int v)
+                     const float *dloss /* [1] */, int n, int v, int seg)
 {
-    k_xent_ref(loss, logits, targets, n, v);
+    k_xent_ref(loss, logits, targets, n, v, seg);
     k_xent_bwd_ref(dlogits, logits, targets, dloss, n, v);
 }
 

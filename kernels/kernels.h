@@ -226,9 +226,12 @@ void k_layernorm_bwd_res_ref(float *dx, float *dw, float *db, const float *dy,
 /* ---- softmax cross-entropy ---- */
 
 /* Mean softmax cross-entropy over the rows whose target is >= 0.
- * logits [n,v]; targets [n] (int32, < 0 = ignored); loss [1]. */
-void k_xent(float *loss, const float *logits, const int32_t *targets, int n, int v);
-void k_xent_ref(float *loss, const float *logits, const int32_t *targets, int n, int v);
+ * logits [n,v]; targets [n] (int32, < 0 = ignored); loss [1]. seg: the
+ * rows' losses divided by the count and summed by the tree of leaves of
+ * seg rows, each leaf in double and rounded once (base.c mean_loss), so
+ * the cores' losses all-reduced give one core's bits; seg < 1: one leaf. */
+void k_xent(float *loss, const float *logits, const int32_t *targets, int n, int v, int seg);
+void k_xent_ref(float *loss, const float *logits, const int32_t *targets, int n, int v, int seg);
 /* dlogits [n,v] = (softmax - onehot) * dloss[0] / count; ignored rows 0. */
 void k_xent_bwd(float *dlogits, const float *logits, const int32_t *targets,
                 const float *dloss, int n, int v);
@@ -238,9 +241,9 @@ void k_xent_bwd_ref(float *dlogits, const float *logits, const int32_t *targets,
  * xent and the xent_bwd of the same logits): loss as k_xent, dlogits as
  * k_xent_bwd, bit for bit. */
 void k_xent_grad(float *loss, float *dlogits, const float *logits, const int32_t *targets,
-                 const float *dloss, int n, int v);
+                 const float *dloss, int n, int v, int seg);
 void k_xent_grad_ref(float *loss, float *dlogits, const float *logits, const int32_t *targets,
-                     const float *dloss, int n, int v);
+                     const float *dloss, int n, int v, int seg);
 
 /* ---- element-wise ---- */
 

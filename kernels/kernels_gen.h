@@ -30,9 +30,9 @@ void k_layernorm_ref(float *y /* [n,c] */, float *mean /* [n] */, float *rstd /*
                      const float *x /* [n,c] */, const float *w /* [c] */, const float *b /* [c] */,
                      int n, int c);
 void k_xent(float *loss /* [1] */, const float *logits /* [n,v] */,
-            const int32_t *targets /* [n] */, int n, int v);
+            const int32_t *targets /* [n] */, int n, int v, int seg);
 void k_xent_ref(float *loss /* [1] */, const float *logits /* [n,v] */,
-                const int32_t *targets /* [n] */, int n, int v);
+                const int32_t *targets /* [n] */, int n, int v, int seg);
 void k_add(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n);
 void k_add_ref(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, size_t n);
 void k_add_n(float *y /* [n] */, const float *const *x /* m x [n] */, int m, size_t n);

@@ -82,10 +82,10 @@ static void ref_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, 
 /* ---- softmax cross-entropy ---- */
 
 static void ref_xent_bwd(float *dlogits, float *loss, const float *logits,
-                         const int32_t *targets, const float *dloss, int n, int v)
+                         const int32_t *targets, const float *dloss, int n, int v, int seg)
 {
     if (loss)
-        k_xent_grad_ref(loss, dlogits, logits, targets, dloss, n, v);
+        k_xent_grad_ref(loss, dlogits, logits, targets, dloss, n, v, seg);
     else
         k_xent_bwd_ref(dlogits, logits, targets, dloss, n, v);
 }

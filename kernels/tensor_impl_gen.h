@@ -55,12 +55,12 @@ typedef void layernorm_bwd_seg_kernel(float *dx /* [n,c] */, float *dw /* [c] */
                                       const float *r2 /* [n,c] or NULL */, int n, int c, int seg);
 
 typedef void xent_kernel(float *loss /* [1] */, const float *logits /* [n,v] */,
-                         const int32_t *targets /* [n] */, int n, int v);
+                         const int32_t *targets /* [n] */, int n, int v, int seg);
 
 /* loss [1] or NULL: the forward's loss too, from the same pass */
 typedef void xent_bwd_kernel(float *dlogits /* [n,v] */, float *loss /* [1] or NULL */,
                              const float *logits /* [n,v] */, const int32_t *targets /* [n] */,
-                             const float *dloss /* [1] */, int n, int v);
+                             const float *dloss /* [1] */, int n, int v, int seg);
 
 typedef void add_kernel(float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */,
                         size_t n);

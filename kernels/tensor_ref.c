@@ -376,12 +376,12 @@ static double row_loss_ref(const float *x /* [v] */, int v, int t)
 }
 
 void k_xent_ref(float *loss /* [1] */, const float *logits /* [n,v] */,
-                const int32_t *targets /* [n] */, int n, int v)
+                const int32_t *targets /* [n] */, int n, int v, int seg)
 {
     double *row = kmalloc(sizeof(double) * (size_t)n); /* [n] */
     for (int i = 0; i < n; i++)
         row[i] = targets[i] < 0 ? 0.0 : row_loss_ref(logits + (size_t)i * v, v, targets[i]);
-    *loss = mean_loss(row, targets, n);
+    *loss = mean_loss(row, targets, n, seg);
     free(row);
 }
 

@@ -3,16 +3,16 @@
  * tests/test_kernels.c holds the backends of one machine to each other;
  * this suite holds every machine to one committed answer. A short training
  * run (fp32 and bf16, one core and a simulated v3-8 board) on text the
- * tests write themselves must produce a checkpoint whose SHA-256 is the
- * one below, on every kernel path the machine can run (GPT_ISA: ref,
- * scalar, avx2, avx512 on x86-64; ref, scalar, neon on arm64) and with the
- * bf16 instruction turned off (GPT_BF16=emulate); each path it cannot run
- * here is a counted skip that says why. ref is the reading mode: the
- * plain-C twins run as the kernels and the compiler fuses nothing, so its
- * hashes hold the twins and the unfused program to every other path's
- * bits. So a run preempted on one
- * machine resumes on another with the same bits, and a change that moves
- * any bit anywhere shows here.
+ * tests write themselves must produce a checkpoint, and log step losses,
+ * whose SHA-256s are the ones below, on every kernel path the machine can
+ * run (GPT_ISA: ref, scalar, avx2, avx512 on x86-64; ref, scalar, neon on
+ * arm64) and with the bf16 instruction turned off (GPT_BF16=emulate); each
+ * path it cannot run here is a counted skip that says why. ref is the
+ * reading mode: the plain-C twins run as the kernels and the compiler
+ * fuses nothing, so its hashes hold the twins and the unfused program to
+ * every other path's bits. So a run preempted on one machine resumes on
+ * another with the same bits, and a change that moves any bit anywhere
+ * shows here.
  *
  * The hashes were made by `make test` on x86-64 and reproduced on arm64
  * under qemu-aarch64-static (make test-arm64). A change that means to
@@ -49,17 +49,26 @@
 #define GOLDEN_SAMPLE_FLAGS "--num-samples 4 --bytes 200 --seed 7"
 #define GOLDEN_SAMPLE "39f97e0dd79afdccd673fb5504a78dd91398907a764126b2ba3a83f78ffd7eff"
 
+/* The steps' logged losses, the run log's "step" lines' step and loss
+ * (printed to 9 digits: a float's every bit), which the cores' means,
+ * all-reduced, make with one core's bits (kernels.h, k_xent's seg). They
+ * changed when the loss came to be summed by the tree of leaves. */
+#define GOLDEN_FP32_LOSSES "3dbac11807d6827fb4ae554fef5b263cf42a982c0196d82685871eba6690db8a"
+#define GOLDEN_BF16_LOSSES "4f5b0811ab87ab06cef7dd2eed43d4508e74026f56e8129cb81b2fb358cdd9a0"
+#define GOLDEN_GELU_LOSSES "0f4b709c061517d9b56d4573f75aecdc8c9185a4163b5822d6dba758b564c495"
+#define LOSS_LINES "grep -o '\"kind\":\"step\",\"step\":[0-9]*,\"loss\":[^,]*'"
+
 /* One core and eight give the same bits (the tree of tensor.h), so each
- * precision has one hash. */
+ * precision has one hash of the checkpoint and one of the losses. */
 static const struct {
-    const char *name, *flags, *sha256;
+    const char *name, *flags, *sha256, *losses;
 } golden[] = {
-    {"fp32, 1 core", "", GOLDEN_FP32},
-    {"fp32, --tpu v3-8", "--tpu v3-8", GOLDEN_FP32},
-    {"bf16, 1 core", "--precision bf16", GOLDEN_BF16},
-    {"bf16, --tpu v3-8", "--precision bf16 --tpu v3-8", GOLDEN_BF16},
-    {"fp32 gelu, 1 core", "--activation gelu", GOLDEN_GELU},
-    {"fp32 gelu, --tpu v3-8", "--activation gelu --tpu v3-8", GOLDEN_GELU},
+    {"fp32, 1 core", "", GOLDEN_FP32, GOLDEN_FP32_LOSSES},
+    {"fp32, --tpu v3-8", "--tpu v3-8", GOLDEN_FP32, GOLDEN_FP32_LOSSES},
+    {"bf16, 1 core", "--precision bf16", GOLDEN_BF16, GOLDEN_BF16_LOSSES},
+    {"bf16, --tpu v3-8", "--precision bf16 --tpu v3-8", GOLDEN_BF16, GOLDEN_BF16_LOSSES},
+    {"fp32 gelu, 1 core", "--activation gelu", GOLDEN_GELU, GOLDEN_GELU_LOSSES},
+    {"fp32 gelu, --tpu v3-8", "--activation gelu --tpu v3-8", GOLDEN_GELU, GOLDEN_GELU_LOSSES},
 };
 
 /* The checkpoint's SHA-256 after one golden run on path `isa`, or "" if
@@ -74,6 +83,20 @@ static void golden_hash(char hash[65], const char *isa, const char *bf16, const 
              out, isa, bf16, flags, out, out, out);
     if (t_run(cmd, text, sizeof text) != 0 || strlen(text) < 64) {
         fprintf(stderr, "golden run failed: %s\n%s\n", cmd, text);
+        return;
+    }
+    memcpy(hash, text, 64);
+    hash[64] = 0;
+}
+
+/* The SHA-256 of the logged losses of the golden run in out, or "". */
+static void losses_hash(char hash[65], const char *out)
+{
+    char cmd[512], text[256];
+    hash[0] = 0;
+    snprintf(cmd, sizeof cmd, LOSS_LINES " %s/metrics.jsonl | sha256sum", out);
+    if (t_run(cmd, text, sizeof text) != 0 || strlen(text) < 64) {
+        fprintf(stderr, "golden losses failed: %s\n%s\n", cmd, text);
         return;
     }
     memcpy(hash, text, 64);
@@ -140,6 +163,10 @@ void test_golden(void)
                 CHECK(!strcmp(hash, golden[g].sha256),
                       "golden run %s on %s (GPT_BF16=%s): checkpoint sha256 %s, want %s",
                       golden[g].name, isa_name(isa), bf16, hash, golden[g].sha256);
+                losses_hash(hash, out);
+                CHECK(!strcmp(hash, golden[g].losses),
+                      "golden run %s on %s (GPT_BF16=%s): logged losses' sha256 %s, want %s",
+                      golden[g].name, isa_name(isa), bf16, hash, golden[g].losses);
             }
     for (int isa = 0; isa <= isa_best(); isa++) { /* from golden[0]'s checkpoint on that path */
         char hash[65], dir[128];

@@ -275,7 +275,7 @@ static void test_hand_xent(void)
     int32_t t[N] = {3, -1, 0, 6, -1};
     for (int i = 0; i < N * V; i++)
         logits[i] = 0.25f;
-    k_xent_ref(&loss, logits, t, N, V);
+    k_xent_ref(&loss, logits, t, N, V, 0);
     CHECK(fabs(loss - log(V)) < 1e-6, "xent_ref of uniform logits: %g, want log(7)", loss);
     k_xent_bwd_ref(dl, logits, t, &one, N, V);
     double worst = 0;
@@ -286,7 +286,7 @@ static void test_hand_xent(void)
         }
     CHECK(worst < 1e-7, "xent_bwd_ref of uniform logits: off by %g", worst);
     int32_t none[2] = {-1, -1};
-    k_xent_ref(&loss, logits, none, 2, V);
+    k_xent_ref(&loss, logits, none, 2, V, 2);
     CHECK(loss == 0, "xent_ref with every row ignored: %g, want 0", loss);
 
     /* Three rows of v = 3, the middle one ignored, dloss = 3:
@@ -303,7 +303,7 @@ static void test_hand_xent(void)
     const int32_t ht[3] = {2, -1, 0};
     const double hg[9] = {3. / 16, 3. / 8, -9. / 16, 0, 0, 0, -3. / 5, 3. / 10, 3. / 10};
     float hd[9], hl, three = 3;
-    k_xent_grad_ref(&hl, hd, hx, ht, &three, 3, 3);
+    k_xent_grad_ref(&hl, hd, hx, ht, &three, 3, 3, 0);
     double off = 0;
     for (int j = 0; j < 9; j++)
         off = fmax(off, fabs(hd[j] - hg[j]));
@@ -909,15 +909,16 @@ static double xent_double(double *grad /* [n,v] */, const float *logits /* [n,v]
 
 /* k_xent and k_xent_bwd against their twins, the fused kernel against
  * the two, the fused twin against float64 (kind: "" or what the logits
- * are, for the messages). */
-static void check_xent(const char *kind, const float *logits, const int32_t *t, int n, int v)
+ * are, for the messages); the loss's leaves of seg rows. */
+static void check_xent(const char *kind, const float *logits, const int32_t *t, int n, int v,
+                       int seg)
 {
     size_t nx = (size_t)n * v;
     float *d1 = fvec(nx), *d2 = fvec(nx), l1, l2, dloss = 0.7f;
     char what[80];
-    snprintf(what, sizeof what, "xent%s n=%d v=%d", kind, n, v);
-    k_xent_ref(&l1, logits, t, n, v);
-    k_xent(&l2, logits, t, n, v);
+    snprintf(what, sizeof what, "xent%s n=%d v=%d seg=%d", kind, n, v, seg);
+    k_xent_ref(&l1, logits, t, n, v, seg);
+    k_xent(&l2, logits, t, n, v, seg);
     same_bits(what, &l2, &l1, sizeof l1);
     snprintf(what, sizeof what, "xent_bwd%s n=%d v=%d", kind, n, v);
     k_xent_bwd_ref(d1, logits, t, &dloss, n, v);
@@ -931,14 +932,14 @@ static void check_xent(const char *kind, const float *logits, const int32_t *t, 
     /* fused: both, bit for bit as the two kernels; the twin as the twins */
     float l3;
     snprintf(what, sizeof what, "xent_grad%s n=%d v=%d", kind, n, v);
-    k_xent_grad(&l3, d1, logits, t, &dloss, n, v);
+    k_xent_grad(&l3, d1, logits, t, &dloss, n, v, seg);
     same_bits(what, &l3, &l2, sizeof l3);
     same_bits(what, d1, d2, sizeof(float) * nx);
     /* the fused twin against the loss and gradient computed here in double */
     double *dg = malloc(sizeof(double) * nx);
     float want = (float)xent_double(dg, logits, t, dloss, n, v);
     to_float(d2, dg, nx);
-    k_xent_grad_ref(&l3, d1, logits, t, &dloss, n, v);
+    k_xent_grad_ref(&l3, d1, logits, t, &dloss, n, v, seg);
     snprintf(what, sizeof what, "xent_grad_ref%s loss vs double n=%d v=%d", kind, n, v);
     close_to(what, &l3, &want, 1, TOL_SUM);
     snprintf(what, sizeof what, "xent_grad_ref%s gradient vs double n=%d v=%d", kind, n, v);
@@ -950,7 +951,8 @@ static void test_xent(int n, int v, int skip)
 {
     float *logits = rvec((size_t)n * v, 4);
     int32_t *t = rtargets(n, v, skip);
-    check_xent("", logits, t, n, v);
+    check_xent("", logits, t, n, v, 0);
+    check_xent("", logits, t, n, v, 3);
     free(logits), free(t);
 }
 
@@ -1544,7 +1546,7 @@ static void test_xent_huge(int n, int v)
         if (i % 3 == 2)
             row[(7 * i) % v] = XENT_ONE_HOT;
     }
-    check_xent(" of huge logits", logits, t, n, v);
+    check_xent(" of huge logits", logits, t, n, v, 0);
     free(logits), free(t);
 }
 
@@ -1666,7 +1668,7 @@ static void test_determinism(void)
         SAME_AT_ANY_THREADS(
             "layernorm_bwd", out, (size_t)N * C + 2 * C,
             k_layernorm_bwd(out, out + N * C, out + N * C + C, dy, x, w, mean, rstd, N, C));
-        SAME_AT_ANY_THREADS("xent", out, 1, k_xent(out, logits, t, N, V));
+        SAME_AT_ANY_THREADS("xent", out, 1, k_xent(out, logits, t, N, V, 3));
         SAME_AT_ANY_THREADS("xent_bwd", out, (size_t)N * V,
                             k_xent_bwd(out, logits, t, &dloss, N, V));
         SAME_AT_ANY_THREADS("embed_bwd", out, (size_t)C * V, k_embed_bwd(out, idx, dy, N, C, V));
@@ -1701,7 +1703,9 @@ static void test_determinism(void)
 /* The batch of B examples of T rows, [B*T, ...], split into N contiguous
  * shards of B/N examples; each shard reduced on its own with the same seg,
  * the N results combined by k_tree_sum: every bit must match the one call
- * over all rows. Holds when N is a power of two dividing the leaf count. */
+ * over all rows. Holds when N is a power of two dividing the leaf count.
+ * The loss, a mean, is the tree over the shards' means times 1/N, as the
+ * all-reduce gives it. */
 static void test_shards(int B, int T, int seg)
 {
     enum { A1 = 128, Q1 = 64, A2 = 37, Q2 = 33, C = 64, CE = 32, V = 256 };
@@ -1712,6 +1716,7 @@ static void test_shards(int B, int T, int seg)
     float *x = rvec(nx, 2), *w = rvec(C, 1), *dy = rvec(nx, 1), *y = fvec(nx);
     float *mean = fvec(n), *rstd = fvec(n), *dx = fvec(nx), *dxs = fvec(nx);
     int32_t *idx = rtargets(n, V, 0);
+    float *logits = rvec((size_t)n * V, 4);
     size_t big = (size_t)A1 * Q1 > (size_t)CE * V ? (size_t)A1 * Q1 : (size_t)CE * V;
     float *full = fvec(big), *got = fvec(big), *res = fvec(8 * big);
     char what[96];
@@ -1753,6 +1758,9 @@ static void test_shards(int B, int T, int seg)
                                         w, mean + r0_, rstd + r0_, rows, C, seg));
             snprintf(what, sizeof what, "%d shards of layernorm_bwd_seg dx", N);
             same_bits(what, dxs, dx, sizeof(float) * nx);
+            SHARDED("xent's mean loss", 1, k_xent(full, logits, idx, n, V, seg),
+                    k_xent(out_, logits + r0_ * V, idx + r0_, rows, V, seg);
+                    out_[0] *= 1.0f / (float)N);
             SHARDED("embed_bwd_seg", (size_t)CE * V, k_embed_bwd_seg(full, idx, dy, n, CE, V, seg),
                     k_embed_bwd_seg(out_, idx + r0_, dy + r0_ * CE, rows, CE, V, seg));
 #undef SHARDED
@@ -1760,7 +1768,7 @@ static void test_shards(int B, int T, int seg)
         }
     }
     free(a1), free(b1), free(a2), free(b2), free(x), free(w), free(dy), free(y), free(mean),
-        free(rstd), free(dx), free(dxs), free(idx), free(full), free(got), free(res);
+        free(rstd), free(dx), free(dxs), free(idx), free(logits), free(full), free(got), free(res);
 }
 
 static void test_isa_choice(void)
@@ -2450,7 +2458,7 @@ static void backends_rows(int n, int c, int v)
                           k_layernorm_bwd_seg(g, g + nc, g + nc + c, dy, x, w, mean, rstd, n, c, 3));
     SAME_ON_EVERY_BACKEND("sum_rows", sums, c, k_sum_rows(sums, x, n, c));
     SAME_ON_EVERY_BACKEND("sum_rows_seg", sums, c, k_sum_rows_seg(sums, x, n, c, 4));
-    SAME_ON_EVERY_BACKEND("xent", &loss, 1, k_xent(&loss, logits, t, n, v));
+    SAME_ON_EVERY_BACKEND("xent", &loss, 1, k_xent(&loss, logits, t, n, v, 3));
     SAME_ON_EVERY_BACKEND("xent_bwd", dl, nv, k_xent_bwd(dl, logits, t, &dloss, n, v));
     SAME_ON_EVERY_BACKEND("embed", y, nc, k_embed(y, idx, table, n, c, v));
     SAME_ON_EVERY_BACKEND("embed_bwd", dt, (size_t)c * v, k_embed_bwd(dt, idx, dy, n, c, v));
