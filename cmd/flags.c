@@ -421,9 +421,30 @@ void setup_board(const struct settings *s, int hosts)
     need(s->redo == 0 || (s->redo >= 2 && s->redo <= REDO_MAX_THREADS),
          "--redo must be 0 (tried on a busy machine) or 2 to %d threads, got %d",
          REDO_MAX_THREADS, s->redo);
-    need(s->redo == 0 || cores >= 2, "--redo redoes whole cores' programs: it needs --cores 2 "
-         "or more (or a --tpu board)");
+    if (s->redo && cores == 1) {
+        const char *why = lend_problem(s, hosts, 0);
+        need(!why, "--redo on one core lends the team a board of %d cores, but %s", LEND_CORES,
+             why ? why : "");
+    }
     xs_set_device(name, cores, hbm);
+}
+
+const char *lend_problem(const struct settings *s, int hosts, size_t weights)
+{
+    if (strcmp(s->device, "xla"))
+        return "--device cpu runs no compiled programs";
+    if (hosts > 1)
+        return "a pod's ranks share their steps";
+    if (s->shard_optimizer)
+        return "--shard-optimizer splits Adam's moments by core";
+    if (s->grad_accum > 1)
+        return "--grad-accum keeps partial sums a core";
+    if (s->batch % LEND_CORES)
+        return "--batch does not split evenly over them";
+    /* the replicas: weights and both moments on each lent core but the first */
+    if ((double)(LEND_CORES - 1) * 3.0 * (double)weights * sizeof(float) > LEND_MAX_BYTES)
+        return "their replicas of the weights would pass 256 MiB";
+    return NULL;
 }
 
 /* The device decides how the graph runs: at once, or traced and compiled. */

@@ -66,6 +66,13 @@ void apply_common_flags(const struct settings *s); /* --device, --threads, --pre
  * the machine (util/threads.h), or the one given, with its reason. */
 const char *threads_chosen(void);
 void check_train_flags(const struct settings *s);
+/* One core's run lends the redo team a board of LEND_CORES simulated cores
+ * (gpt train --redo, and the busy machine's trial): why these settings
+ * cannot, or NULL. weights: the model's (0 before it is made), whose
+ * replicas the lent cores hold within LEND_MAX_BYTES. */
+#define LEND_CORES 8 /* the eighth round's best board beside busy programs */
+#define LEND_MAX_BYTES ((size_t)256 << 20)
+const char *lend_problem(const struct settings *s, int hosts, size_t weights);
 /* What the settings ask that the reference model cannot be, or NULL. */
 const char *reference_cannot(const struct settings *s);
 int precision_of(const char *name);                   /* enum precision */

@@ -58,6 +58,9 @@ struct trainer {
     double t_start, t_steps; /* wall clock; seconds spent in training steps */
     ThreadTrial threads;     /* the steps' pace, and fewer threads when other programs
                               * slow them (watch/trial.h) */
+    int cores;               /* the board's cores the run asked for (xs_cores(), but
+                              * while one core lends the redo team a board: lend_board) */
+    int lends;               /* one core that lends the redo team LEND_CORES */
 };
 
 static void emit_escaped(int c, void *ctx)
@@ -84,7 +87,7 @@ static void clear_progress(const struct trainer *tr)
 static void report_rates(struct trainer *tr, int step, float loss)
 {
     const struct settings *s = &tr->s;
-    int world = comm_size() * xs_cores(), steps = step + 1 - tr->start;
+    int world = comm_size() * tr->cores, steps = step + 1 - tr->start;
     int since = step + 1 - tr->rate_step;
     double per_replica = (double)step_windows(s) / world;
     double rate = since > 0 && tr->t_steps > tr->t_rate
@@ -95,9 +98,9 @@ static void report_rates(struct trainer *tr, int step, float loss)
              global, world);
     if (tr->log)
         runlog_note(tr->log, step, "rate", line);
-    for (int c = 0; s->verbose && c < xs_cores(); c++)
+    for (int c = 0; s->verbose && c < tr->cores; c++)
         printf("| Training Device=xla:%d Step=%d Loss=%.5f Rate=%.2f GlobalRate=%.2f "
-               "Time=%.1fs\n", comm_rank() * xs_cores() + c, step, loss, rate, global,
+               "Time=%.1fs\n", comm_rank() * tr->cores + c, step, loss, rate, global,
                now_seconds() - tr->t_start);
     tr->t_rate = tr->t_steps;
     tr->rate_step = step + 1;
@@ -146,13 +149,15 @@ static void eval_line(struct trainer *tr, int step, float train_loss)
     free(text);
 }
 
-/* "2 threads", "1 thread", or "8 cores redone by 3 threads": a schedule
- * the thread trial runs (watch/trial.h). */
-static void schedule_name(const ThreadTrial *t, int schedule, char *buf, size_t n)
+/* "2 threads", "1 thread", "8 cores redone by 3 threads" or "8 lent cores
+ * redone by 3 threads": a schedule the thread trial runs (watch/trial.h). */
+static void schedule_name(const struct trainer *tr, int schedule, char *buf, size_t n)
 {
+    const ThreadTrial *t = &tr->threads;
     int threads = schedule == RUN_FULL ? t->full : 1;
     if (schedule == RUN_REDO)
-        snprintf(buf, n, "%d cores redone by %d threads", xs_cores(), t->redo);
+        snprintf(buf, n, "%d %scores redone by %d threads", tr->lends ? LEND_CORES : tr->cores,
+                 tr->lends ? "lent " : "", t->redo);
     else
         snprintf(buf, n, "%d thread%s", threads, threads > 1 ? "s" : "");
 }
@@ -184,7 +189,7 @@ static void print_progress(struct trainer *tr, int step, float loss)
            (int)eta / 60, (int)eta % 60, loss);
     if (tr->threads.pace.busy) {
         char how[80];
-        schedule_name(&tr->threads, trial_schedule(&tr->threads), how, sizeof how);
+        schedule_name(tr, trial_schedule(&tr->threads), how, sizeof how);
         printf(" | busy machine: %.1fx slower, %s", tr->threads.pace.slowdown, how);
     }
     fflush(stdout);
@@ -212,8 +217,8 @@ static void say_pace(struct trainer *tr, int step, int change)
 static void say_threads(struct trainer *tr, int step, const TrialNews *news)
 {
     char kept[80], other[80];
-    schedule_name(&tr->threads, news->schedule, kept, sizeof kept);
-    schedule_name(&tr->threads, news->other, other, sizeof other);
+    schedule_name(tr, news->schedule, kept, sizeof kept);
+    schedule_name(tr, news->other, other, sizeof other);
     if (!is_master())
         return;
     clear_progress(tr);
@@ -631,17 +636,50 @@ static void write_timeline(const struct settings *s)
                s->profile_steps, path);
 }
 
+/* One core's run lends the redo team a board of LEND_CORES while the team
+ * runs: the cores' programs are the team's units, and any core count gives
+ * the same bits. The replicas start from core 0's weights and moments
+ * (model_set_cores); the board returns when the team stops. */
+static void lend_board(struct trainer *tr, int lend)
+{
+    int cores = lend ? LEND_CORES : tr->cores;
+    if (xs_cores() == cores)
+        return;
+    xs_set_device(xs_device_name(), cores, xs_hbm());
+    model_set_cores(&tr->model, cores);
+}
+
 /* After the first step, which compiled the program: the redo team for the
- * trial to try where there are cores' programs enough to share out and
- * memory for their attempts; or, given by --redo, a word if it cannot run. */
+ * trial to try where there are cores' programs enough to share out (or a
+ * board one core may lend: lend_problem) and memory for their attempts;
+ * or, given by --redo, a word if it cannot run. */
 static void offer_redo(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
     if (s->redo && !xs_redo_fits() && is_master())
         fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; the "
                 "cores' programs run without it\n", s->redo);
-    if (!s->redo && xs_cores() >= REDO_MIN_UNITS && tr->threads.full > 1 && xs_redo_fits())
+    tr->lends = tr->cores == 1 && !lend_problem(s, comm_size(), tr->model.nw);
+    /* a lent board's program has not run yet: withdraw_lent_team judges it once it has */
+    if (!s->redo && (tr->lends || (tr->cores >= REDO_MIN_UNITS && xs_redo_fits())) &&
+        tr->threads.full > 1)
         tr->threads.redo = tr->threads.full + 1;
+}
+
+/* A lent board whose programs the team cannot take (their arenas and
+ * copies past 1 GiB, known once the board's program has run): the team is
+ * offered no more, and the board returns. */
+static void withdraw_lent_team(struct trainer *tr)
+{
+    if (!tr->lends || xs_cores() != LEND_CORES || xs_redo_fits())
+        return;
+    tr->lends = 0;
+    tr->threads.redo = tr->threads.redoing = 0;
+    if (tr->threads.fixed && is_master())
+        fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; the "
+                "step runs on one core without it\n", tr->s.redo);
+    tr->threads.fixed = 0;
+    lend_board(tr, 0);
 }
 
 static void train_loop(struct trainer *tr)
@@ -652,7 +690,13 @@ static void train_loop(struct trainer *tr)
     if (s->redo) { /* the redo team given: no trial */
         tr->threads.redo = s->redo;
         tr->threads.redoing = tr->threads.fixed = 1;
+        tr->lends = tr->cores == 1;
+        const char *why = tr->lends ? lend_problem(s, comm_size(), tr->model.nw) : NULL;
+        if (why) /* flags.c checked all but the weights' size */
+            die(2, "--redo on one core lends the team a board of %d cores, but %s", LEND_CORES,
+                why);
         xs_set_redo(s->redo);
+        lend_board(tr, tr->lends);
     }
     for (int step = tr->start; step < s->steps; step++) {
         if (s->profile && step == tr->start)
@@ -668,7 +712,9 @@ static void train_loop(struct trainer *tr)
         TrialNews news = trial_unit(&tr->threads, dt * 1e3);
         if (step == tr->start)
             offer_redo(tr);
+        withdraw_lent_team(tr);
         xs_set_redo(tr->threads.redoing ? tr->threads.redo : 0);
+        lend_board(tr, tr->lends && tr->threads.redoing);
         if (news.pace)
             say_pace(tr, step, news.pace);
         if (news.kept)
@@ -954,6 +1000,7 @@ static void run_training(struct trainer *tr)
     open_run_log(tr);
     train_loop(tr);
     xs_set_redo(0); /* the team's threads joined */
+    lend_board(tr, 0);
     if (tr->start < s->steps)
         save_checkpoint(tr, s->steps);
     if (s->profile && s->steps - tr->start <= s->profile_steps)
@@ -1023,7 +1070,8 @@ static int start_run(struct trainer *tr)
         return 0;
     round_to_precision(&tr->model, s);
     tr->model.shard_optimizer = s->shard_optimizer;
-    model_set_cores(&tr->model, xs_cores());
+    tr->cores = xs_cores();
+    model_set_cores(&tr->model, tr->cores);
     model_set_accum(&tr->model, s->grad_accum);
     start_loader(tr, s->resume ? &rf : NULL, rpath);
     run_training(tr);
@@ -1091,7 +1139,8 @@ int cmd_train(int argc, char **argv)
         {"tpu", O_STR, &s->tpu, "simulate this TPU board (v2-8, v3-8, v4-8, v5e-8, v5p-8, v6e-8)"},
         {"cores", O_INT, &s->cores, "simulated cores, data parallel (power of two; 0 = --tpu's or 1)"},
         {"redo", O_INT, &s->redo, "threads of a team whose idle threads redo the cores' programs "
-         "a descheduled thread holds (2-8, needs 2+ cores); 0 = tried when the machine is busy"},
+         "a descheduled thread holds (2-8; one core lends itself 8 cores); 0 = tried when the "
+         "machine is busy"},
         {"hbm", O_STR, &s->hbm, "HBM per core, e.g. 16G or 8M (default: --tpu's, or 16G)"},
         {"precision", O_STR, &s->precision, "fp32, bf16 (matrix-unit inputs) or bf16-pure (XLA_USE_BF16)"},
         {"remat", O_FLAG, &s->remat, "recompute each block's activations in the backward pass "

@@ -112,7 +112,9 @@ static void check_refusals(void)
         {"./gpt eval --ckpt tests/tmp/t1 --data tests/tmp/empty.txt", 1, "empty"},
         {"./gpt train --cores 3", 2, "--cores must be a power of two"},
         {"./gpt train --cores 8 --redo 1", 2, "--redo must be 0"},
-        {"./gpt train --redo 3", 2, "--redo redoes whole cores' programs"},
+        {"./gpt train --redo 3 --batch 12", 2, "--redo on one core lends the team a board of 8 "
+                                               "cores, but --batch does not split evenly"},
+        {"./gpt train --redo 3 --grad-accum 2", 2, "but --grad-accum keeps partial sums"},
         {"./gpt train --tpu v9-8", 2, "--tpu must be one of v2-8"},
         {"./gpt train --batch 4 --tpu v2-8", 2, "--batch 4 does not split evenly over 8 cores"},
         {"./gpt train --device cpu --cores 2", 2, "need --device xla"},

@@ -1,7 +1,9 @@
 /* tests/test_tpu.c: simulated TPU cores and bf16. Data parallel training
  * gives the same bits for 1, 2, 4 and 8 cores and 1 or 2 threads, with
- * identical replicas; bf16 modes do what they say and keep the devices
- * and layouts in agreement. */
+ * identical replicas and the same loss every step, and a run that changes
+ * its core count between steps (as the busy machine's trial lends a board)
+ * does too; bf16 modes do what they say and keep the devices and layouts
+ * in agreement. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -23,25 +25,44 @@ static void fill(Batch *b, uint64_t seed)
     batch_finish(b);
 }
 
-/* Trains `steps` steps of a fresh model on `cores` cores (0: the eager cpu
- * device) in the given precision; m is left for the caller to inspect. */
-static float train(Model *m, int cores, int prec, int steps)
+enum { STEPS = 6 };
+
+/* Trains STEPS steps of a fresh model, step s on cores[s] cores (0: the
+ * eager cpu device, for every step), in the given precision; each step's
+ * loss into loss[]. m is left for the caller to inspect. */
+static float train_on(Model *m, const int cores[STEPS], int prec, float loss[STEPS])
 {
     model_init(m, &cfg, 21);
     Graph *g = g_new();
-    g_set_lazy(g, cores > 0);
+    g_set_lazy(g, cores[0] > 0);
     g_set_precision(g, prec);
-    model_set_cores(m, cores > 0 ? cores : 1);
     Batch b;
     batch_alloc(&b, 8, 32);
-    float loss = 0;
-    for (int s = 0; s < steps; s++) {
+    for (int s = 0; s < STEPS; s++) {
+        if (s == 0 || cores[s] != cores[s - 1])
+            model_set_cores(m, cores[s] > 0 ? cores[s] : 1);
         fill(&b, (uint64_t)s);
-        loss = model_train_step(m, g, &b, 3e-3f);
+        loss[s] = model_train_step(m, g, &b, 3e-3f);
     }
     batch_free(&b);
     g_free(g);
-    return loss;
+    return loss[STEPS - 1];
+}
+
+/* The same on `cores` cores throughout. */
+static float train(Model *m, int cores, int prec, float loss[STEPS])
+{
+    const int on[STEPS] = {cores, cores, cores, cores, cores, cores};
+    return train_on(m, on, prec, loss);
+}
+
+/* The first step whose loss differs from want's, or -1. */
+static int first_other(const float got[STEPS], const float want[STEPS])
+{
+    for (int s = 0; s < STEPS; s++)
+        if (memcmp(&got[s], &want[s], sizeof *got))
+            return s;
+    return -1;
 }
 
 static int same_state(const Model *a, const Model *b, int core)
@@ -57,23 +78,44 @@ static int same_state(const Model *a, const Model *b, int core)
 static void check_layouts(int prec, const char *name)
 {
     Model ref;
-    train(&ref, 0, prec, 6);
+    float want[STEPS], got[STEPS];
+    train(&ref, 0, prec, want);
     int keep = omp_get_max_threads();
     for (int threads = 1; threads <= 2; threads++) {
         omp_set_num_threads(threads);
         for (int cores = 1; cores <= 8; cores *= 2) {
             Model m;
-            train(&m, cores, prec, 6);
+            train(&m, cores, prec, got);
             int same = 1;
             for (int c = 0; c < cores; c++)
                 same &= same_state(&ref, &m, c);
             CHECK(same, "%s: %d cores, %d threads: weights or replicas differ from one core",
                   name, cores, threads);
+            int s = first_other(got, want);
+            CHECK(s < 0, "%s: %d cores, %d threads: step %d's loss %.9g, one core's %.9g", name,
+                  cores, threads, s, got[s < 0 ? 0 : s], want[s < 0 ? 0 : s]);
             model_free(&m);
         }
     }
     omp_set_num_threads(keep);
     model_free(&ref);
+}
+
+/* One core's run lent a board of 8 for two steps and given back (cmd/
+ * train.c's lend_board): the losses and the weights of one core
+ * throughout. */
+static void check_lent_board(int prec, const char *name)
+{
+    static const int one[STEPS] = {1, 1, 1, 1, 1, 1}, lent[STEPS] = {1, 1, 8, 8, 1, 1};
+    Model ref, m;
+    float want[STEPS], got[STEPS];
+    train_on(&ref, one, prec, want);
+    train_on(&m, lent, prec, got);
+    int s = first_other(got, want);
+    CHECK(same_state(&ref, &m, 0) && s < 0, "%s: a board of 8 lent for steps 2-3: the weights "
+          "differ from one core's, or step %d's loss", name, s);
+    model_free(&ref);
+    model_free(&m);
 }
 
 /* The replicated program: one all-reduce per gradient and the loss, one
@@ -83,13 +125,16 @@ static void check_program(void)
     long u0 = xs_counter(C_UNCACHED), ar0 = xs_counter(C_ALL_REDUCE);
     long rep0 = xs_metric_samples(M_EXECUTE_REPLICATED);
     Model m;
-    train(&m, 4, PREC_FP32, 3);
+    const int four[STEPS] = {4, 4, 4, 4, 4, 4};
+    float loss[STEPS];
+    train_on(&m, four, PREC_FP32, loss);
     long ar = xs_counter(C_ALL_REDUCE) - ar0;
-    CHECK(xs_counter(C_UNCACHED) - u0 == 1, "3 steps on 4 cores: %ld compiles",
+    CHECK(xs_counter(C_UNCACHED) - u0 == 1, "%d steps on 4 cores: %ld compiles", STEPS,
           xs_counter(C_UNCACHED) - u0);
-    CHECK(ar == 3L * (m.np + 1), "3 steps: %ld all-reduces, want %d", ar, 3 * (m.np + 1));
-    CHECK(xs_metric_samples(M_EXECUTE_REPLICATED) - rep0 == 3, "ExecuteReplicatedTime has %ld "
-          "samples for 3 steps", xs_metric_samples(M_EXECUTE_REPLICATED) - rep0);
+    CHECK(ar == (long)STEPS * (m.np + 1), "%d steps: %ld all-reduces, want %d", STEPS, ar,
+          STEPS * (m.np + 1));
+    CHECK(xs_metric_samples(M_EXECUTE_REPLICATED) - rep0 == STEPS, "ExecuteReplicatedTime has "
+          "%ld samples for %d steps", xs_metric_samples(M_EXECUTE_REPLICATED) - rep0, STEPS);
     model_free(&m);
 }
 
@@ -109,9 +154,10 @@ static int all_bf16(const float *x, size_t n)
 static void check_precisions(void)
 {
     Model f, h, p;
-    float lf = train(&f, 1, PREC_FP32, 6);
-    float lh = train(&h, 1, PREC_BF16, 6);
-    float lp = train(&p, 1, PREC_BF16_PURE, 6);
+    float loss[STEPS];
+    float lf = train(&f, 1, PREC_FP32, loss);
+    float lh = train(&h, 1, PREC_BF16, loss);
+    float lp = train(&p, 1, PREC_BF16_PURE, loss);
     CHECK(!all_bf16(h.w, h.nw) && all_bf16(p.w, p.nw) && all_bf16(p.m, p.nw) &&
               all_bf16(p.v, p.nw), "bf16 must keep fp32 weights, bf16-pure bf16 ones");
     CHECK(memcmp(f.w, h.w, f.nw * 4) && memcmp(f.w, p.w, f.nw * 4),
@@ -128,6 +174,8 @@ void test_tpu(void)
     check_layouts(PREC_FP32, "fp32");
     check_layouts(PREC_BF16, "bf16");
     check_layouts(PREC_BF16_PURE, "bf16-pure");
+    check_lent_board(PREC_FP32, "fp32");
+    check_lent_board(PREC_BF16, "bf16");
     check_program();
     check_precisions();
 }

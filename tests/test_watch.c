@@ -355,9 +355,16 @@ static void check_pace_others(void)
           sizeof out);
     t_run("sleep 0.2", out, sizeof out);
     pace_others(&same, &apart);
+    /* a window's count of none (/proc/loadavg read as the team's threads
+     * woke) mended by the walk, which sees the busy loop */
+    Pace mended = {.others_running = 0};
+    pace_ask_others(&mended);
     t_run("kill $(cat " WD "/busy.pid)", out, sizeof out);
     CHECK(same >= 1, "a busy loop of this session: pace_others said %d "
           "running in this group, %d apart (%d and %d before it)", same, apart, same0, apart0);
+    CHECK(mended.others_running >= 1 && mended.others_apart == 0, "a busy loop of this "
+          "session beside a window that counted no other program running: pace_ask_others "
+          "left %d running, %d apart", mended.others_running, mended.others_apart);
     if (!t_have("setsid true")) {
         SKIP_MISSING("util-linux", "pace_others not checked against another session: no setsid");
         return;
@@ -501,6 +508,33 @@ static void check_redo_team(void)
           "rc %d, want the same checkpoint and the team's 240 programs said: %.600s", rc, out);
 }
 
+/* One core's run (the default layout) with the redo team: it lends the
+ * team a board of 8 simulated cores (cmd/train.c, lend_board) and must
+ * write the plain run's checkpoint, step losses and eval lines, bit for
+ * bit, with every thread on one core. */
+static void check_lent_board(void)
+{
+    char out[4096];
+    if (!t_have("taskset -c 0 true")) {
+        SKIP_MISSING("util-linux", "the lent board on one core not checked: no taskset");
+        return;
+    }
+    int rc = t_run("run='./gpt train --data " WD "/text.txt --steps 30 --eval-every 10 "
+                   "--ckpt-every 100000 --final-bytes 0 --live off --batch 16'; lines() { grep -oE "
+                   "'\"kind\":\"(step|eval)\",\"step\":[0-9]*,\"[a-z_]*loss\":[^,]*"
+                   "(,\"test_loss\":[^,]*)?' $1/metrics.jsonl; }; "
+                   "taskset -c 0 $run --redo 3 --out " WD "/lent > " WD "/lent.out 2>&1 && "
+                   "$run --out " WD "/unlent > /dev/null 2>&1 && cmp " WD "/lent/ckpt-00000030"
+                   ".safetensors " WD "/unlent/ckpt-00000030.safetensors && lines " WD "/lent > "
+                   WD "/lent.lines && lines " WD "/unlent > " WD "/unlent.lines && test $(grep -c "
+                   "test_loss " WD "/lent.lines) = 3 && cmp " WD "/lent.lines " WD "/unlent.lines "
+                   "&& grep -h 'the redo team ran 240 ' " WD "/lent.out && echo same", out,
+                   sizeof out);
+    CHECK(rc == 0 && strstr(out, "same"), "--redo 3 on one core (a lent board of 8) against "
+          "the plain run: rc %d, want the same checkpoint, step losses and eval lines, and the "
+          "team's 240 programs said: %.600s", rc, out);
+}
+
 void test_watch(void)
 {
     char out[256];
@@ -521,4 +555,5 @@ void test_watch(void)
     check_pace_note();
     check_thread_trial();
     check_redo_team();
+    check_lent_board();
 }

@@ -147,6 +147,20 @@ void pace_others(int *same, int *apart)
         *same = *apart = -1;
 }
 
+/* The machine's runnable threads less this process's, read apart, miss a
+ * busy program when this process's threads wake between the two reads (a
+ * redo team's often do); a trial of every thread beside it would then
+ * cost a window at the collapsed pace. The walk's running processes are
+ * read one by one, not against this process's. */
+void pace_ask_others(Pace *p)
+{
+    int same, apart;
+    pace_others(&same, &apart);
+    p->others_apart = same < 0 ? -1 : same > 0 ? 0 : apart;
+    if (same >= 0 && p->others_running >= 0 && p->others_running < same + apart)
+        p->others_running = same + apart;
+}
+
 /* The machine's idle and total CPU ticks so far, over every CPU (the
  * first line of /proc/stat: user nice system idle iowait irq softirq
  * steal); 0 where /proc does not say. The number of CPUs counted. */

@@ -64,5 +64,9 @@ int pace_step(Pace *p, double ms, int threads, int trial);
  * gets its group's share whatever its thread count. -1 and -1 where
  * /proc does not say. */
 void pace_others(int *same, int *apart);
+/* The window's others_apart from pace_others, asked only when a trial is
+ * due (a walk over /proc); its running processes also mend an
+ * others_running of none (see pace.c). */
+void pace_ask_others(Pace *p);
 
 #endif

@@ -61,16 +61,6 @@ int trial_next(const ThreadTrial *t)
     }
 }
 
-/* Whether every other running program is in another scheduling group
- * than this process (pace_others): the team's trial depends on it, so it
- * is asked only when one is due (a walk over /proc). */
-static void others_apart(Pace *p)
-{
-    int same, apart;
-    pace_others(&same, &apart);
-    p->others_apart = same < 0 ? -1 : same > 0 ? 0 : apart;
-}
-
 /* Runs `schedule` for a window, against the one running, whose median
  * unit was ref_ms. */
 static void begin_trial(ThreadTrial *t, int schedule, double ref_ms)
@@ -116,8 +106,8 @@ static void after_window(ThreadTrial *t, TrialNews *news)
     if (t->kept_ms > 0 && p->median > t->kept_ms / TRIAL_GAIN)
         t->since = t->every; /* slower than when the trial kept this schedule: the other
                               * programs have changed, and a trial is due at once */
-    if (t->since >= t->every && t->redo && t->pace.others_running > 0)
-        others_apart(&t->pace);
+    if (t->since >= t->every && t->redo)
+        pace_ask_others(&t->pace); /* the team's trial depends on them */
     int next = t->since >= t->every ? trial_next(t) : -1;
     if (next >= 0)
         begin_trial(t, next, p->median);
