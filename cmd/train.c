@@ -697,6 +697,10 @@ static void train_loop(struct trainer *tr)
                 why);
         xs_set_redo(s->redo);
         lend_board(tr, tr->lends);
+    } else if (tr->threads.started_one && is_master()) {
+        fprintf(stderr, "gpt: busy programs of other sessions share the cores with this one's "
+                "session, whatever its threads: starting on 1 thread (%d tried again once a "
+                "core is idle)\n", tr->threads.full);
     }
     for (int step = tr->start; step < s->steps; step++) {
         if (s->profile && step == tr->start)

@@ -5,6 +5,7 @@
  * file passes an independent reader (python3-protobuf) that checks every
  * CRC and value against the log. */
 #include <math.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,7 +360,15 @@ static void check_pace_others(void)
      * woke) mended by the walk, which sees the busy loop */
     Pace mended = {.others_running = 0};
     pace_ask_others(&mended);
+    /* and the trial starts on every thread: the loop shares this group */
+    int keep = omp_get_max_threads();
+    omp_set_num_threads(2);
+    ThreadTrial near;
+    trial_start(&near);
+    omp_set_num_threads(keep);
     t_run("kill $(cat " WD "/busy.pid)", out, sizeof out);
+    CHECK(!near.started_one && near.now == 2, "a busy loop of this session: the trial started "
+          "on %d threads, want 2", near.now);
     CHECK(same >= 1, "a busy loop of this session: pace_others said %d "
           "running in this group, %d apart (%d and %d before it)", same, apart, same0, apart0);
     CHECK(mended.others_running >= 1 && mended.others_apart == 0, "a busy loop of this "
@@ -377,9 +386,18 @@ static void check_pace_others(void)
     t_run("setsid sh -c 'while :; do :; done' > /dev/null 2>&1 & echo $! > " WD "/busy.pid; "
           "sleep 0.2", out, sizeof out);
     pace_others(&same, &apart);
+    /* the trial starts on one thread beside it */
+    omp_set_num_threads(2);
+    ThreadTrial t;
+    trial_start(&t);
+    int started = t.now, omp_now = omp_get_max_threads();
+    omp_set_num_threads(keep);
     t_run("kill $(cat " WD "/busy.pid)", out, sizeof out);
     CHECK(apart >= 1, "a busy loop of another session: pace_others said %d running in this "
           "group, %d apart", same, apart);
+    CHECK(same > 0 || (started == 1 && omp_now == 1 && t.started_one),
+          "a busy loop of another session alone: the trial started on %d threads (OpenMP's "
+          "%d), want 1", started, omp_now);
 }
 
 /* The step lines of dir's log that say the machine busy (their "time"

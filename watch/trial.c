@@ -23,6 +23,18 @@ void trial_start(ThreadTrial *t)
     t->cores = affinity_cores();
     t->since = t->every = TRIAL_RETRY; /* the first trial may come at once */
     t->failed = -1;
+    /* Beside busy programs of other scheduling groups only, the kernel
+     * gives this process its group's share whatever its thread count
+     * (pace_others): one thread from the first unit, as a trial would find
+     * after a window at the full count's pace. A core left idle brings the
+     * full count's trial (trial_next). */
+    if (t->full > 1) {
+        int same, apart;
+        pace_others(&same, &apart);
+        t->started_one = same == 0 && apart > 0;
+        if (t->started_one)
+            run_schedule(t, RUN_ONE);
+    }
 }
 
 /* Whether a team is offered and may take a share from other programs:

@@ -62,6 +62,8 @@ typedef struct ThreadTrial {
     double kept_ms; /* the schedule's median when the last trial was judged; 0: none */
     int since;     /* windows since the last trial */
     int every;     /* windows between trials now */
+    int started_one; /* started on one thread: every other busy program was
+                      * in another scheduling group */
 } ThreadTrial;
 
 /* What one unit's end brought (trial_unit's result). */
@@ -74,8 +76,9 @@ typedef struct TrialNews {
     double other_ms;
 } TrialNews;
 
-/* Starts on OpenMP's current thread count; the pace starts with the
- * first unit's end (trial_unit). */
+/* Starts on OpenMP's current thread count, or on one thread when every
+ * other running program is in another scheduling group (started_one);
+ * the pace starts with the first unit's end (trial_unit). */
 void trial_start(ThreadTrial *t);
 
 /* The schedule running now (enum trial_schedule). */
