@@ -269,6 +269,18 @@ static void check_pace_unit(void)
                   p.slowdown);
     }
     CHECK(early == 0, "pace_step said a change %d times before a window's end", early);
+    /* long steps: windows of about PACE_WINDOW_MS, never under PACE_MIN_WINDOW */
+    const struct {
+        double ms;
+        int len;
+    } longer[] = {{PACE_WINDOW_MS / PACE_WINDOW, PACE_WINDOW}, {PACE_WINDOW_MS / 10, 10},
+                  {PACE_WINDOW_MS / 2, PACE_MIN_WINDOW}, {PACE_WINDOW_MS * 4, PACE_MIN_WINDOW}};
+    for (size_t i = 0; i < sizeof longer / sizeof *longer; i++) {
+        pace_start(&p);
+        pace_window(&p, longer[i].ms, 0, &early);
+        CHECK(p.len == longer[i].len, "after a window of %.0f ms steps: the next has %d steps, "
+              "want %d", longer[i].ms, p.len, longer[i].len);
+    }
     check_pace_idle();
 }
 

@@ -212,6 +212,13 @@ void pace_start(Pace *p)
     cpu_ticks(&p->idle0, &p->total0);
 }
 
+/* Steps in the window after one whose median step took median_ms. */
+static int window_len(double median_ms)
+{
+    double fit = median_ms > 0 ? PACE_WINDOW_MS / median_ms : PACE_WINDOW;
+    return fit >= PACE_WINDOW ? PACE_WINDOW : fit <= PACE_MIN_WINDOW ? PACE_MIN_WINDOW : (int)fit;
+}
+
 int pace_step(Pace *p, double ms, int threads, int trial)
 {
     p->ms[p->n++] = ms;
@@ -224,7 +231,7 @@ int pace_step(Pace *p, double ms, int threads, int trial)
     p->cores_used = now > p->t0 ? (cpu - p->cpu0) / (now - p->t0) : 0;
     p->cpu0 = cpu;
     p->n = 0;
-    p->len = PACE_WINDOW;
+    p->len = window_len(median);
     p->median = median;
     p->windows++;
     p->delay0 = delay;

@@ -2,8 +2,11 @@
  * busy, to say so on the live line and in the log (a leaf: it reads the
  * clock and /proc, nothing of gpt's).
  *
- * Steps are timed in windows of PACE_WINDOW; a window's median against
- * the fastest window's median so far is the slowdown. The kernel's own
+ * Steps are timed in windows of PACE_WINDOW, or of fewer where steps are
+ * long (a window of about PACE_WINDOW_MS, at least PACE_MIN_WINDOW steps:
+ * a large model's run gets its trial within seconds, not after 25 steps
+ * of seconds each); a window's median against the fastest window's
+ * median so far is the slowdown. The kernel's own
  * account says why: the time this process's threads sat runnable waiting
  * for a core (/proc/self/task/N/schedstat's run delay), as a share of the
  * window's time. Steps PACE_SLOW times slower, with threads kept from
@@ -13,7 +16,9 @@
 #ifndef WATCH_PACE_H
 #define WATCH_PACE_H
 
-#define PACE_WINDOW 25  /* steps a window */
+#define PACE_WINDOW 25  /* steps a window, at most */
+#define PACE_WINDOW_MS 1000.0 /* fewer for steps past 40 ms: a window of about this */
+#define PACE_MIN_WINDOW 3 /* steps; a median of 3 still sets one slow step aside */
 /* The first window is short: beside a busy program, a run that starts on
  * too many threads learns it from its threads' wait within two steps (a
  * step on two threads beside one busy loop took 2.2x the step on one;
@@ -29,7 +34,8 @@
 typedef struct Pace {
     double ms[PACE_WINDOW]; /* this window's step times */
     int n;                  /* of them so far */
-    int len;                /* this window's steps: PACE_FIRST, then PACE_WINDOW */
+    int len;                /* this window's steps: PACE_FIRST, then PACE_WINDOW or
+                             * fewer (the last median's steps in PACE_WINDOW_MS) */
     double best;            /* the fastest window median yet; 0 before one */
     double median;          /* the last whole window's median step, ms */
     int windows;            /* whole windows timed */
