@@ -118,8 +118,12 @@ static void after_window(ThreadTrial *t, TrialNews *news)
     if (t->kept_ms > 0 && p->median > t->kept_ms / TRIAL_GAIN)
         t->since = t->every; /* slower than when the trial kept this schedule: the other
                               * programs have changed, and a trial is due at once */
-    if (t->since >= t->every && t->redo)
-        pace_ask_others(&t->pace); /* the team's trial depends on them */
+    /* the team's trial depends on the others' groups; and off the full
+     * count, a count of none others (the full count's trial) is confirmed:
+     * a walk over /proc, so not at every window of a run alone */
+    if (t->since >= t->every && t->redo &&
+        (t->pace.others_running > 0 || trial_schedule(t) != RUN_FULL))
+        pace_ask_others(&t->pace);
     int next = t->since >= t->every ? trial_next(t) : -1;
     if (next >= 0)
         begin_trial(t, next, p->median);
