@@ -244,7 +244,7 @@ VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
 # The sanitized suites (tests/run-debug, last) start ./gpt and ./gpt-mpi;
 # slower under the sanitizers, each gets an hour rather than 10 minutes.
 check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt
-	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure && mkdir -p tests/tmp
+	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure tests/tmp/mem-lent && mkdir -p tests/tmp
 	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
 	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(MAIN) $(SRC) $(call kobjs,build/dyn) $(LDLIBS)
 	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | head -c 20000 > tests/tmp/mem.txt
@@ -254,6 +254,7 @@ check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt
 	    --out tests/tmp/mem-bf16
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --cores 4 --precision bf16-pure \
 	    --out tests/tmp/mem-pure
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --batch 8 --redo 3 --out tests/tmp/mem-lent
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --bytes 48
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt
 	rm -rf tests/tmp/mem-auto && ./gpt train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
