@@ -519,50 +519,35 @@ static void check_thread_trial(void)
 
 /* The redo team (--redo, device/redo.h) with every thread on one core,
  * so that the scheduler holds threads off it in the middle of a core's
- * program and the others redo it: the checkpoint is the plain --cores 8
- * run's, bit for bit, and the run says what the team did. */
-static void check_redo_team(void)
+ * program and the others redo it: the checkpoint, every step's loss and
+ * the eval lines are the plain run's, bit for bit, and the run says what
+ * the team did (8 cores' programs a step for 30 steps). layout: the
+ * board's flags; on one core (no --cores) the run lends itself a board of
+ * 8 (cmd/train.c, lend_board). */
+static void check_redo_team(const char *what, const char *layout, int threads)
 {
-    char out[4096];
+    char out[4096], cmd[2048];
     if (!t_have("taskset -c 0 true")) {
-        SKIP_MISSING("util-linux", "the redo team on one core not checked: no taskset");
+        SKIP_MISSING("util-linux", "%s on one core not checked: no taskset", what);
         return;
     }
-    int rc = t_run("run='./gpt train --data " WD "/text.txt --steps 30 --eval-every 10 "
-                   "--ckpt-every 100000 --final-bytes 0 --live off --cores 8 --batch 16'; "
-                   "taskset -c 0 $run --redo 4 --out " WD "/redo4 > " WD "/redo4.out 2>&1 && "
-                   "$run --out " WD "/redo0 > /dev/null 2>&1 && cmp " WD "/redo4/ckpt-00000030"
-                   ".safetensors " WD "/redo0/ckpt-00000030.safetensors && grep -h 'the redo "
-                   "team ran 240 ' " WD "/redo4.out && echo same", out, sizeof out);
-    CHECK(rc == 0 && strstr(out, "same"), "--cores 8 --redo 4 on one core against --cores 8: "
-          "rc %d, want the same checkpoint and the team's 240 programs said: %.600s", rc, out);
-}
-
-/* One core's run (the default layout) with the redo team: it lends the
- * team a board of 8 simulated cores (cmd/train.c, lend_board) and must
- * write the plain run's checkpoint, step losses and eval lines, bit for
- * bit, with every thread on one core. */
-static void check_lent_board(void)
-{
-    char out[4096];
-    if (!t_have("taskset -c 0 true")) {
-        SKIP_MISSING("util-linux", "the lent board on one core not checked: no taskset");
-        return;
-    }
-    int rc = t_run("run='./gpt train --data " WD "/text.txt --steps 30 --eval-every 10 "
-                   "--ckpt-every 100000 --final-bytes 0 --live off --batch 16'; lines() { grep -oE "
-                   "'\"kind\":\"(step|eval)\",\"step\":[0-9]*,\"[a-z_]*loss\":[^,]*"
-                   "(,\"test_loss\":[^,]*)?' $1/metrics.jsonl; }; "
-                   "taskset -c 0 $run --redo 3 --out " WD "/lent > " WD "/lent.out 2>&1 && "
-                   "$run --out " WD "/unlent > /dev/null 2>&1 && cmp " WD "/lent/ckpt-00000030"
-                   ".safetensors " WD "/unlent/ckpt-00000030.safetensors && lines " WD "/lent > "
-                   WD "/lent.lines && lines " WD "/unlent > " WD "/unlent.lines && test $(grep -c "
-                   "test_loss " WD "/lent.lines) = 3 && cmp " WD "/lent.lines " WD "/unlent.lines "
-                   "&& grep -h 'the redo team ran 240 ' " WD "/lent.out && echo same", out,
-                   sizeof out);
-    CHECK(rc == 0 && strstr(out, "same"), "--redo 3 on one core (a lent board of 8) against "
-          "the plain run: rc %d, want the same checkpoint, step losses and eval lines, and the "
-          "team's 240 programs said: %.600s", rc, out);
+    snprintf(cmd, sizeof cmd,
+             "run='./gpt train --data " WD "/text.txt --steps 30 --eval-every 10 --ckpt-every "
+             "100000 --final-bytes 0 --live off --batch 16 %s'; lines() { grep -oE "
+             "'\"kind\":\"(step|eval)\",\"step\":[0-9]*,\"[a-z_]*loss\":[^,]*"
+             "(,\"test_loss\":[^,]*)?' $1/metrics.jsonl; }; "
+             "rm -rf " WD "/team " WD "/plain && "
+             "taskset -c 0 $run --redo %d --out " WD "/team > " WD "/team.out 2>&1 && "
+             "$run --out " WD "/plain > /dev/null 2>&1 && cmp " WD "/team/ckpt-00000030"
+             ".safetensors " WD "/plain/ckpt-00000030.safetensors && lines " WD "/team > "
+             WD "/team.lines && lines " WD "/plain > " WD "/plain.lines && test $(grep -c "
+             "test_loss " WD "/team.lines) = 3 && cmp " WD "/team.lines " WD "/plain.lines "
+             "&& grep -h 'the redo team ran 240 ' " WD "/team.out && echo same",
+             layout, threads);
+    int rc = t_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "same"), "%s (--redo %d) on one core against the plain run: "
+          "rc %d, want the same checkpoint, step losses and eval lines, and the team's 240 "
+          "programs said: %.600s", what, threads, rc, out);
 }
 
 void test_watch(void)
@@ -584,6 +569,6 @@ void test_watch(void)
     check_pace_others();
     check_pace_note();
     check_thread_trial();
-    check_redo_team();
-    check_lent_board();
+    check_redo_team("--cores 8 and the redo team", "--cores 8", 4);
+    check_redo_team("a board lent to one core's redo team", "", 3);
 }

@@ -161,6 +161,16 @@ void pace_ask_others(Pace *p)
         p->others_running = same + apart;
 }
 
+int pace_only_apart(void)
+{
+    int own, same, apart;
+    own_threads(&own);
+    if (others_running(own) == 0) /* nothing else runs: no walk over /proc */
+        return 0;
+    pace_others(&same, &apart);
+    return same == 0 && apart > 0;
+}
+
 /* The machine's idle and total CPU ticks so far, over every CPU (the
  * first line of /proc/stat: user nice system idle iowait irq softirq
  * steal); 0 where /proc does not say. The number of CPUs counted. */

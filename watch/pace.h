@@ -74,5 +74,8 @@ void pace_others(int *same, int *apart);
  * due (a walk over /proc); its running processes also mend an
  * others_running of none (see pace.c). */
 void pace_ask_others(Pace *p);
+/* Whether other programs run now and every one is in another scheduling
+ * group (pace_others, walked only when /proc/loadavg counts others). */
+int pace_only_apart(void);
 
 #endif

@@ -28,13 +28,9 @@ void trial_start(ThreadTrial *t)
      * (pace_others): one thread from the first unit, as a trial would find
      * after a window at the full count's pace. A core left idle brings the
      * full count's trial (trial_next). */
-    if (t->full > 1) {
-        int same, apart;
-        pace_others(&same, &apart);
-        t->started_one = same == 0 && apart > 0;
-        if (t->started_one)
-            run_schedule(t, RUN_ONE);
-    }
+    t->started_one = t->full > 1 && pace_only_apart();
+    if (t->started_one)
+        run_schedule(t, RUN_ONE);
 }
 
 /* Whether a team is offered and may take a share from other programs:
