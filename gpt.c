@@ -176,8 +176,18 @@ float *model_param(Model *m, const char *name)
  * 0's weights and Adam state (with --shard-optimizer, its shard of it). */
 void model_set_cores(Model *m, int n)
 {
-    alloc_replicas(m, n);
+    alloc_replicas(m, n, 0);
     alloc_accum(m); /* a partial sum a core */
+}
+
+/* A board lent to one core's run (cmd/train.c): n cores that read and
+ * write core 0's weights and Adam state, one buffer, where a board of its
+ * own holds a replica a core. What follows the step's all-reduce is the
+ * same on every core, and the device runs it once (xla_sim.c). */
+void model_lend_cores(Model *m, int n)
+{
+    alloc_replicas(m, n, 1);
+    alloc_accum(m);
 }
 
 /* Every parameter's leaf, each into its named slot of L (a Linear

@@ -34,6 +34,10 @@ void model_free(Model *m);
 float *model_param(Model *m, const char *name); /* NULL if no such */
 /* Replicates core 0's weights and Adam state on n cores (n >= 1). */
 void model_set_cores(Model *m, int n);
+/* n cores that share core 0's weights and Adam state (a lent board):
+ * any core count gives the same bits, so one core's run may lend itself
+ * more for a while, and return them with nothing to copy back. */
+void model_lend_cores(Model *m, int n);
 /* Splits each step's batch into n micro-batches (n >= 1; after
  * model_set_cores): see model_train_step. */
 void model_set_accum(Model *m, int n);

@@ -9,6 +9,7 @@
 #include "device/allreduce.h"
 #include "device/exec.h"
 #include "device/redo.h"
+#include "pod/error.h"
 #include "util/util.h"
 #include <string.h>
 #include <stdlib.h>
@@ -146,6 +147,38 @@ static int run_all_reduces(const Program *p, int i0, int n, unsigned char **aren
     return i1;
 }
 
+/* Whether core c binds slot s to core 0's buffer: one buffer every core
+ * shares (a lent board's weights and moments, or a leaf of one buffer). */
+static int shares_slot(void *const *const *slots, int c, long s)
+{
+    return c > 0 && slots[c][s] == slots[0][s];
+}
+
+/* Whether the stretch [i0, i1) writes a slot every core shares (a lent
+ * board's weights and moments: model_lend_cores). Only the stretch after
+ * the program's last collective may: there every core holds the same
+ * values (the all-reduce's), so one core's run writes what every core's
+ * would, and it runs once, on core 0. Anywhere else each core would write
+ * its own values into the one buffer: a program the device refuses. */
+static int writes_shared_slot(const Program *p, int i0, int i1, int n,
+                              void *const *const *slots)
+{
+    int shared = 0;
+    for (int i = i0; i < i1 && !shared; i++) {
+        const struct pinstr *pi = &p->ins[i];
+        for (int o = 0; o < KMAX_OUT; o++)
+            shared |= pi->out[o].kind == PL_SLOT && shares_slot(slots, 1, pi->out[o].at);
+        for (int k = 0; k < KMAX_IN; k++)
+            shared |= (kop_writes(pi->op) >> k & 1) && pi->in[k].kind == PL_SLOT &&
+                      shares_slot(slots, 1, pi->in[k].at);
+    }
+    int after_last = i0 > 0 && is_collective(p->ins[i0 - 1].op) && i1 == p->n;
+    if (shared && !after_last)
+        die(1, "a program writes a buffer its %d cores share outside the stretch after its "
+            "last collective", n);
+    return shared;
+}
+
 /* Instructions [i0, i1), free of all-reduces, on every core at once. There
  * is no barrier inside: each core runs its stretch alone, one thread. One
  * core alone gives its kernels every thread instead. */
@@ -176,10 +209,6 @@ static void run_stretch(const Program *p, int i0, int i1, int n, unsigned char *
  * next instruction. */
 
 _Static_assert(XS_MAX_CORES <= REDO_MAX_UNITS, "a redo job has a unit a core");
-
-/* The team's arenas and copies, at most: a larger model keeps the plain
- * schedule (and the trial finds the team no faster). */
-#define REDO_MAX_BYTES ((size_t)1 << 30)
 
 struct attempt_arena {
     unsigned char *at;
@@ -255,14 +284,17 @@ static void *core_attempt(unsigned gen, int core)
 
 static const RedoWork core_work = {core_attempt, arena_give};
 
-/* Whether the stretch [i0, i1) may be redone: it writes no slot, which
- * an attempt that lost would write too. */
+/* Whether the stretch [i0, i1) may be redone: it writes no slot, as an
+ * output or in place, which an attempt that lost would write too. */
 static int redo_safe(const Program *p, int i0, int i1)
 {
-    for (int i = i0; i < i1; i++)
+    for (int i = i0; i < i1; i++) {
+        if (kop_writes(p->ins[i].op))
+            return 0;
         for (int o = 0; o < KMAX_OUT; o++)
             if (p->ins[i].out[o].kind == PL_SLOT)
                 return 0;
+    }
     return 1;
 }
 
@@ -283,43 +315,63 @@ static size_t stretch_reads(const Program *p, int i0, int i1, char *reads)
     return bytes;
 }
 
+/* The bytes of the copies core_job_set takes of the slots reads[] marks
+ * on n cores: a slot the cores share, once. */
+static size_t copies_bytes(const Program *p, const char *reads, int n,
+                           void *const *const *slots)
+{
+    size_t bytes = 0;
+    for (int c = 0; c < n; c++)
+        for (int s = 0; s < p->nslots; s++)
+            if (reads[s] && !shares_slot(slots, c, s))
+                bytes += (size_t)p->slot_bytes[s];
+    return bytes;
+}
+
 /* Whether the team's memory for the stretch [0, i1) of n cores stays
- * within REDO_MAX_BYTES: the copies of every job in the ring, and an
+ * within REDO_MAX_BYTES (device/redo.h): the copies of every job in the ring, and an
  * arena for each core's result and each thread's attempt (a team of the
  * most threads). */
-static int redo_fits(const Program *p, int i1, int n)
+static int redo_fits(const Program *p, int i1, int n, void *const *const *slots)
 {
     char *reads = xmalloc((size_t)p->nslots);
-    size_t copies = (size_t)n * stretch_reads(p, 0, i1, reads);
+    stretch_reads(p, 0, i1, reads);
+    size_t copies = copies_bytes(p, reads, n, slots);
     free(reads);
     size_t arenas = (size_t)(n + REDO_MAX_THREADS) * p->arena_bytes;
     return REDO_RING * copies + arenas <= REDO_MAX_BYTES;
 }
 
 /* Job gen's entry: the stretch, and copies of the slots it reads on each
- * of n cores. */
+ * of n cores; a slot the cores share, one copy they share. */
 static void core_job_set(unsigned gen, const Program *p, int i0, int i1, int n,
                          void *const *const *slots)
 {
     struct core_job *j = &core_jobs[gen % REDO_RING];
     size_t nslots = (size_t)p->nslots;
     char *reads = xmalloc(nslots);
-    size_t bytes = stretch_reads(p, i0, i1, reads);
+    stretch_reads(p, i0, i1, reads);
+    size_t bytes = copies_bytes(p, reads, n, slots);
     if (n * nslots > j->slots_cap) {
         free(j->slots);
         j->slots = xcalloc(n * nslots, sizeof *j->slots);
         j->slots_cap = n * nslots;
     }
-    if (n * bytes > j->copies_cap) {
+    if (bytes > j->copies_cap) {
         free(j->copies);
-        j->copies = xaligned_alloc(n * bytes);
-        j->copies_cap = n * bytes;
+        j->copies = xaligned_alloc(bytes);
+        j->copies_cap = bytes;
     }
     unsigned char *at = j->copies;
     for (int c = 0; c < n; c++)
         for (size_t s = 0; s < nslots; s++) {
-            j->slots[c * nslots + s] = reads[s] ? at : NULL;
-            if (reads[s]) {
+            void **copy = &j->slots[c * nslots + s];
+            if (!reads[s]) {
+                *copy = NULL;
+            } else if (shares_slot(slots, c, (long)s)) {
+                *copy = j->slots[s]; /* core 0's */
+            } else {
+                *copy = at;
                 memcpy(at, slots[c][s], (size_t)p->slot_bytes[s]);
                 at += p->slot_bytes[s];
             }
@@ -362,7 +414,7 @@ void xs_run_replicated(const Program *p, int n, void *const *const *slots)
         first++;
     if (n > 1 && first > 0 && p != fit_for) {
         fit_for = p;
-        last_fit = redo_fits(p, first, n);
+        last_fit = redo_fits(p, first, n, slots);
     }
     int redo = n > 1 && first > 0 && redo_threads() && !xs_watching() && redo_safe(p, 0, first) &&
                last_fit;
@@ -375,16 +427,19 @@ void xs_run_replicated(const Program *p, int n, void *const *const *slots)
         transfer_all(p, n, arena, slots, 1);
         t0 = now_seconds();
     }
+    int once = 0; /* the last stretch ran on core 0 for every core */
     for (int i = redo ? first : 0; i < p->n;) {
         int j = i;
         while (j < p->n && !is_collective(p->ins[j].op))
             j++;
-        if (j > i)
-            run_stretch(p, i, j, n, arena, slots);
+        if (j > i) {
+            once = n > 1 && writes_shared_slot(p, i, j, n, slots);
+            run_stretch(p, i, j, once ? 1 : n, arena, slots);
+        }
         i = j < p->n ? run_all_reduces(p, j, n, arena, slots) : j;
     }
     xs_metric_add(n > 1 ? M_EXECUTE_REPLICATED : M_EXECUTE, now_seconds() - t0);
-    transfer_all(p, n, arena, slots, 0);
+    transfer_all(p, once ? 1 : n, arena, slots, 0); /* the host reads core 0's outputs */
     if (redo)
         for (int c = 0; c < n; c++)
             arena_give(won[c]);

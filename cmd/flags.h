@@ -68,10 +68,12 @@ const char *threads_chosen(void);
 void check_train_flags(const struct settings *s);
 /* One core's run lends the redo team a board of LEND_CORES simulated cores
  * (gpt train --redo, and the busy machine's trial): why these settings
- * cannot, or NULL. weights: the model's (0 before it is made), whose
- * replicas the lent cores hold within LEND_MAX_BYTES. */
+ * cannot, or NULL. The lent cores share core 0's weights and moments
+ * (model_lend_cores), but the team copies the weights for each job of its
+ * ring: weights, the model's (0 before it is made), are checked against
+ * REDO_MAX_BYTES. The programs' arenas are judged once one has run
+ * (xs_redo_fits). */
 #define LEND_CORES 8 /* the eighth round's best board beside busy programs */
-#define LEND_MAX_BYTES ((size_t)256 << 20)
 const char *lend_problem(const struct settings *s, int hosts, size_t weights);
 /* What the settings ask that the reference model cannot be, or NULL. */
 const char *reference_cannot(const struct settings *s);

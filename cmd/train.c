@@ -638,15 +638,18 @@ static void write_timeline(const struct settings *s)
 
 /* One core's run lends the redo team a board of LEND_CORES while the team
  * runs: the cores' programs are the team's units, and any core count gives
- * the same bits. The replicas start from core 0's weights and moments
- * (model_set_cores); the board returns when the team stops. */
+ * the same bits. The lent cores share core 0's weights and moments
+ * (model_lend_cores); the board returns when the team stops. */
 static void lend_board(struct trainer *tr, int lend)
 {
     int cores = lend ? LEND_CORES : tr->cores;
     if (xs_cores() == cores)
         return;
     xs_set_device(xs_device_name(), cores, xs_hbm());
-    model_set_cores(&tr->model, cores);
+    if (lend)
+        model_lend_cores(&tr->model, cores);
+    else
+        model_set_cores(&tr->model, cores);
 }
 
 /* After the first step, which compiled the program: the redo team for the

@@ -71,14 +71,6 @@ struct cache_entry {
     Program *prog;
 };
 
-/* Ops that write a buffer in place (Adam, the KV cache, a store, the
- * sharded optimizer's all-gather): always traced, never merged, never
- * moved past. */
-static inline int side_effect(int op)
-{
-    return op == KOP_ADAM || op == KOP_ATTENTION_STEP || op == KOP_STORE ||
-           op == KOP_ADAM_SHARD || op == KOP_ALL_GATHER;
-}
 
 /* What the lazy compiler keeps from one cut to the next (Graph holds one). */
 struct compiler {

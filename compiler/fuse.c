@@ -37,7 +37,7 @@ void cse(struct trace *tr)
             t->in[k] = follow(fwd, t->in[k]);
         for (int k = 0; k < KMAX_OUT; k++)
             fwd[out_index(out_ref(i, k))] = out_ref(i, k);
-        for (int j = 0; j < i && !side_effect(t->op); j++) {
+        for (int j = 0; j < i && !kop_writes(t->op); j++) {
             if (!tr->nodes[j].dead && same_node(&tr->nodes[j], t)) {
                 for (int k = 0; k < KMAX_OUT; k++)
                     fwd[out_index(out_ref(i, k))] = out_ref(j, k);
@@ -82,7 +82,7 @@ void dce(struct trace *tr)
             need[tr->roots[r].at] = 1;
     for (int i = tr->n - 1; i >= 0; i--) {
         struct tnode *t = &tr->nodes[i];
-        if (t->dead || !(need[i] || side_effect(t->op))) {
+        if (t->dead || !(need[i] || kop_writes(t->op))) {
             t->dead = 1;
             continue;
         }
@@ -104,7 +104,7 @@ static int only_consumer(const struct trace *tr, int i)
     for (int j = i + 1; j < tr->n; j++) {
         if (tr->nodes[j].dead)
             continue;
-        if (side_effect(tr->nodes[j].op))
+        if (kop_writes(tr->nodes[j].op))
             return -1; /* never move a read past an in-place write */
         for (int k = 0; k < KMAX_IN; k++)
             if (same_ref(tr->nodes[j].in[k], out_ref(i, 0)))
@@ -334,7 +334,7 @@ static int fuse_xent_into_bwd(struct trace *tr, int i)
         struct tnode *b = &tr->nodes[j];
         if (b->dead)
             continue;
-        if (side_effect(b->op))
+        if (kop_writes(b->op))
             return 0; /* never move a read past an in-place write */
         if (b->op == KOP_XENT_BWD &&
             same_ref(b->in[XENT_BWD_IN_LOGITS], t->in[XENT_IN_LOGITS]) &&

@@ -91,7 +91,7 @@ void trace_build(Node *nodes, int n_nodes, int n_tensors, Tensor *const *roots, 
         if (!roots[r]->data)
             mark_live(nodes, live, roots[r]->node);
     for (int i = 0; i < n_nodes; i++)
-        if (!nodes[i].done && side_effect(nodes[i].op))
+        if (!nodes[i].done && kop_writes(nodes[i].op))
             mark_live(nodes, live, i);
     memset(tr, 0, sizeof *tr);
     tr->nodes = xcalloc((size_t)n_nodes, sizeof *tr->nodes);

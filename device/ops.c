@@ -8,6 +8,8 @@
 
 const struct kop_info *kop_info(int op) { return &kop_table[op]; }
 
+unsigned kop_writes(int op) { return kop_table[op].written; }
+
 const char *kop_name(int op)
 {
     return op >= 0 && op < KOP_COUNT ? kop_table[op].name : "?";

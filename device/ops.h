@@ -109,6 +109,7 @@ struct kop_info {
     int nin, nout;               /* operand counts (add_n: up to nin) */
     const struct kop_attr *attr; /* its attributes; a NULL name ends the list */
     double (*flops)(const struct kinstr *k); /* floating-point ops one call performs */
+    unsigned written;            /* the inputs it writes in place: 1u << NAME_IN_X, ... */
 };
 /* The table, a row per op (device/ops_gen.c, generated from ops.def). */
 extern const struct kop_info kop_table[KOP_COUNT];
@@ -117,6 +118,9 @@ const struct kop_info *kop_info(int op);
 void kop_format_attrs(char *buf, size_t n, int op, const union kattr *a);
 
 const char *kop_name(int op);
+/* The inputs op writes in place (ops.def's WRITES rows), a bit per input
+ * index; 0 for an op that writes only its outputs. */
+unsigned kop_writes(int op);
 /* Floating-point operations one instruction performs (for GFLOP/s). */
 double kop_flops(const struct kinstr *k);
 

@@ -26,6 +26,10 @@
 /* Fewer units than this leave a team little to share out: a redone unit
  * would repeat too large a part of the job. */
 #define REDO_MIN_UNITS 4
+/* The team's arenas and copies of the cores' programs (xla_sim.c), at
+ * most: a larger model keeps the plain schedule (and the trial finds the
+ * team no faster). */
+#define REDO_MAX_BYTES ((size_t)1 << 30)
 
 typedef struct RedoWork {
     /* Attempts unit `unit` of job `gen`; returns its result, or NULL if it

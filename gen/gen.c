@@ -188,6 +188,8 @@ struct op {
     const char *NAME, *name, *attrs, *flops;
     char *in[MAX_OPERANDS], *out[MAX_OPERANDS];
     int nin, nout, pointwise;
+    char *written[MAX_OPERANDS]; /* the inputs it writes in place (a WRITES row) */
+    int nwritten;
 };
 
 struct attrs {
@@ -235,19 +237,37 @@ static void read_ops(const char *path)
         struct op *o = &ops[nops];
         if (!strcmp(r->kind, "OP")) {
             want_args(r, 8, path);
-            *o = (struct op){r->arg[0], r->arg[1], r->arg[2], r->arg[3], {0}, {0}, 0, 0, 0};
+            *o = (struct op){.NAME = r->arg[0], .name = r->arg[1], .attrs = r->arg[2],
+                             .flops = r->arg[3]};
             o->nin = count_of(r, 4, 5, o->in, path);
             o->nout = count_of(r, 6, 7, o->out, path);
             nops++;
         } else if (!strcmp(r->kind, "POINTWISE")) {
             want_args(r, 5, path);
-            *o = (struct op){r->arg[0], r->arg[1], "elementwise", "flops_elementwise",
-                             {0}, {0}, 0, 0, 1};
+            *o = (struct op){.NAME = r->arg[0], .name = r->arg[1], .attrs = "elementwise",
+                             .flops = "flops_elementwise", .pointwise = 1};
             o->nin = count_of(r, 2, 3, o->in, path);
             o->nout = list_items(r, 4, o->out, MAX_OPERANDS, path);
             if (o->nout != 1)
                 die("%s:%d: a POINTWISE op has one output", path, r->line);
             nops++;
+        } else if (!strcmp(r->kind, "WRITES")) {
+            want_args(r, 2, path);
+            struct op *w = NULL;
+            for (int j = 0; j < nops; j++)
+                if (!strcmp(ops[j].NAME, r->arg[0]))
+                    w = &ops[j];
+            if (!w)
+                die("%s:%d: WRITES names %s, which no OP row before it defines", path, r->line,
+                    r->arg[0]);
+            w->nwritten = list_items(r, 1, w->written, MAX_OPERANDS, path);
+            for (int k = 0; k < w->nwritten; k++) {
+                int known = 0;
+                for (int j = 0; j < w->nin; j++)
+                    known |= !strcmp(w->in[j], w->written[k]);
+                if (!known)
+                    die("%s:%d: %s has no input %s", path, r->line, w->NAME, w->written[k]);
+            }
         } else if (!strcmp(r->kind, "ATTRS")) {
             struct attrs *a = &attrs[nattrs++];
             a->member = r->arg[0];
@@ -422,7 +442,7 @@ static void ops_table(void)
         }
         fprintf(out, "    {NULL, 0, 0},\n};\n\n");
     }
-    fprintf(out, "/* name, operand counts, printable attributes, FLOP count */\n");
+    fprintf(out, "/* name, operand counts, printable attributes, FLOP count, inputs written */\n");
     fprintf(out, "const struct kop_info kop_table[KOP_COUNT] = {\n");
     for (int i = 0; i < nops; i++) {
         const struct op *o = &ops[i];
@@ -431,15 +451,20 @@ static void ops_table(void)
             known |= !strcmp(attrs[a].member, o->attrs);
         if (!known)
             die("device/ops.def: %s's attributes %s have no ATTRS row", o->NAME, o->attrs);
-        char head[64], *cells[5];
+        char head[64], *cells[6];
         snprintf(head, sizeof head, "    [KOP_%s] = {", o->NAME);
         asprintf(&cells[0], "\"%s\"", o->name);
         asprintf(&cells[1], "%s_NIN", o->NAME);
         asprintf(&cells[2], "%s_NOUT", o->NAME);
         asprintf(&cells[3], "%s_attrs", o->attrs);
         asprintf(&cells[4], "%s", o->flops);
-        put_list(head, cells, 5, "},");
-        for (int c = 0; c < 5; c++)
+        char written[512] = "0";
+        for (int k = 0; k < o->nwritten; k++)
+            snprintf(written + (k ? strlen(written) : 0), sizeof written - (k ? strlen(written) : 0),
+                     "%s1u << %s_IN_%s", k ? " | " : "", o->NAME, o->written[k]);
+        asprintf(&cells[5], "%s", written);
+        put_list(head, cells, 6, "},");
+        for (int c = 0; c < 6; c++)
             free(cells[c]);
     }
     fprintf(out, "};\n");

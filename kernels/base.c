@@ -46,7 +46,10 @@ struct share *share_alloc(int n, int loops)
     size_t n_slots = (size_t)slots * (size_t)loops;
     struct share *s = kmalloc(sizeof *s + sizeof(struct share_slot) * n_slots);
     s->slots = slots;
-    s->chunk = n / (SHARE_CHUNKS * slots) > 1 ? n / (SHARE_CHUNKS * slots) : 1;
+    /* one thread (a redo team's attempt, a core of a board) has no one to
+     * steal from it: its whole loop is one claim */
+    s->chunk = slots == 1 ? (n > 1 ? n : 1)
+                          : n / (SHARE_CHUNKS * slots) > 1 ? n / (SHARE_CHUNKS * slots) : 1;
     for (int l = 0; l < loops; l++)
         for (int t = 0; t < slots; t++) /* my_share's split */
             atomic_init(&s->slot[(size_t)l * slots + t].range,

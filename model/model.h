@@ -51,6 +51,7 @@ typedef struct Model {
     int shards;         /* the pod's cores the moments are split over (1: none) */
     size_t mlen;        /* floats in each core's m and v: nw, or the largest shard */
     float *rep;         /* [ncores-1][nw + 2 mlen]: the other cores' w, m, v */
+    int lent;           /* a lent board: every core reads and writes core 0's w, m, v */
     int accum;          /* micro-batches a step (--grad-accum), 1: none */
     float *acc;         /* [levels][ncores][nw+1] their partial sums of gradients
                          * and loss, on the device between micro-batches */
@@ -81,8 +82,9 @@ void model_full_moments(const Model *m, float *mm, float *vv);
 /* Puts the moments back whole on core 0 (a collective). */
 void unshard_moments(Model *m);
 /* n cores' replicas of core 0's weights and Adam state, or of the weights
- * and each core's shard of the state (--shard-optimizer). */
-void alloc_replicas(Model *m, int n);
+ * and each core's shard of the state (--shard-optimizer); lent: n cores
+ * that share core 0's, with no replicas (model_lend_cores). */
+void alloc_replicas(Model *m, int n, int lent);
 /* The mean over every replica (each core of each process) of x,
  * parameter i's gradient summed over micro micro-batches (i = np: the
  * loss): the step's all-reduce, or under --shard-optimizer its

@@ -6,6 +6,7 @@
 #include "model/model.h"
 #include "device/allreduce.h"
 #include "pod/comm.h"
+#include "pod/error.h"
 #include "util/util.h"
 #include <stddef.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 /* A core's block in rep: its weights [nw], then m and v [mlen] each. */
 float *model_replica(const Model *m, int core, int which)
 {
-    if (core == 0)
+    if (core == 0 || m->lent)
         return which == REPLICA_W ? m->w : which == REPLICA_M ? m->m : m->v;
     float *block = m->rep + (size_t)(core - 1) * (m->nw + 2 * m->mlen);
     return which == REPLICA_W ? block : block + m->nw + (size_t)(which - 1) * m->mlen;
@@ -125,24 +126,28 @@ void unshard_moments(Model *m)
     m->mlen = m->nw;
 }
 
-void alloc_replicas(Model *m, int n)
+void alloc_replicas(Model *m, int n, int lent)
 {
     if (m->shards > 1)
         unshard_moments(m); /* whole again, then split anew */
     free(m->rep);
     n = n > 1 ? n : 1;
     m->ncores = n;
+    m->lent = lent && n > 1;
+    if (m->lent && m->shard_optimizer)
+        die(1, "a lent board shares core 0's whole Adam state: it cannot be sharded");
     m->shards = m->shard_optimizer ? n * comm_size() : 1;
     size_t total = (size_t)shard_total(m), shards = (size_t)m->shards;
     m->mlen = m->shards > 1 ? (total + shards - 1) / shards : m->nw; /* the largest shard */
-    m->rep = n > 1 ? xcalloc((size_t)(n - 1) * (m->nw + 2 * m->mlen), sizeof(float)) : NULL;
-    for (int c = 1; c < n; c++)
+    int replicas = m->lent ? 0 : n - 1;
+    m->rep = replicas ? xcalloc((size_t)replicas * (m->nw + 2 * m->mlen), sizeof(float)) : NULL;
+    for (int c = 1; c <= replicas; c++)
         for (int k = REPLICA_W; k <= REPLICA_V && (k == REPLICA_W || m->shards == 1); k++)
             memcpy(model_replica(m, c, k), model_replica(m, 0, k), m->nw * sizeof(float));
     if (m->shards > 1)
         shard_moments(m);
     xs_counter_set(C_STATE_CORE_BYTES, (long)(2 * m->mlen * sizeof(float)));
-    xs_counter_set(C_STATE_HOST_BYTES, (long)(2 * m->mlen * sizeof(float)) * n);
+    xs_counter_set(C_STATE_HOST_BYTES, (long)(2 * m->mlen * sizeof(float)) * (replicas + 1));
 }
 
 Tensor *mean_over_replicas(Model *m, Graph *g, Tensor *x, int i, int micro)

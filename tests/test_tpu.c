@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "util/rng.h"
 #include "safetensors/safetensors.h"
 #include "gpt.h"
@@ -25,11 +27,12 @@ static void fill(Batch *b, uint64_t seed)
     batch_finish(b);
 }
 
-enum { STEPS = 6 };
+enum { STEPS = 6, LENT8 = -8 };
 
 /* Trains STEPS steps of a fresh model, step s on cores[s] cores (0: the
- * eager cpu device, for every step), in the given precision; each step's
- * loss into loss[]. m is left for the caller to inspect. */
+ * eager cpu device, for every step; LENT8: a board of 8 lent, whose cores
+ * share core 0's weights and moments), in the given precision; each
+ * step's loss into loss[]. m is left for the caller to inspect. */
 static float train_on(Model *m, const int cores[STEPS], int prec, float loss[STEPS])
 {
     model_init(m, &cfg, 21);
@@ -39,7 +42,9 @@ static float train_on(Model *m, const int cores[STEPS], int prec, float loss[STE
     Batch b;
     batch_alloc(&b, 8, 32);
     for (int s = 0; s < STEPS; s++) {
-        if (s == 0 || cores[s] != cores[s - 1])
+        if (cores[s] == LENT8 && (s == 0 || cores[s - 1] != LENT8))
+            model_lend_cores(m, -LENT8);
+        else if (cores[s] != LENT8 && (s == 0 || cores[s] != cores[s - 1]))
             model_set_cores(m, cores[s] > 0 ? cores[s] : 1);
         fill(&b, (uint64_t)s);
         loss[s] = model_train_step(m, g, &b, 3e-3f);
@@ -101,21 +106,84 @@ static void check_layouts(int prec, const char *name)
     model_free(&ref);
 }
 
-/* One core's run lent a board of 8 for two steps and given back (cmd/
- * train.c's lend_board): the losses and the weights of one core
- * throughout. */
+/* One core's run switched to a board of 8 for two steps and back, as
+ * replicas of its own (model_set_cores) or lent (model_lend_cores: cmd/
+ * train.c's lend_board, the cores sharing core 0's weights and moments,
+ * which the device updates once): the losses and the weights of one core
+ * throughout. Where the device ran a lent board's Adam on every core, the
+ * one buffer took 8 updates a step. */
 static void check_lent_board(int prec, const char *name)
 {
-    static const int one[STEPS] = {1, 1, 1, 1, 1, 1}, lent[STEPS] = {1, 1, 8, 8, 1, 1};
-    Model ref, m;
+    static const int one[STEPS] = {1, 1, 1, 1, 1, 1};
+    static const int board[2][STEPS] = {{1, 1, 8, 8, 1, 1}, {1, 1, LENT8, LENT8, 1, 1}};
+    Model ref;
     float want[STEPS], got[STEPS];
     train_on(&ref, one, prec, want);
-    train_on(&m, lent, prec, got);
-    int s = first_other(got, want);
-    CHECK(same_state(&ref, &m, 0) && s < 0, "%s: a board of 8 lent for steps 2-3: the weights "
-          "differ from one core's, or step %d's loss", name, s);
+    int keep = omp_get_max_threads();
+    for (int lent = 0; lent < 2; lent++)
+        for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            Model m;
+            train_on(&m, board[lent], prec, got);
+            int s = first_other(got, want);
+            CHECK(same_state(&ref, &m, 0) && s < 0, "%s: a board of 8 %s for steps 2-3, %d "
+                  "threads: the weights differ from one core's, or step %d's loss", name,
+                  lent ? "lent" : "of replicas", threads, s);
+            model_free(&m);
+        }
+    omp_set_num_threads(keep);
     model_free(&ref);
+}
+
+/* A lent board holds no replicas: every core's weights and moments are
+ * core 0's. */
+static void check_lent_shares(void)
+{
+    Model m;
+    model_init(&m, &cfg, 21);
+    model_lend_cores(&m, 8);
+    int shared = m.rep == NULL && m.lent;
+    for (int c = 0; c < 8; c++)
+        for (int k = REPLICA_W; k < REPLICA_BLOCKS; k++)
+            shared &= model_replica(&m, c, k) == model_replica(&m, 0, k);
+    CHECK(shared, "a lent board of 8: a core holds weights or moments of its own");
+    model_set_cores(&m, 8);
+    CHECK(m.rep != NULL && !m.lent && model_replica(&m, 3, REPLICA_W) != m.w,
+          "a board of 8 after a lent one: the replicas are not each core's own");
     model_free(&m);
+}
+
+/* A program that writes a buffer its cores share before they meet in a
+ * collective would have each core write its own values into it: the
+ * device refuses it (exit 1) rather than run it. */
+static void check_shared_write_refused(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        omp_set_num_threads(1); /* the parent's OpenMP threads are not in this process */
+        float w[4] = {1, 2, 3, 4}, mm[4] = {0}, vv[4] = {0}, lr = 1e-3f;
+        int32_t t = 1;
+        void *wd[XS_MAX_CORES], *md[XS_MAX_CORES], *vd[XS_MAX_CORES];
+        for (int c = 0; c < 2; c++)
+            wd[c] = w, md[c] = mm, vd[c] = vv;
+        Graph *g = g_new();
+        g_set_lazy(g, 1);
+        g_set_cores(g, 2);
+        Tensor *p = g_leaf_rep(g, TK_PARAM, DT_F32, wd, 1, 4);
+        Tensor *m = g_leaf_rep(g, TK_STATE, DT_F32, md, 1, 4);
+        Tensor *v = g_leaf_rep(g, TK_STATE, DT_F32, vd, 1, 4);
+        Tensor *tt = g_leaf(g, TK_STATE, DT_I32, &t, 1, 1);
+        Tensor *rate = g_leaf(g, TK_INPUT, DT_F32, &lr, 1, 1);
+        g_adam(g, p, g_fill(g, 0.5f, 1, 4), m, v, tt, rate, 0.9f, 0.999f, 1e-8f);
+        g_mark_step(g, NULL, 0);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "Adam on 2 cores sharing one buffer, with no "
+          "all-reduce before it: the device ran it (status %d)", st);
 }
 
 /* The replicated program: one all-reduce per gradient and the loss, one
@@ -176,6 +244,8 @@ void test_tpu(void)
     check_layouts(PREC_BF16_PURE, "bf16-pure");
     check_lent_board(PREC_FP32, "fp32");
     check_lent_board(PREC_BF16, "bf16");
+    check_lent_shares();
+    check_shared_write_refused();
     check_program();
     check_precisions();
 }
