@@ -71,7 +71,6 @@ struct cache_entry {
     Program *prog;
 };
 
-
 /* What the lazy compiler keeps from one cut to the next (Graph holds one). */
 struct compiler {
     struct cache_entry *cache; /* [ncache] compiled programs, by structure */

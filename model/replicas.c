@@ -1,8 +1,10 @@
 /* replicas.c: data parallelism. On n simulated cores each core holds a
  * replica of the weights and Adam state (Model.rep) and runs the step on
  * its own B/n windows of the batch; with --shard-optimizer each core of
- * the pod keeps only its shard of the Adam state (ZeRO-1, below). The
- * model (gpt.c) asks for its leaves here and never sees the cores. */
+ * the pod keeps only its shard of the Adam state (ZeRO-1, below). A board
+ * lent to one core's run (model_lend_cores) holds no replicas: its cores
+ * share core 0's, and the device updates them once. The model (gpt.c)
+ * asks for its leaves here and never sees the cores. */
 #include "model/model.h"
 #include "device/allreduce.h"
 #include "pod/comm.h"
