@@ -652,21 +652,52 @@ static void lend_board(struct trainer *tr, int lend)
         model_set_cores(&tr->model, cores);
 }
 
+/* The redo team for the trial to try, where one core may lend it a board
+ * (lend_problem): known before the first step. */
+static void offer_lent_team(struct trainer *tr)
+{
+    tr->lends = tr->cores == 1 && !lend_problem(&tr->s, comm_size(), tr->model.nw);
+    if (tr->lends && tr->threads.full > 1)
+        tr->threads.redo = tr->threads.full + 1;
+}
+
 /* After the first step, which compiled the program: the redo team for the
- * trial to try where there are cores' programs enough to share out (or a
- * board one core may lend: lend_problem) and memory for their attempts;
- * or, given by --redo, a word if it cannot run. */
+ * trial to try where there are cores' programs enough to share out and
+ * memory for their attempts; or, given by --redo, a word if it cannot
+ * run. */
 static void offer_redo(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
     if (s->redo && !xs_redo_fits() && is_master())
         fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; the "
                 "cores' programs run without it\n", s->redo);
-    tr->lends = tr->cores == 1 && !lend_problem(s, comm_size(), tr->model.nw);
     /* a lent board's program has not run yet: withdraw_lent_team judges it once it has */
-    if (!s->redo && (tr->lends || (tr->cores >= REDO_MIN_UNITS && xs_redo_fits())) &&
+    if (!s->redo && !tr->lends && tr->cores >= REDO_MIN_UNITS && xs_redo_fits() &&
         tr->threads.full > 1)
         tr->threads.redo = tr->threads.full + 1;
+}
+
+/* A run that starts beside busy programs of its own session runs the
+ * offered team at once (trial_start_team), where the first window's trial
+ * would have tried it next: on one core from the first step, so that the
+ * lent board's program is the only one compiled; on a board of its own
+ * from the second, once the first has shown the team's memory fits. A pod
+ * keeps its trial: its ranks on one host are one another's busy
+ * programs. */
+static void start_team(struct trainer *tr)
+{
+    ThreadTrial *t = &tr->threads;
+    if (!t->started_shared || !t->redo || t->redoing || t->fixed || comm_size() > 1 ||
+        t->cores < 2) /* one core: the team's threads would only take turns */
+        return;
+    trial_start_team(t, t->redo);
+    xs_set_redo(t->redo);
+    lend_board(tr, tr->lends);
+    char how[80];
+    schedule_name(tr, RUN_REDO, how, sizeof how);
+    if (is_master())
+        fprintf(stderr, "gpt: busy programs of this session share the cores: starting on %s "
+                "(%d threads tried once they are gone)\n", how, t->full);
 }
 
 /* A lent board whose programs the team cannot take (their arenas and
@@ -677,11 +708,10 @@ static void withdraw_lent_team(struct trainer *tr)
     if (!tr->lends || xs_cores() != LEND_CORES || xs_redo_fits())
         return;
     tr->lends = 0;
-    tr->threads.redo = tr->threads.redoing = 0;
     if (tr->threads.fixed && is_master())
         fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; the "
                 "step runs on one core without it\n", tr->s.redo);
-    tr->threads.fixed = 0;
+    trial_withdraw_team(&tr->threads);
     lend_board(tr, 0);
 }
 
@@ -700,10 +730,13 @@ static void train_loop(struct trainer *tr)
                 why);
         xs_set_redo(s->redo);
         lend_board(tr, tr->lends);
-    } else if (tr->threads.started_one && is_master()) {
-        fprintf(stderr, "gpt: busy programs of other sessions share the cores with this one's "
-                "session, whatever its threads: starting on 1 thread (%d tried again once a "
-                "core is idle)\n", tr->threads.full);
+    } else {
+        if (tr->threads.started_one && is_master())
+            fprintf(stderr, "gpt: busy programs of other sessions share the cores with this "
+                    "one's session, whatever its threads: starting on 1 thread (%d tried again "
+                    "once a core is idle)\n", tr->threads.full);
+        offer_lent_team(tr);
+        start_team(tr);
     }
     for (int step = tr->start; step < s->steps; step++) {
         if (s->profile && step == tr->start)
@@ -717,8 +750,10 @@ static void train_loop(struct trainer *tr)
         double dt = now_seconds() - t0;
         tr->t_steps += dt;
         TrialNews news = trial_unit(&tr->threads, dt * 1e3);
-        if (step == tr->start)
+        if (step == tr->start) {
             offer_redo(tr);
+            start_team(tr);
+        }
         withdraw_lent_team(tr);
         xs_set_redo(tr->threads.redoing ? tr->threads.redo : 0);
         lend_board(tr, tr->lends && tr->threads.redoing);

@@ -161,14 +161,13 @@ void pace_ask_others(Pace *p)
         p->others_running = same + apart;
 }
 
-int pace_only_apart(void)
+void pace_others_now(int *same, int *apart)
 {
-    int own, same, apart;
+    int own;
     own_threads(&own);
-    if (others_running(own) == 0) /* nothing else runs: no walk over /proc */
-        return 0;
-    pace_others(&same, &apart);
-    return same == 0 && apart > 0;
+    *same = *apart = 0;
+    if (others_running(own) != 0) /* a walk over /proc only when something else runs */
+        pace_others(same, apart);
 }
 
 /* The machine's idle and total CPU ticks so far, over every CPU (the

@@ -74,8 +74,8 @@ void pace_others(int *same, int *apart);
  * due (a walk over /proc); its running processes also mend an
  * others_running of none (see pace.c). */
 void pace_ask_others(Pace *p);
-/* Whether other programs run now and every one is in another scheduling
- * group (pace_others, walked only when /proc/loadavg counts others). */
-int pace_only_apart(void);
+/* pace_others as the run starts, walked only when /proc/loadavg counts
+ * other programs' runnable threads (else none and none). */
+void pace_others_now(int *same, int *apart);
 
 #endif

@@ -27,19 +27,43 @@ void trial_start(ThreadTrial *t)
      * gives this process its group's share whatever its thread count
      * (pace_others): one thread from the first unit, as a trial would find
      * after a window at the full count's pace. A core left idle brings the
-     * full count's trial (trial_next). */
-    t->started_one = t->full > 1 && pace_only_apart();
+     * full count's trial (trial_next). Beside busy programs of its own
+     * group the caller may start the team at once (trial_start_team). */
+    int same, apart;
+    pace_others_now(&same, &apart);
+    t->started_one = t->full > 1 && same == 0 && apart > 0;
+    t->started_shared = t->full > 1 && same > 0;
     if (t->started_one)
         run_schedule(t, RUN_ONE);
 }
 
+void trial_start_team(ThreadTrial *t, int redo)
+{
+    t->redo = redo;
+    run_schedule(t, RUN_REDO);
+    /* the first window, PACE_FIRST steps of threads just started, would
+     * show the team too little CPU time (trial_next would try one thread
+     * for a whole window): the next window's end judges it instead */
+    t->since = t->every - 2;
+}
+
+void trial_withdraw_team(ThreadTrial *t)
+{
+    if (t->redoing)
+        run_schedule(t, RUN_FULL);
+    t->redo = 0;
+    t->fixed = 0;
+}
+
 /* Whether a team is offered and may take a share from other programs:
- * some of their threads are runnable (threads that only outnumber the
- * cores gain nothing by it), and not every one of them is in another
- * scheduling group (whose share the kernel keeps from the team). */
+ * the process may run on two cores or more (on one, the team's threads
+ * would only take turns), some of their threads are runnable (threads
+ * that only outnumber the cores gain nothing by it), and not every one of
+ * them is in another scheduling group (whose share the kernel keeps from
+ * the team). */
 static int team_may_gain(const ThreadTrial *t)
 {
-    return t->redo && t->pace.others_running != 0 && t->pace.others_apart <= 0;
+    return t->redo && t->cores > 1 && t->pace.others_running != 0 && t->pace.others_apart <= 0;
 }
 
 int trial_next(const ThreadTrial *t)

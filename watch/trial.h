@@ -64,6 +64,9 @@ typedef struct ThreadTrial {
     int every;     /* windows between trials now */
     int started_one; /* started on one thread: every other busy program was
                       * in another scheduling group */
+    int started_shared; /* other programs ran in this process's scheduling
+                         * group as it started (the caller may start the
+                         * team at once: trial_start_team) */
 } ThreadTrial;
 
 /* What one unit's end brought (trial_unit's result). */
@@ -80,6 +83,17 @@ typedef struct TrialNews {
  * other running program is in another scheduling group (started_one);
  * the pace starts with the first unit's end (trial_unit). */
 void trial_start(ThreadTrial *t);
+
+/* Runs the redo team of `redo` threads from the next unit, without a
+ * trial: for a run that started beside busy programs of its own
+ * scheduling group (started_shared), where the first window's trial would
+ * try the team next and a short run would spend its start on the way. The
+ * second window's end judges it as any window on the team (trial_next). */
+void trial_start_team(ThreadTrial *t, int redo);
+
+/* The team offered no more (its memory would not fit): a run on it goes
+ * back to the full count, and a given schedule is no longer fixed. */
+void trial_withdraw_team(ThreadTrial *t);
 
 /* The schedule running now (enum trial_schedule). */
 int trial_schedule(const ThreadTrial *t);
