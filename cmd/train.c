@@ -687,8 +687,7 @@ static void offer_redo(struct trainer *tr)
 static void start_team(struct trainer *tr)
 {
     ThreadTrial *t = &tr->threads;
-    if (!t->started_shared || !t->redo || t->redoing || t->fixed || comm_size() > 1 ||
-        t->cores < 2) /* one core: the team's threads would only take turns */
+    if (!t->started_shared || !t->redo || t->redoing || t->fixed || comm_size() > 1)
         return;
     trial_start_team(t, t->redo);
     xs_set_redo(t->redo);

@@ -32,7 +32,8 @@ void trial_start(ThreadTrial *t)
     int same, apart;
     pace_others_now(&same, &apart);
     t->started_one = t->full > 1 && same == 0 && apart > 0;
-    t->started_shared = t->full > 1 && same > 0;
+    /* on one core the team's threads would only take turns */
+    t->started_shared = t->full > 1 && t->cores > 1 && same > 0;
     if (t->started_one)
         run_schedule(t, RUN_ONE);
 }

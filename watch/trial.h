@@ -65,8 +65,8 @@ typedef struct ThreadTrial {
     int started_one; /* started on one thread: every other busy program was
                       * in another scheduling group */
     int started_shared; /* other programs ran in this process's scheduling
-                         * group as it started (the caller may start the
-                         * team at once: trial_start_team) */
+                         * group as it started, on two cores or more (the
+                         * caller may start the team at once: trial_start_team) */
 } ThreadTrial;
 
 /* What one unit's end brought (trial_unit's result). */
