@@ -72,7 +72,14 @@ KFLAGS_avx512 := -DVEC_AVX512 -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma
 KFLAGS_avx2   := -DVEC_AVX2 -mavx2 -mfma
 KFLAGS_neon   := -DVEC_NEON
 KFLAGS_scalar :=
-kernels = mkdir -p $(1) && $(foreach b,$(BACKENDS),$(2) $(KFLAGS_$(b)) -c -o $(1)/tensor-$(b).o tensor.c && \
+# gcc ends AVX code with vzeroupper (without it the SSE code that follows,
+# libm's fmaf among it, pays for the vector registers' dirty upper halves:
+# on an Intel Xeon the kernels suite's plain twins ran 50x slower) only
+# under -fexpensive-optimizations, which -O2 turns on: the -O1 and -O0
+# builds below (debug, dyn, cov) ask for it. clang always ends it so.
+# $(call vzeroupper,COMPILER,BACKEND) is that flag where it is needed.
+vzeroupper = $(if $(findstring clang,$(1)),,$(if $(filter avx2 avx512,$(2)),-fexpensive-optimizations))
+kernels = mkdir -p $(1) && $(foreach b,$(BACKENDS),$(2) $(KFLAGS_$(b)) $(call vzeroupper,$(2),$(b)) -c -o $(1)/tensor-$(b).o tensor.c && \
           $(call backend_names,$(1)/tensor-$(b).o,$(b),$(NM),$(OBJCOPY)) &&) true
 kobjs   = $(foreach b,$(BACKENDS),$(1)/tensor-$(b).o)
 KSRC    := tensor.c
@@ -109,7 +116,7 @@ all: gpt
 KOBJ := $(call kobjs,build/gpt)
 build/gpt/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh $(FLAVOUR)
 	@mkdir -p build/gpt
-	$(CC) $(CFLAGS) $(WARN) $(OMP) $(KFLAGS_$*) -c -o $@ tensor.c
+	$(CC) $(CFLAGS) $(WARN) $(OMP) $(KFLAGS_$*) $(call vzeroupper,$(CC),$*) -c -o $@ tensor.c
 	$(call backend_names,$@,$*,$(NM),$(OBJCOPY))
 
 # One object per source under build/gpt (make test's house suite reads
@@ -124,14 +131,27 @@ gpt: $(MAINOBJ) $(OBJ) $(KOBJ)
 	$(CC) $(CFLAGS) $(OMP) $(STATIC) -o $@ $(MAINOBJ) $(OBJ) $(KOBJ) $(LDLIBS)
 
 # The LLVM flavour under its own name, for make bench-flavours.
-gpt-llvm: $(MAIN) $(SRC) $(KSRC) $(HDR)
-	$(call kernels,build/llvm,clang $(CFLAGS) $(WARN) $(LLVM_OMP))
-	clang $(CFLAGS) $(WARN) $(LLVM_OMP) -o $@ $(MAIN) $(SRC) $(call kobjs,build/llvm) $(LLVM_LIBS)
+LLVMCC  := clang $(CFLAGS) $(WARN) $(LLVM_OMP)
+LLVMOBJ := $(MAIN:%.c=build/llvm/%.o) $(SRC:%.c=build/llvm/%.o) $(call kobjs,build/llvm)
+build/llvm/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh
+	@mkdir -p build/llvm
+	$(LLVMCC) $(KFLAGS_$*) -c -o $@ tensor.c
+	$(call backend_names,$@,$*,$(NM),$(OBJCOPY))
+build/llvm/%.o: %.c $(HDR)
+	@mkdir -p $(dir $@)
+	$(LLVMCC) -c -o $@ $<
+gpt-llvm: $(LLVMOBJ)
+	$(LLVMCC) -o $@ $(LLVMOBJ) $(LLVM_LIBS)
 
 # gpt-mpi: the same program over Open MPI (Debian: openmpi-bin,
 # libopenmpi-dev), for runs of several processes: mpirun -np N ./gpt-mpi.
-gpt-mpi: $(MAIN) $(SRC) $(KOBJ) $(HDR) $(FLAVOUR)
-	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -o $@ $(MAIN) $(SRC) $(KOBJ) $(LDLIBS)
+# Only pod/comm.c reads GPT_MPI: the rest are gpt's own objects.
+MPIOBJ  := $(MAINOBJ) $(filter-out build/gpt/pod/comm.o,$(OBJ)) build/mpi/pod/comm.o $(KOBJ)
+build/mpi/pod/comm.o: pod/comm.c $(HDR) $(FLAVOUR)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(WARN) $(OMP) -DGPT_MPI -c -o $@ pod/comm.c
+gpt-mpi: $(MPIOBJ)
+	$(MPICC) $(CFLAGS) $(OMP) -o $@ $(MPIOBJ) $(LDLIBS)
 
 mpi: gpt-mpi
 
@@ -199,9 +219,15 @@ bench: bench/bench gpt $(MPI_BIN)
 # Both builds side by side (when clang, libomp and mimalloc are there).
 HAVE_LLVM = $(shell printf '\043include <omp.h>\n\043include <mimalloc.h>\nint main(void){return omp_get_max_threads() < 0;}\n' | \
           clang -fopenmp=libomp -x c - -o /dev/null -lmimalloc >/dev/null 2>&1 && echo yes)
+# (in plain make's flavour that is gpt itself)
+ifeq ($(LLVM),1)
 bench/gpt-gcc: $(MAIN) $(SRC) $(KSRC) $(HDR)
 	$(call kernels,build/gcc,gcc $(CFLAGS) $(WARN) -fopenmp)
 	gcc $(CFLAGS) $(WARN) -fopenmp -static -o $@ $(MAIN) $(SRC) $(call kobjs,build/gcc) -lm
+else
+bench/gpt-gcc: gpt
+	cp gpt $@
+endif
 bench-flavours: bench/gpt-gcc gpt-llvm
 	bench/flavours.sh bench/gpt-gcc ./gpt-llvm $(BENCH_FLAGS)
 
@@ -226,14 +252,41 @@ bench-mpi: bench/comm_bench
 	$(MPIRUN) -np 2 ./bench/comm_bench "shared memory"
 
 # ASan + UBSan build of the binary and the tests (not static: the
-# sanitizer runtimes are shared libraries).
+# sanitizer runtimes are shared libraries), one object per source under
+# build/debug, shared by both (make -j2 compiles two at a time). The
+# kernels without gcc's variable tracking by assignments: on tensor.c it
+# gives up anyway ("size limit exceeded, retrying without"), after
+# minutes (the plain-C object took 385 s with it, 96 s without).
 DEBUGCC := $(CC) -O1 -g $(WARN) $(OMP) -fsanitize=address,undefined -fno-omit-frame-pointer
-debug: $(MAIN) $(SRC) $(KSRC) $(HDR) $(TESTSRC) $(TESTHDR)
-	$(call kernels,build/debug,$(DEBUGCC))
-	$(DEBUGCC) -o gpt-debug $(MAIN) $(SRC) $(call kobjs,build/debug) $(LDLIBS)
-	$(DEBUGCC) -o tests/run-debug $(SRC) $(TESTSRC) $(call kobjs,build/debug) $(LDLIBS)
+DEBUGOBJ := $(SRC:%.c=build/debug/%.o)
+DEBUGKOBJ := $(call kobjs,build/debug)
+build/debug/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh $(FLAVOUR)
+	@mkdir -p build/debug
+	$(DEBUGCC) -fno-var-tracking-assignments $(KFLAGS_$*) $(call vzeroupper,$(CC),$*) -c -o $@ tensor.c
+	$(call backend_names,$@,$*,$(NM),$(OBJCOPY))
+build/debug/%.o: %.c $(HDR) $(TESTHDR) $(FLAVOUR)
+	@mkdir -p $(dir $@)
+	$(DEBUGCC) -c -o $@ $<
+gpt-debug: $(MAIN:%.c=build/debug/%.o) $(DEBUGOBJ) $(DEBUGKOBJ)
+	$(DEBUGCC) -o $@ $(MAIN:%.c=build/debug/%.o) $(DEBUGOBJ) $(DEBUGKOBJ) $(LDLIBS)
+tests/run-debug: $(DEBUGOBJ) $(TESTSRC:%.c=build/debug/%.o) $(DEBUGKOBJ)
+	$(DEBUGCC) -o $@ $(DEBUGOBJ) $(TESTSRC:%.c=build/debug/%.o) $(DEBUGKOBJ) $(LDLIBS)
+debug: gpt-debug tests/run-debug
 
-# valgrind needs a dynamically linked binary to see malloc and free.
+# valgrind needs a dynamically linked binary to see malloc and free:
+# gpt-dyn, its objects under build/dyn (the fuzzers' seed tool shares them).
+DYNCC   := $(CC) -O1 -g $(WARN) $(OMP)
+DYNOBJ  := $(SRC:%.c=build/dyn/%.o)
+DYNKOBJ := $(call kobjs,build/dyn)
+build/dyn/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh $(FLAVOUR)
+	@mkdir -p build/dyn
+	$(DYNCC) -fno-var-tracking-assignments $(KFLAGS_$*) $(call vzeroupper,$(CC),$*) -c -o $@ tensor.c
+	$(call backend_names,$@,$*,$(NM),$(OBJCOPY))
+build/dyn/%.o: %.c $(HDR) $(FLAVOUR)
+	@mkdir -p $(dir $@)
+	$(DYNCC) -c -o $@ $<
+gpt-dyn: $(MAIN:%.c=build/dyn/%.o) $(DYNOBJ) $(DYNKOBJ)
+	$(DYNCC) -o $@ $(MAIN:%.c=build/dyn/%.o) $(DYNOBJ) $(DYNKOBJ) $(LDLIBS)
 MEMRUN := --embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 \
           --eval-batch 8 --eval-every 5 --steps 10 --data tests/tmp/mem.txt
 # libgomp's worker threads keep their thread-local blocks until exit
@@ -243,10 +296,8 @@ VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
 
 # The sanitized suites (tests/run-debug, last) start ./gpt and ./gpt-mpi;
 # slower under the sanitizers, each gets an hour rather than 10 minutes.
-check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt
+check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt gpt-dyn
 	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure tests/tmp/mem-lent && mkdir -p tests/tmp
-	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
-	$(CC) -O1 -g $(WARN) $(OMP) -o gpt-dyn $(MAIN) $(SRC) $(call kobjs,build/dyn) $(LDLIBS)
 	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | head -c 20000 > tests/tmp/mem.txt
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --out tests/tmp/mem
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --device cpu --out tests/tmp/mem-cpu
@@ -277,12 +328,11 @@ check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt
 # objects: instrumented, the vector code takes clang many minutes to build.
 FUZZ_SECONDS ?= 60
 FUZZ_CC := clang -O1 -g -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I.
-fuzz: $(SRC) $(KSRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
+fuzz: $(DYNOBJ) $(DYNKOBJ) $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
 	mkdir -p tests/tmp/fuzz tests/fuzz-corpus tests/tmp/fuzz-tar
-	$(call kernels,build/dyn,$(CC) -O1 -g $(WARN) $(OMP))
-	$(CC) -O1 -g $(WARN) $(OMP) -o tests/tmp/fuzz-seed $(SRC) tests/fuzz_seed.c $(call kobjs,build/dyn) $(LDLIBS)
+	$(DYNCC) -o tests/tmp/fuzz-seed $(DYNOBJ) tests/fuzz_seed.c $(DYNKOBJ) $(LDLIBS)
 	./tests/tmp/fuzz-seed
-	$(FUZZ_CC) -fopenmp=libgomp -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(call kobjs,build/dyn) $(LDLIBS)
+	$(FUZZ_CC) -fopenmp=libgomp -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(DYNKOBJ) $(LDLIBS)
 	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=60 \
 	    -artifact_prefix=tests/tmp/ \
 	    tests/tmp/fuzz tests/fuzz-corpus
@@ -331,7 +381,7 @@ COVOBJ   := $(MAIN:%.c=$(COVDIR)/%.o) $(SRC:%.c=$(COVDIR)/%.o) $(COVDIR)/tests/p
 COVKOBJ  := $(call kobjs,$(COVDIR))
 $(COVDIR)/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh
 	@mkdir -p $(COVDIR)
-	$(COVCC) $(KFLAGS_$*) -c -o $@ tensor.c
+	$(COVCC) $(KFLAGS_$*) $(call vzeroupper,gcc,$*) -c -o $@ tensor.c
 	$(call backend_names,$@,$*,$(NM),$(OBJCOPY))
 $(COVDIR)/%.o: %.c $(HDR)
 	@mkdir -p $(dir $@)
@@ -364,12 +414,17 @@ build/arm64/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh
 	@mkdir -p build/arm64
 	$(ARM64_CC) $(CFLAGS) $(WARN) -fopenmp $(KFLAGS_$*) -c -o $@ tensor.c
 	$(call backend_names,$@,$*,$(ARM64_NM),$(ARM64_OBJCOPY))
-gpt-arm64: $(MAIN) $(SRC) $(ARM64_KOBJ) $(HDR)
-	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(MAIN) $(SRC) $(ARM64_KOBJ) -lm
-tests/run-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) $(TESTSRC) $(TESTHDR)
-	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(SRC) $(TESTSRC) $(ARM64_KOBJ) -lm
-bench/bench-arm64: $(SRC) $(ARM64_KOBJ) $(HDR) bench/bench.c
-	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $(SRC) bench/bench.c $(ARM64_KOBJ) -lm
+# every other source once, as an object the three links share
+ARM64_OBJ    := $(SRC:%.c=build/arm64/%.o)
+build/arm64/%.o: %.c $(HDR) $(TESTHDR)
+	@mkdir -p $(dir $@)
+	$(ARM64_CC) $(CFLAGS) $(WARN) -fopenmp -c -o $@ $<
+gpt-arm64: $(MAIN:%.c=build/arm64/%.o) $(ARM64_OBJ) $(ARM64_KOBJ)
+	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $^ -lm
+tests/run-arm64: $(ARM64_OBJ) $(TESTSRC:%.c=build/arm64/%.o) $(ARM64_KOBJ)
+	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $^ -lm
+bench/bench-arm64: $(ARM64_OBJ) build/arm64/bench/bench.o $(ARM64_KOBJ)
+	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $^ -lm
 arm64: gpt-arm64 tests/run-arm64 bench/bench-arm64
 test-arm64: gpt-arm64 tests/run-arm64
 	ARM64_SKIP='$(ARM64_SKIP)' tests/arm64.sh $(ARM64_SUITES)

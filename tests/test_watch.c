@@ -494,7 +494,10 @@ static void check_pace_note(void)
  * (OMP_WAIT_POLICY=active): with gpt's brief spin before a sleep, two
  * threads on one core of an Intel Xeon VM took only about 1.1x one
  * thread's step, too near the trial's 5% to be kept every time; spinning,
- * 1.2-2.0x. */
+ * 1.2-2.0x, and still, once in some CI runs there, not 5% slower over
+ * the trial's window: the run gets TRIAL_ATTEMPTS tries to keep one
+ * thread, and every try must give the bits of --threads 1. */
+enum { TRIAL_ATTEMPTS = 3 };
 static void check_thread_trial(void)
 {
     char out[4096];
@@ -511,14 +514,24 @@ static void check_thread_trial(void)
              "--steps %d --eval-every 100000 --ckpt-every 100000 --final-bytes 0 --threads 1 "
              "--out " WD "/trial1 >/dev/null 2>&1 && cmp " WD "/trial2/ckpt-%08d.safetensors "
              WD "/trial1/ckpt-%08d.safetensors && echo same", steps, steps, steps, steps);
-    int rc = t_run(cmd, out, sizeof out);
-    const char *said = strstr(out, "going on with 1"), *at = NULL;
-    for (const char *l = strstr(out, "gpt: step "); l && said && l < said; l = strstr(l + 1, "gpt: step "))
-        at = l; /* the line that says it */
-    int step = at ? atoi(at + strlen("gpt: step ")) : -1;
+    int rc, step;
+    const char *said;
+    for (int attempt = 0; attempt < TRIAL_ATTEMPTS; attempt++) {
+        t_run("rm -rf " WD "/trial1 " WD "/trial2", out, sizeof out);
+        rc = t_run(cmd, out, sizeof out);
+        const char *at = NULL;
+        said = strstr(out, "going on with 1");
+        for (const char *l = strstr(out, "gpt: step "); l && said && l < said;
+             l = strstr(l + 1, "gpt: step "))
+            at = l; /* the line that says it */
+        step = at ? atoi(at + strlen("gpt: step ")) : -1;
+        if (rc != 0 || !strstr(out, "same") || (said && step <= steps - 1 - PACE_WINDOW))
+            break; /* other bits (a failure whatever the timing), or kept in time */
+    }
     CHECK(rc == 0 && said && step <= steps - 1 - PACE_WINDOW && strstr(out, "same"),
-          "2 threads on one core over %d steps: rc %d, want \"going on with 1\" by step %d and "
-          "the same checkpoint as --threads 1: %.600s", steps, rc, steps - 1 - PACE_WINDOW, out);
+          "2 threads on one core over %d steps (%d tries): rc %d, want \"going on with 1\" by "
+          "step %d and the same checkpoint as --threads 1: %.600s", steps, TRIAL_ATTEMPTS, rc,
+          steps - 1 - PACE_WINDOW, out);
     /* gpt sample's bytes and gpt eval's passes run the same trial: the
      * same bytes and loss whichever count each part ran on */
     rc = t_run("for t in 1 2; do taskset -c 0 ./gpt sample --ckpt " WD "/trial1 --bytes 600 "
