@@ -890,7 +890,7 @@ static void check_examples(void)
     static const char *const same[] = {"train-step-traced.txt", "train-step-program.txt",
                                        "train-step-program.dot"};
     char out[2048], a[160], b[160];
-    int rc = t_run("rm -rf " REMADE " && make -s docs-examples DOCS_OUT=" REMADE " 2>&1", out,
+    int rc = t_run("rm -rf " REMADE " && MAKEFLAGS= make -s docs-examples DOCS_OUT=" REMADE " 2>&1", out,
                    sizeof out);
     CHECK(rc == 0, "make docs-examples: exit %d: %s", rc, out);
     for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
