@@ -65,6 +65,15 @@ static void emit_raw(int c, void *ctx)
     fflush(stdout);
 }
 
+/* The thread trial of a sample or an eval, which has no redo team to
+ * offer: beside busy programs of its own session, one thread at once. */
+static void start_threads(ThreadTrial *t)
+{
+    trial_start(t);
+    if (t->started_shared)
+        trial_start_one(t);
+}
+
 int cmd_sample(int argc, char **argv)
 {
     struct settings s = defaults;
@@ -111,7 +120,7 @@ int cmd_sample(int argc, char **argv)
         rng_seed(&r[i], (uint64_t)s.seed + (uint64_t)i, RNG_SAMPLE); /* = --seed SEED+i alone */
     }
     ThreadTrial threads; /* one thread, should other programs hold the cores */
-    trial_start(&threads);
+    start_threads(&threads);
     SampleOpts so = {(float)s.temperature, s.top_k, ns == 1 ? emit_raw : NULL, NULL, &threads};
     if (ns == 1)
         fputs(s.prompt, stdout); /* one passage streams as it grows */
@@ -187,7 +196,7 @@ int cmd_eval(int argc, char **argv)
     Graph *g = new_graph(&s);
     int tty = progress_on_stderr("auto");
     ThreadTrial threads; /* one thread, should other programs hold the cores */
-    trial_start(&threads);
+    start_threads(&threads);
     double t0 = now_seconds();
     struct eval_progress p = {.on = tty, .t0 = t0, .threads = &threads, .last = t0};
     watch_compiles(tty, 1.0);

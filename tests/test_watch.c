@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "util/threads.h"
 #include "util/util.h"
 #include "watch/pace.h"
 #include "watch/trial.h"
@@ -239,6 +240,30 @@ static void check_pace_idle(void)
           idle);
 }
 
+/* Windows of short units (a sampled byte's) see too few of /proc/stat's
+ * ticks to count the idle cores: they stay pending until a span of
+ * PACE_IDLE_MS has ended with a window, and a new span (a schedule
+ * changed) makes them pending again. */
+static void check_pace_span(void)
+{
+    Pace p;
+    pace_start(&p);
+    double t0 = now_seconds();
+    while (p.windows < 3 && 1e3 * (now_seconds() - t0) < PACE_IDLE_MS / 2)
+        pace_step(&p, 0.2, 1, 0);
+    int windows = p.windows, within = 1e3 * (now_seconds() - t0) < PACE_IDLE_MS / 2;
+    CHECK(!within || p.idle_cores == PACE_IDLE_PENDING, "%d windows of 0.2 ms units: %.2f "
+          "idle cores, want pending (%.0f)", windows, p.idle_cores, PACE_IDLE_PENDING);
+    usleep((useconds_t)(1e3 * PACE_IDLE_MS));
+    for (int w = p.windows; p.windows == w;)
+        pace_step(&p, 0.2, 1, 0);
+    CHECK(p.idle_cores >= 0 || p.idle_cores == PACE_IDLE_NO_PROC, "a window that ends a span "
+          "of %.0f ms: %.2f idle cores, want a count", PACE_IDLE_MS, p.idle_cores);
+    pace_new_span(&p);
+    CHECK(p.idle_cores == PACE_IDLE_PENDING, "a new span: %.2f idle cores, want pending",
+          p.idle_cores);
+}
+
 /* pace_step on synthetic step times: steady steps never flag, even
  * jittery ones; a stretch twice as slow says +1 at its first window, once,
  * and the first window back says -1; a slowdown between PACE_BACK and
@@ -284,6 +309,7 @@ static void check_pace_unit(void)
               "want %d", longer[i].ms, p.len, longer[i].len);
     }
     check_pace_idle();
+    check_pace_span();
 }
 
 /* The schedule a due trial tries (trial_next), from each schedule, on
@@ -292,7 +318,9 @@ static void check_pace_unit(void)
  * one thread, the full count once a core sat idle, else the team while
  * another program runs; from the team, the full count once no other
  * program runs, else one thread if the team had about one core's time
- * (more, and one thread cannot beat it). */
+ * (more, and one thread cannot beat it). Before a span of the pace has
+ * counted the idle cores, one thread waits; where /proc does not count
+ * them, it tries the full count. */
 static void check_trial_next(void)
 {
     const struct {
@@ -310,6 +338,8 @@ static void check_trial_next(void)
         {RUN_ONE, 3, -1, 1, 1, 0.0, 1.0, RUN_REDO},
         {RUN_ONE, 0, -1, 1, 1, 0.0, 1.0, -1},
         {RUN_ONE, 3, -1, 1, 0, 0.0, 1.0, -1},
+        {RUN_ONE, 0, -1, 1, 1, PACE_IDLE_PENDING, 1.0, -1},
+        {RUN_ONE, 0, -1, 1, 1, PACE_IDLE_NO_PROC, 1.0, RUN_FULL},
         {RUN_REDO, 3, -1, 1, 0, 0.0, 1.5, RUN_FULL},
         {RUN_REDO, 3, -1, 1, 1, 0.0, 1.0, RUN_ONE},
         {RUN_REDO, 3, -1, 1, 1, 0.0, 1.5, -1},
@@ -384,13 +414,18 @@ static void check_pace_others(void)
     /* and the trial starts on every thread: the loop shares this group */
     int keep = omp_get_max_threads();
     omp_set_num_threads(2);
-    ThreadTrial near;
+    ThreadTrial near, one;
     trial_start(&near);
+    trial_start(&one);
+    trial_start_one(&one); /* a sample's or an eval's start (cmd/commands.c) */
+    int one_omp = omp_get_max_threads();
     omp_set_num_threads(keep);
     t_run("kill $(cat " WD "/busy.pid)", out, sizeof out);
     CHECK(!near.started_one && near.now == 2 && near.started_shared, "a busy loop of this "
           "session: the trial started on %d threads, want 2, and said %d for started_shared, "
           "want 1", near.now, near.started_shared);
+    CHECK(one.now == 1 && one_omp == 1 && trial_schedule(&one) == RUN_ONE, "trial_start_one: "
+          "%d threads (OpenMP's %d), want 1", one.now, one_omp);
     CHECK(same >= 1, "a busy loop of this session: pace_others said %d "
           "running in this group, %d apart (%d and %d before it)", same, apart, same0, apart0);
     CHECK(mended.others_running >= 1 && mended.others_apart == 0, "a busy loop of this "
@@ -607,6 +642,67 @@ static void check_team_from_start(void)
           out);
 }
 
+/* Bytes in the file at path (0: none yet), a progress for t_wait_for. */
+static int file_bytes(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    long n = f && !fseek(f, 0, SEEK_END) ? ftell(f) : 0;
+    if (f)
+        fclose(f);
+    return (int)n;
+}
+
+/* The threads of process pid (/proc/PID/status), or -1. */
+static int process_threads(pid_t pid)
+{
+    char path[64], line[256];
+    int n = -1;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* gpt sample started beside a busy loop of its session (cmd/commands.c,
+ * start_threads) runs one thread from the start, where its short run
+ * would otherwise spend its first window at the full count: once it has
+ * streamed past the context (the bigger steps), the process has one
+ * thread; and the bytes of --threads 1. gpt eval starts the same way and
+ * gives the loss of --threads 1. */
+static void check_sample_from_start(void)
+{
+    char out[4096];
+    if (affinity_cores() < 2) {
+        SKIP_MACHINE("a sample beside a busy loop not checked: this process may run on one "
+                     "core, where two threads would only take turns");
+        return;
+    }
+    pid_t busy = t_spawn("exec sh -c 'while :; do :; done'");
+    usleep(200000); /* the loop runnable as the sample starts */
+    pid_t run = t_spawn("exec ./gpt sample --ckpt " WD "/trial1 --bytes 3000 --threads 2 > "
+                        WD "/busy-sample");
+    t_wait_for(file_bytes, WD "/busy-sample", 400, run);
+    int threads = process_threads(run), status = 0;
+    waitpid(run, &status, 0);
+    int rc = t_run("./gpt eval --ckpt " WD "/trial1 --data " WD "/text.txt --chunk 4 "
+                   "--threads 2 > " WD "/busy-eval", out, sizeof out);
+    kill(busy, SIGKILL);
+    waitpid(busy, NULL, 0);
+    CHECK(threads == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "gpt sample beside a "
+          "busy loop of its session: %d threads after 400 bytes, want 1 (exit status %d)",
+          threads, status);
+    if (rc == 0)
+        rc = t_run("./gpt sample --ckpt " WD "/trial1 --bytes 3000 --threads 1 > " WD
+                   "/quiet-sample && cmp " WD "/busy-sample " WD "/quiet-sample && cmp " WD
+                   "/busy-eval " WD "/trial-eval1 && echo same", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "same"), "sample and eval beside a busy loop against "
+          "--threads 1: rc %d: %.400s", rc, out);
+}
+
 void test_watch(void)
 {
     char out[256];
@@ -626,6 +722,7 @@ void test_watch(void)
     check_pace_others();
     check_pace_note();
     check_thread_trial();
+    check_sample_from_start();
     check_redo_team("--cores 8 and the redo team", "--cores 8", 4);
     check_redo_team("a board lent to one core's redo team", "", 3);
     check_team_from_start();

@@ -215,10 +215,31 @@ void pace_start(Pace *p)
     p->delay0 = own_threads(&own);
     p->t0 = clock_s();
     p->cpu0 = cpu_s();
-    p->idle_cores = -1;
     p->others_running = p->others_apart = -1;
     p->len = PACE_FIRST;
+    pace_new_span(p);
+}
+
+void pace_new_span(Pace *p)
+{
+    p->idle_cores = PACE_IDLE_PENDING;
+    p->idle_t0 = clock_s();
     cpu_ticks(&p->idle0, &p->total0);
+}
+
+/* At a window's end, now: the idle cores over the span, once it has
+ * lasted PACE_IDLE_MS, and the next span starts. */
+static void idle_span(Pace *p, double now)
+{
+    if (1e3 * (now - p->idle_t0) < PACE_IDLE_MS)
+        return;
+    unsigned long long idle, total;
+    int cpus = cpu_ticks(&idle, &total);
+    p->idle_cores = cpus > 0 && total > p->total0 ? (double)cpus * (double)(idle - p->idle0) /
+                                                        (double)(total - p->total0)
+                                                  : PACE_IDLE_NO_PROC;
+    p->idle0 = idle, p->total0 = total;
+    p->idle_t0 = now;
 }
 
 /* Steps in the window after one whose median step took median_ms. */
@@ -245,13 +266,7 @@ int pace_step(Pace *p, double ms, int threads, int trial)
     p->windows++;
     p->delay0 = delay;
     p->t0 = now;
-    /* the machine's idle cores over the window (every program's) */
-    unsigned long long idle, total;
-    int cpus = cpu_ticks(&idle, &total);
-    p->idle_cores = cpus > 0 && total > p->total0 ? (double)cpus * (double)(idle - p->idle0) /
-                                                        (double)(total - p->total0)
-                                                  : -1;
-    p->idle0 = idle, p->total0 = total;
+    idle_span(p, now);
     p->others_running = others_running(own);
     p->others_apart = -1; /* pace_others' walk over /proc is for the trial to ask */
     if (trial)

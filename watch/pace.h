@@ -11,8 +11,10 @@
  * for a core (/proc/self/task/N/schedstat's run delay), as a share of the
  * window's time. Steps PACE_SLOW times slower, with threads kept from
  * their cores, is a busy machine; a window back within PACE_BACK of the
- * best ends it. How many cores sat idle over the window (/proc/stat, the
- * whole machine's) says whether more threads would find a core. */
+ * best ends it. How many cores sat idle (/proc/stat, the whole machine's)
+ * says whether more threads would find a core: counted over a span of
+ * PACE_IDLE_MS or more, since /proc/stat counts in ticks of 10 ms, which a
+ * window of short units (a sampled byte: 0.2 ms) may not even see. */
 #ifndef WATCH_PACE_H
 #define WATCH_PACE_H
 
@@ -30,6 +32,11 @@
  * programs want the cores, even where the run never saw a faster pace (it
  * started beside them). */
 #define PACE_CONTENDED 0.10
+/* The idle cores' span: 100 ms of /proc/stat's ticks put them within a
+ * tenth of a core per CPU counted. */
+#define PACE_IDLE_MS 100.0
+#define PACE_IDLE_NO_PROC -1.0 /* idle_cores where /proc/stat does not say */
+#define PACE_IDLE_PENDING -2.0 /* ... before a span since pace_new_span has ended */
 
 typedef struct Pace {
     double ms[PACE_WINDOW]; /* this window's step times */
@@ -41,8 +48,10 @@ typedef struct Pace {
     int windows;            /* whole windows timed */
     double slowdown;        /* the last whole window's median / best */
     double waited;          /* its threads' run delay / (its wall time x threads) */
-    double idle_cores;      /* the machine's idle CPU time over the window, in
-                             * cores (every program's: /proc/stat); -1 unknown */
+    double idle_cores;      /* the machine's idle CPU time over the last span of
+                             * PACE_IDLE_MS or more to end with a window, in cores
+                             * (every program's: /proc/stat); PACE_IDLE_NO_PROC or
+                             * PACE_IDLE_PENDING */
     int others_running;     /* other programs' runnable threads as the window
                              * ended (/proc/loadavg less this process's); -1 unknown */
     int others_apart;       /* the other programs' running processes if every one is
@@ -50,6 +59,7 @@ typedef struct Pace {
                              * unknown (pace_step leaves it so; watch/trial.c asks) */
     double cores_used;      /* this process's CPU time over the window's wall time */
     double delay0, t0, cpu0; /* run delay (s), clock and CPU time at the window's start */
+    double idle_t0;         /* the clock at the idle cores' span's start */
     unsigned long long idle0, total0; /* /proc/stat's idle and all ticks then */
     int busy;               /* the state said last */
 } Pace;
@@ -57,6 +67,9 @@ typedef struct Pace {
 /* Starts the first window. A run calls it after its first step, which
  * traces and compiles and would tell nothing of the pace. */
 void pace_start(Pace *p);
+/* Starts the idle cores' span afresh (idle_cores pending): the schedule
+ * has changed, and the idle cores of the one before would mislead. */
+void pace_new_span(Pace *p);
 /* One step of ms milliseconds on `threads` threads; at a window's end,
  * returns +1 when the run has just become busy, -1 when it has just
  * recovered, else 0. A trial window (another thread count tried) is timed

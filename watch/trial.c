@@ -6,6 +6,8 @@
 
 static void run_schedule(ThreadTrial *t, int schedule)
 {
+    if (schedule != trial_schedule(t))
+        pace_new_span(&t->pace);
     t->redoing = schedule == RUN_REDO;
     t->now = schedule == RUN_FULL ? t->full : 1;
     omp_set_num_threads(t->now);
@@ -48,6 +50,11 @@ void trial_start_team(ThreadTrial *t, int redo)
     t->since = t->every - 2;
 }
 
+void trial_start_one(ThreadTrial *t)
+{
+    run_schedule(t, RUN_ONE);
+}
+
 void trial_withdraw_team(ThreadTrial *t)
 {
     if (t->redoing)
@@ -80,7 +87,9 @@ int trial_next(const ThreadTrial *t)
             return -1;
         return team_may_gain(t) && t->failed != RUN_REDO ? RUN_REDO : RUN_ONE;
     case RUN_ONE:
-        if (p->idle_cores < 0 || p->idle_cores >= TRIAL_SPARE)
+        if (p->idle_cores == PACE_IDLE_PENDING)
+            return -1; /* not yet known: the trial waits for the span's end */
+        if (p->idle_cores == PACE_IDLE_NO_PROC || p->idle_cores >= TRIAL_SPARE)
             return RUN_FULL;
         /* every core taken: more threads of their own would find none, but a
          * redo team's spare thread takes a share and waits on no one */

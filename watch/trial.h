@@ -91,6 +91,15 @@ void trial_start(ThreadTrial *t);
  * second window's end judges it as any window on the team (trial_next). */
 void trial_start_team(ThreadTrial *t, int redo);
 
+/* Runs one thread from the next unit, without a trial: for a caller with
+ * no redo team to offer that started beside busy programs of its own
+ * scheduling group (started_shared). Its full count would share the cores
+ * with them and wait at every region's end for a thread they hold off its
+ * core, as a trial after the first window would find; a short run (a
+ * sampled passage) would be over first. The full count is tried once a
+ * span of the pace's leaves a core idle. */
+void trial_start_one(ThreadTrial *t);
+
 /* The team offered no more (its memory would not fit): a run on it goes
  * back to the full count, and a given schedule is no longer fixed. */
 void trial_withdraw_team(ThreadTrial *t);
