@@ -320,6 +320,12 @@ const void *g_read(Graph *g, Tensor *t)
     return t->data;
 }
 
+const void *g_read_core(Graph *g, Tensor *t, int core)
+{
+    const void *core0 = g_read(g, t);
+    return core > 0 ? t->rep[core] : core0;
+}
+
 void g_mark_step(Graph *g, Tensor *const *keep, int n)
 {
     if (!g->lazy)
@@ -435,11 +441,14 @@ Tensor *g_grad(Graph *g, Tensor *t)
  * ====================================================================== */
 
 /* Binds every core's slots: core c's buffer of each external tensor, then
- * the roots (the host reads core 0's; the other cores' go to scratch). */
+ * the roots (g_read reads core 0's, g_read_core any core's: each root's
+ * rep holds them on a board of several cores). */
 static void **bind_slots(Graph *g, const struct trace *tr, const Program *p)
 {
     int nc = g->cores;
     void **slots = xcalloc((size_t)nc * (size_t)p->nslots, sizeof *slots);
+    for (int r = 0; r < tr->nroots; r++)
+        tr->root_t[r]->rep = nc > 1 ? arena_alloc(&g->meta, sizeof(void *) * (size_t)nc) : NULL;
     for (int c = 0; c < nc; c++) {
         void **sc = slots + (size_t)c * p->nslots;
         for (int s = 0; s < tr->nslots; s++)
@@ -447,6 +456,8 @@ static void **bind_slots(Graph *g, const struct trace *tr, const Program *p)
         for (int r = 0; r < tr->nroots; r++) {
             Tensor *t = tr->root_t[r];
             sc[tr->nslots + r] = arena_alloc(&g->data, (size_t)t->numel * 4);
+            if (t->rep)
+                t->rep[c] = sc[tr->nslots + r];
             if (!c)
                 t->data = sc[tr->nslots + r];
         }

@@ -61,6 +61,9 @@ void g_adam(Graph *g, Tensor *p, Tensor *grad, Tensor *m, Tensor *v,
 /* The host reads a tensor's values. On the lazy (xla) device this cuts the
  * graph: what is pending is compiled (or found in the cache) and run. */
 const void *g_read(Graph *g, Tensor *t);
+/* Core `core`'s values of t, a value the cores each computed on a board of
+ * several simulated cores (g_read's are core 0's); core < g_cores(g). */
+const void *g_read_core(Graph *g, Tensor *t, int core);
 
 /* ---- the lazy (xla) device ---- */
 

@@ -65,12 +65,22 @@ static void emit_raw(int c, void *ctx)
     fflush(stdout);
 }
 
-/* The thread trial of a sample or an eval, which has no redo team to
- * offer: beside busy programs of its own session, one thread at once. */
-static void start_threads(ThreadTrial *t)
+/* The thread trial of a sample or an eval, and the redo team it offers
+ * (team: an eval's lent board) of a thread more than the cores, as gpt
+ * train's: beside busy programs of its own session, the team at once, or
+ * without one, one thread (where the first window's trial would go, and
+ * a short run would be over first). A team given (--redo: given threads)
+ * runs throughout, with no trial. */
+static void start_threads(ThreadTrial *t, int team, int given)
 {
     trial_start(t);
-    if (t->started_shared)
+    t->redo = team && t->full > 1 ? t->full + 1 : 0;
+    if (given) {
+        trial_start_team(t, given);
+        t->fixed = 1;
+    } else if (t->started_shared && t->redo)
+        trial_start_team(t, t->redo);
+    else if (t->started_shared)
         trial_start_one(t);
 }
 
@@ -120,7 +130,7 @@ int cmd_sample(int argc, char **argv)
         rng_seed(&r[i], (uint64_t)s.seed + (uint64_t)i, RNG_SAMPLE); /* = --seed SEED+i alone */
     }
     ThreadTrial threads; /* one thread, should other programs hold the cores */
-    start_threads(&threads);
+    start_threads(&threads, 0, 0);
     SampleOpts so = {(float)s.temperature, s.top_k, ns == 1 ? emit_raw : NULL, NULL, &threads};
     if (ns == 1)
         fputs(s.prompt, stdout); /* one passage streams as it grows */
@@ -174,6 +184,9 @@ int cmd_eval(int argc, char **argv)
         {"device", O_STR, &s.device, "xla (trace, compile, cache) or cpu (eager)"},
         {"metrics", O_FLAG, &s.metrics, "print the XLA metrics and kernel profile at the end"},
         {"threads", O_INT, &s.threads, "OpenMP threads, 0 = the cores this process may use"},
+        {"redo", O_INT, &s.redo, "threads of a team whose idle threads redo the cores' programs "
+         "a descheduled thread holds, each pass on a board of 8 lent cores (2-8); 0 = tried "
+         "when the machine is busy"},
         {"precision", O_STR, &s.precision, "fp32, bf16 or bf16-pure (default: the checkpoint's)"},
         {"hbm", O_STR, &s.hbm, "HBM of the simulated core, e.g. 16G"},
     };
@@ -195,16 +208,25 @@ int cmd_eval(int argc, char **argv)
         load_data(&d, s.data, m.cfg.context, m.cfg.vocab, 1);
     Graph *g = new_graph(&s);
     int tty = progress_on_stderr("auto");
-    ThreadTrial threads; /* one thread, should other programs hold the cores */
-    start_threads(&threads);
+    int pass = eval_chunk_size(chunk, trained, s.batch);
+    ThreadTrial threads; /* fewer threads, or the redo team, should other programs hold the cores */
+    const char *why = eval_lend_problem(&s, pass, m.nw);
+    if (s.redo && why) /* setup_board has checked what it can of it */
+        die(2, "--redo lends each pass a board of %d cores, but %s", LEND_CORES, why);
+    struct eval_board board = {&m, g, !why};
+    start_threads(&threads, board.lends, s.redo);
+    eval_board_follow(&board, &threads);
     double t0 = now_seconds();
-    struct eval_progress p = {.on = tty, .t0 = t0, .threads = &threads, .last = t0};
+    struct eval_progress p = {.on = tty, .t0 = t0, .threads = &threads, .last = t0,
+                              .board = &board};
     watch_compiles(tty, 1.0);
-    double loss = eval_split(&m, g, &d, s.batch, eval_chunk_size(chunk, trained, s.batch),
-                             &windows, &p);
+    double loss = eval_split(&m, g, &d, s.batch, pass, &windows, &p);
     eval_progress_clear(&p);
+    xs_set_redo(0); /* the team's threads joined */
+    set_board(&m, 1, 0);
     printf("loss %.6f bpb %.4f (%ld windows of %d bytes)\n", loss, loss / log(2.0),
            windows, m.cfg.context);
+    report_redo(stderr, "gpt: ");
     report_metrics(&s);
     g_free(g);
     free(d.bytes);

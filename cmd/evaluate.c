@@ -8,13 +8,19 @@
  * logits do not depend on the other rows in its pass, and xent sums its
  * rows' losses in row order (kernels/base.c mean_loss: one leaf, as an
  * eval records no example rows), which partial sums per chunk would
- * reorder.
+ * reorder. On a board of several simulated cores (gpt eval's lent board,
+ * below) each pass's windows are split over them, and each core's rows
+ * of logits are read in turn: the same rows, the same bits.
  *
  * Below: gpt eval's loss over a whole test split (eval_split), and the
  * lines a person at a terminal sees while an eval or a compile runs. */
 #include "cmd/evaluate.h"
 #include "cmd/pod.h"
+#include "cmd/flags.h"
 #include "compiler/compiler.h"
+#include "compiler/graph_side.h"
+#include "device/board.h"
+#include "xla_sim.h"
 #include "util/util.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +40,28 @@ static void eval_chunk(Batch *c, const Batch *b, int w0)
     }
 }
 
+/* The first n floats of a pass's logits t, [rows,V] a core, into out:
+ * core c computed the c-th rows/cores of them (batch_slice_leaf). */
+static void read_logits(Graph *g, Tensor *t, float *out, size_t n)
+{
+    size_t per_core = (size_t)t->numel;
+    for (int c = 0; c < g_cores(g) && n > 0; c++) {
+        size_t k = n < per_core ? n : per_core;
+        memcpy(out, g_read_core(g, t, c), sizeof(float) * k);
+        out += k, n -= k;
+    }
+}
+
 float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, void *ctx)
 {
-    if (chunk < 1 || chunk >= b->B)
-        return batch_loss(m, g, b);
+    int cores = g_cores(g); /* the passes' board (a tick may change it); the one pass and
+                             * the xent run on one core */
+    if (chunk < 1 || chunk >= b->B || chunk % cores) {
+        g_set_cores(g, 1);
+        float loss = batch_loss(m, g, b);
+        g_set_cores(g, cores);
+        return loss;
+    }
     size_t V = (size_t)m->cfg.vocab;
     float *logits = xmalloc(sizeof(float) * (size_t)b->B * (size_t)b->T * V);
     Batch c;
@@ -46,18 +70,47 @@ float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, v
         int real = b->B - w0 < chunk ? b->B - w0 : chunk;
         eval_chunk(&c, b, w0);
         g_reset(g);
-        const float *lg = g_read(g, forward_windows(m, g, &c, NULL, NULL)); /* [rows,V] */
-        memcpy(logits + (size_t)w0 * (size_t)b->T * V, lg,
-               sizeof(float) * (size_t)real * (size_t)b->T * V);
+        read_logits(g, forward_windows(m, g, &c, NULL, NULL), /* [rows,V] a core */
+                    logits + (size_t)w0 * (size_t)b->T * V, (size_t)real * (size_t)b->T * V);
         if (tick)
             tick(w0 + real, b->B, ctx);
     }
     batch_free(&c);
     g_reset(g);
+    cores = g_cores(g);
+    g_set_cores(g, 1);
     Tensor *all = g_leaf(g, TK_INPUT, DT_F32, logits, b->B * b->T, (int)V);
     float loss = *(const float *)g_read(g, g_xent(g, all, batch_slice_leaf(g, b, b->tgt)));
     free(logits);
+    g_set_cores(g, cores);
     return loss;
+}
+
+/* ---- gpt eval's board, lent to the redo team ---- */
+
+const char *eval_lend_problem(const struct settings *s, int chunk, size_t weights)
+{
+    if (chunk % LEND_CORES)
+        return "a pass's windows (--chunk, else the checkpoint's training --batch) do not "
+               "split evenly over them";
+    struct settings pass = *s;
+    pass.batch = chunk; /* a pass's windows split over the lent cores as a step's batch */
+    return lend_problem(&pass, 1, weights);
+}
+
+void eval_board_follow(struct eval_board *b, ThreadTrial *t)
+{
+    if (b->lends && xs_cores() == LEND_CORES && !xs_redo_fits()) {
+        b->lends = 0; /* the lent board's program has run: its arenas would not fit */
+        if (t->fixed)
+            fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; "
+                    "the passes run on one core without it\n", t->redo);
+        trial_withdraw_team(t);
+    }
+    int lend = b->lends && t->redoing;
+    xs_set_redo(lend ? t->redo : 0);
+    set_board(b->m, lend ? LEND_CORES : 1, lend);
+    g_set_cores(b->g, lend ? LEND_CORES : 1);
 }
 
 /* ---- an eval's progress line ---- */
@@ -66,8 +119,11 @@ void eval_progress_tick(int done, int total, void *ctx)
 {
     struct eval_progress *p = ctx;
     double now = now_seconds(), t = now - p->t0;
-    if (p->threads) /* the pass just ended: a unit of the thread trial */
+    if (p->threads) { /* the pass just ended: a unit of the thread trial */
         trial_unit(p->threads, 1e3 * (now - p->last));
+        if (p->board)
+            eval_board_follow(p->board, p->threads);
+    }
     p->last = now;
     if (!p->on || t < 2.0)
         return;

@@ -10,6 +10,7 @@
 #include "util/threads.h"
 #include "pod/comm.h"
 #include "xla_sim.h"
+#include "device/redo.h"
 #include "data/loader.h"
 #include <omp.h>
 #include <errno.h>
@@ -448,6 +449,17 @@ const char *lend_problem(const struct settings *s, int hosts, size_t weights)
     return NULL;
 }
 
+void set_board(Model *m, int cores, int lent)
+{
+    if (xs_cores() == cores)
+        return;
+    xs_set_device(xs_device_name(), cores, xs_hbm());
+    if (lent)
+        model_lend_cores(m, cores);
+    else
+        model_set_cores(m, cores);
+}
+
 /* The device decides how the graph runs: at once, or traced and compiled. */
 Graph *new_graph(const struct settings *s)
 {
@@ -466,6 +478,15 @@ void round_to_precision(Model *m, const struct settings *s)
     k_round_bf16(m->w, m->w, m->nw);
     k_round_bf16(m->m, m->m, m->nw);
     k_round_bf16(m->v, m->v, m->nw);
+}
+
+void report_redo(FILE *out, const char *prefix)
+{
+    RedoStats redo = redo_stats();
+    if (redo.units > 0)
+        fprintf(out, "%sthe redo team ran %ld cores' programs and redid %ld that a held thread "
+                "had not finished (%ld attempts gave up)\n", prefix, redo.units, redo.redone,
+                redo.given_up);
 }
 
 void report_metrics(const struct settings *s)

@@ -3,6 +3,7 @@
 #ifndef FLAGS_H
 #define FLAGS_H
 #include <stddef.h>
+#include <stdio.h>
 #include "gpt.h"
 #include "graph.h"
 
@@ -75,6 +76,9 @@ void check_train_flags(const struct settings *s);
  * (xs_redo_fits). */
 #define LEND_CORES 8 /* the eighth round's best board beside busy programs */
 const char *lend_problem(const struct settings *s, int hosts, size_t weights);
+/* The simulated board of `cores` for m: its own (model_set_cores), or lent
+ * to the redo team, its cores sharing core 0's weights (model_lend_cores). */
+void set_board(Model *m, int cores, int lent);
 /* What the settings ask that the reference model cannot be, or NULL. */
 const char *reference_cannot(const struct settings *s);
 int precision_of(const char *name);                   /* enum precision */
@@ -87,5 +91,7 @@ void setup_board(const struct settings *s, int hosts);
 Graph *new_graph(const struct settings *s);
 void round_to_precision(Model *m, const struct settings *s);
 void report_metrics(const struct settings *s);
+/* What the redo team did, if it ran: a line on out, after prefix. */
+void report_redo(FILE *out, const char *prefix);
 
 #endif

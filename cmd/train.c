@@ -642,14 +642,7 @@ static void write_timeline(const struct settings *s)
  * (model_lend_cores); the board returns when the team stops. */
 static void lend_board(struct trainer *tr, int lend)
 {
-    int cores = lend ? LEND_CORES : tr->cores;
-    if (xs_cores() == cores)
-        return;
-    xs_set_device(xs_device_name(), cores, xs_hbm());
-    if (lend)
-        model_lend_cores(&tr->model, cores);
-    else
-        model_set_cores(&tr->model, cores);
+    set_board(&tr->model, lend ? LEND_CORES : tr->cores, lend);
 }
 
 /* The redo team for the trial to try, where one core may lend it a board
@@ -1053,10 +1046,7 @@ static void run_training(struct trainer *tr)
     if (steps > 0)
         printf("%.2f ms/step over %d steps; the steps waited %.4f ms/step for data\n",
                tr->t_steps * 1e3 / steps, steps, tr->t_data * 1e3 / steps);
-    RedoStats redo = redo_stats();
-    if (redo.units > 0)
-        printf("the redo team ran %ld cores' programs and redid %ld that a held thread had "
-               "not finished (%ld attempts gave up)\n", redo.units, redo.redone, redo.given_up);
+    report_redo(stdout, "");
     report_metrics(s);
     report_plan_peak(tr);
     char err[1024];

@@ -110,6 +110,9 @@ static void check_refusals(void)
         {"./gpt train " SMALL " --out tests/tmp/t1", 2, "tests/tmp/t1 already holds checkpoints"},
         {"./gpt sample --ckpt tests/tmp/nothing", 1, "tests/tmp/nothing"},
         {"./gpt eval --ckpt tests/tmp/t1 --data tests/tmp/empty.txt", 1, "empty"},
+        {"./gpt eval --ckpt tests/tmp/t1 --data tests/tmp/d.txt --redo 3 --chunk 4", 2,
+         "--redo lends each pass a board of 8 cores, but a pass's windows (--chunk"},
+        {"./gpt eval --ckpt tests/tmp/t1 --redo 9", 2, "--redo must be 0"},
         {"./gpt train --cores 3", 2, "--cores must be a power of two"},
         {"./gpt train --cores 8 --redo 1", 2, "--redo must be 0"},
         {"./gpt train --redo 3 --batch 12", 2, "--redo on one core lends the team a board of 8 "

@@ -14,6 +14,9 @@
 #include "util/rng.h"
 #include "safetensors/safetensors.h"
 #include "gpt.h"
+#include "cmd/evaluate.h"
+#include "compiler/graph_side.h"
+#include "xla_sim.h"
 #include "test.h"
 
 static const Config cfg = {.vocab = VOCAB, .context = 32, .embed = 32, .mlp = 64, .heads = 4, .layers = 2};
@@ -186,6 +189,59 @@ static void check_shared_write_refused(void)
           "all-reduce before it: the device ran it (status %d)", st);
 }
 
+/* An eval tick that switches the graph's board between 8 cores and 1 as
+ * passes of 8 windows end, the last to 1 (ctx: the graph). */
+static void switch_board(int done, int total, void *ctx)
+{
+    (void)total;
+    g_set_cores(ctx, done % 16 ? 8 : 1);
+}
+
+/* gpt eval's passes on a board of 8 lent cores (cmd/evaluate.c): each
+ * pass's windows split over the cores and each core's logits read back
+ * (g_read_core), on 1 or 2 threads and on the redo team: the loss of one
+ * core, bit for bit, and every pass a replicated program. A pass that does
+ * not split evenly over the cores runs on one. */
+static void check_eval_board(void)
+{
+    enum { WINDOWS = 32, PASS = 16 };
+    Model m;
+    model_init(&m, &cfg, 21);
+    Graph *g = g_new();
+    g_set_lazy(g, 1);
+    Batch b;
+    batch_alloc(&b, WINDOWS, cfg.context);
+    fill(&b, 5);
+    float want = eval_loss(&m, g, &b, PASS, NULL, NULL);
+    model_lend_cores(&m, 8);
+    g_set_cores(g, 8);
+    int keep = omp_get_max_threads();
+    for (int run = 0; run < 3; run++) { /* 1 thread, 2, the team */
+        omp_set_num_threads(run == 1 ? 2 : 1);
+        xs_set_redo(run == 2 ? 3 : 0);
+        long rep0 = xs_metric_samples(M_EXECUTE_REPLICATED);
+        float got = eval_loss(&m, g, &b, PASS, NULL, NULL);
+        long passes = xs_metric_samples(M_EXECUTE_REPLICATED) - rep0;
+        CHECK(!memcmp(&got, &want, sizeof got) && passes == WINDOWS / PASS && g_cores(g) == 8,
+              "eval on 8 lent cores (%s): loss %.9g, one core's %.9g; %ld replicated passes, "
+              "want %d; the graph left on %d cores", run == 2 ? "the redo team" :
+              run ? "2 threads" : "1 thread", got, want, passes, WINDOWS / PASS, g_cores(g));
+    }
+    xs_set_redo(0);
+    omp_set_num_threads(keep);
+    /* the trial's board changes between passes (cmd/evaluate.c, eval_board_follow) */
+    float switched = eval_loss(&m, g, &b, PASS / 2, switch_board, g);
+    CHECK(!memcmp(&switched, &want, sizeof switched) && g_cores(g) == 1, "eval whose board "
+          "went between 8 cores and 1 as passes ended: loss %.9g, want %.9g; the graph left "
+          "on %d cores, where the last pass's tick left it on 1", switched, want, g_cores(g));
+    float uneven = eval_loss(&m, g, &b, 4, NULL, NULL); /* 4 windows a pass: one core */
+    CHECK(!memcmp(&uneven, &want, sizeof uneven), "eval of 4-window passes beside a board of 8: "
+          "loss %.9g, want %.9g", uneven, want);
+    batch_free(&b);
+    g_free(g);
+    model_free(&m);
+}
+
 /* The replicated program: one all-reduce per gradient and the loss, one
  * compile for all steps, and the all-reduce metrics move. */
 static void check_program(void)
@@ -247,5 +303,6 @@ void test_tpu(void)
     check_lent_shares();
     check_shared_write_refused();
     check_program();
+    check_eval_board();
     check_precisions();
 }

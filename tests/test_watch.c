@@ -613,6 +613,26 @@ static void check_redo_team(const char *what, const char *layout, int threads)
           "programs said: %.600s", what, threads, rc, out);
 }
 
+/* gpt eval with the redo team given (--redo), every thread on one core:
+ * each pass on a board of 8 lent cores (cmd/evaluate.c), the team redoes
+ * what a held thread has not finished, and the loss is --threads 1's on
+ * one core; it says what the team did (8 programs for each of the 6
+ * passes of 8 windows). */
+static void check_eval_redo(void)
+{
+    char out[4096];
+    if (!t_have("taskset -c 0 true")) {
+        SKIP_MISSING("util-linux", "gpt eval --redo on one core not checked: no taskset");
+        return;
+    }
+    int rc = t_run("taskset -c 0 ./gpt eval --ckpt " WD "/trial1 --data " WD "/text.txt --chunk "
+                   "8 --redo 3 > " WD "/redo-eval 2> " WD "/redo-eval.err && cmp " WD
+                   "/redo-eval " WD "/trial-eval1 && grep -h 'the redo team ran 48 ' " WD
+                   "/redo-eval.err && echo same", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "same"), "gpt eval --redo 3 on one core against --threads 1: "
+          "rc %d, want the same loss and the team's 48 programs said: %.600s", rc, out);
+}
+
 /* A run that starts beside a busy loop of its own session runs the redo
  * team on a lent board from its first step (cmd/train.c, start_team), and
  * says so: the same checkpoint, step losses and eval lines as the plain
@@ -671,8 +691,9 @@ static int process_threads(pid_t pid)
  * start_threads) runs one thread from the start, where its short run
  * would otherwise spend its first window at the full count: once it has
  * streamed past the context (the bigger steps), the process has one
- * thread; and the bytes of --threads 1. gpt eval starts the same way and
- * gives the loss of --threads 1. */
+ * thread; and the bytes of --threads 1. gpt eval starts on the redo team
+ * and a lent board of 8 cores (its passes replicated programs, which
+ * --metrics counts) and gives the loss of --threads 1 on one core. */
 static void check_sample_from_start(void)
 {
     char out[4096];
@@ -688,8 +709,8 @@ static void check_sample_from_start(void)
     t_wait_for(file_bytes, WD "/busy-sample", 400, run);
     int threads = process_threads(run), status = 0;
     waitpid(run, &status, 0);
-    int rc = t_run("./gpt eval --ckpt " WD "/trial1 --data " WD "/text.txt --chunk 4 "
-                   "--threads 2 > " WD "/busy-eval", out, sizeof out);
+    int rc = t_run("./gpt eval --ckpt " WD "/trial1 --data " WD "/text.txt --chunk 8 "
+                   "--threads 2 --metrics > " WD "/busy-eval", out, sizeof out);
     kill(busy, SIGKILL);
     waitpid(busy, NULL, 0);
     CHECK(threads == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "gpt sample beside a "
@@ -697,8 +718,10 @@ static void check_sample_from_start(void)
           threads, status);
     if (rc == 0)
         rc = t_run("./gpt sample --ckpt " WD "/trial1 --bytes 3000 --threads 1 > " WD
-                   "/quiet-sample && cmp " WD "/busy-sample " WD "/quiet-sample && cmp " WD
-                   "/busy-eval " WD "/trial-eval1 && echo same", out, sizeof out);
+                   "/quiet-sample && cmp " WD "/busy-sample " WD "/quiet-sample && head -1 "
+                   WD "/busy-eval | cmp - " WD "/trial-eval1 && grep -A1 "
+                   "'^Metric: ExecuteReplicatedTime' " WD "/busy-eval | grep -v ': 0$' | "
+                   "grep -q TotalSamples && echo same", out, sizeof out);
     CHECK(rc == 0 && strstr(out, "same"), "sample and eval beside a busy loop against "
           "--threads 1: rc %d: %.400s", rc, out);
 }
@@ -723,6 +746,7 @@ void test_watch(void)
     check_pace_note();
     check_thread_trial();
     check_sample_from_start();
+    check_eval_redo();
     check_redo_team("--cores 8 and the redo team", "--cores 8", 4);
     check_redo_team("a board lent to one core's redo team", "", 3);
     check_team_from_start();
