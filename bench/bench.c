@@ -188,7 +188,8 @@ static int only_ok(const char *list)
 enum target_id {
     T_STEP_1CORE, T_STEP_V38, T_STEP_AVX2, T_THREADS, T_BF16_NATIVE, T_BF16_EMULATED,
     T_SHAPE_256, T_SHAPE_384, T_SHAPE_768, T_GPT2, T_ATT_FWD, T_ATT_BWD, T_WIDE_MM, T_LLVM,
-    T_MANY, T_FULL_RUN, T_LOAD_1, T_LOAD_2, T_LOAD_THREADS, T_POD_HOST, NTARGETS,
+    T_MANY, T_FULL_RUN, T_LOAD_1, T_LOAD_2, T_LOAD_THREADS, T_POD_HOST, T_LOAD_COMMANDS,
+    NTARGETS,
     T_NONE = -1 /* a figure with no target of issue 35 */
 };
 
@@ -228,6 +229,7 @@ static struct target {
     [T_LOAD_2] = {"step beside 2 busy processes over alone (worst)", "load", 1, 2.2, "x"},
     [T_LOAD_THREADS] = {"beside busy ones, over --threads 1 (worst)", "load", 1, 1.0, "x"},
     [T_POD_HOST] = {"pod of 2 ranks on one host over --cores 2", "load", 1, 1.2, "x"},
+    [T_LOAD_COMMANDS] = {"eval and sample beside 1 busy over alone (worst)", "load", 1, 1.5, "x"},
 };
 
 static int target_met(enum target_id id, double got)
@@ -2052,6 +2054,77 @@ static void load_pod(const char *gpt, const char *dir)
            met);
 }
 
+/* gpt eval and gpt sample, each a whole process of a checkpoint the
+ * section trains: alone, beside one busy process, and --threads 1 beside
+ * it. Beside it sample runs one thread (it has no redo team): the very
+ * program of --threads 1, judged by rounds. */
+static const struct load_command {
+    const char *name, *args; /* after the binary; the checkpoint's flag follows */
+    int with_data;           /* the test split of the bench's corpus */
+    int one_thread;          /* gpt runs one thread beside the busy process */
+} load_commands[] = {
+    {"gpt eval (the whole test split)", "eval", 1, 0},
+    {"gpt sample --bytes 512", "sample --bytes 512", 0, 1},
+    {"gpt sample --num-samples 16 --bytes 256", "sample --num-samples 16 --bytes 256", 0, 1},
+};
+
+/* One whole run of cmd beside `busy` busy processes, in ms; -1 if it failed. */
+static double command_ms(const char *cmd, int busy)
+{
+    struct busy b;
+    if (busy_start(&b, busy, 0))
+        return -1;
+    double t0 = now();
+    int rc = system(cmd);
+    double ms = 1e3 * (now() - t0);
+    busy_stop(&b);
+    return rc == 0 ? ms : -1;
+}
+
+/* The commands alternately, round after round; 0 if a run failed. */
+static int load_command_table(const char *gpt, const char *dir)
+{
+    int rounds = load_rounds(), steps = opt.quick ? 5 : 20;
+    char cmd[4 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "'%s' train --data '%s' --steps %d --final-bytes 0 --live off "
+             "--out '%s/ck' > /dev/null 2>&1", gpt, opt.data, steps, dir);
+    if (system(cmd))
+        return 0;
+    printf("  gpt eval and gpt sample of a checkpoint of %d default steps, whole processes\n",
+           steps);
+    printf("    %-56s %9s %11s   %s\n", "run", "ms", "over alone", "target");
+    for (size_t i = 0; i < sizeof load_commands / sizeof *load_commands; i++) {
+        const struct load_command *c = &load_commands[i];
+        double ms[3][MAX_ROUNDS], over[MAX_ROUNDS], vs_t1[MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++) {
+            for (int k = 0; k < 3; k++) { /* alone, beside 1 busy, --threads 1 beside it */
+                snprintf(cmd, sizeof cmd, "'%s' %s --ckpt '%s/ck'%s%s%s%s > /dev/null 2>&1", gpt,
+                         c->args, dir, c->with_data ? " --data '" : "",
+                         c->with_data ? opt.data : "", c->with_data ? "'" : "",
+                         k == 2 ? " --threads 1" : "");
+                if ((ms[k][r] = command_ms(cmd, k > 0)) <= 0)
+                    return 0;
+            }
+            over[r] = ms[1][r] / ms[0][r];
+            vs_t1[r] = ms[1][r] / ms[2][r];
+        }
+        char label[160], name[200];
+        double x = median_of(over, rounds);
+        snprintf(label, sizeof label, "%s alone", c->name);
+        printf("    %-56s %9.0f\n", label, median_of(ms[0], rounds));
+        int met = judge(T_LOAD_COMMANDS, x, c->name);
+        printf("    %-56s %9.0f %10.2fx   %s %s\n", "beside 1 busy process",
+               median_of(ms[1], rounds), x, target_text(T_LOAD_COMMANDS), mark(met));
+        printf("    %-56s %9.0f\n", "--threads 1 beside 1 busy process", median_of(ms[2], rounds));
+        snprintf(name, sizeof name, "%s, beside 1 busy process, over alone", c->name);
+        record("load", name, x, "x", target_text(T_LOAD_COMMANDS), met);
+        load_ratio_row(c->name, "beside 1 busy: gpt's threads over --threads 1", vs_t1, rounds,
+                       T_LOAD_THREADS, c->one_thread);
+    }
+    putchar('\n');
+    return 1;
+}
+
 static void load_table(void)
 {
     char gpt[PATH_MAX + 16], dir[64];
@@ -2086,14 +2159,20 @@ static void load_table(void)
     for (size_t i = 0; !why && i < sizeof load_shapes / sizeof *load_shapes; i++)
         if (!load_shape_table(&load_shapes[i], gpt, dir))
             why = "a gpt train run failed";
+    if (!why && !load_command_table(gpt, dir))
+        why = "a gpt train, eval or sample run failed";
     if (!why)
         load_pod(gpt, dir);
     if (why) {
-        enum target_id ids[] = {T_LOAD_1, T_LOAD_2, T_LOAD_THREADS, T_POD_HOST};
+        enum target_id ids[] = {T_LOAD_1, T_LOAD_2, T_LOAD_THREADS, T_POD_HOST, T_LOAD_COMMANDS};
         for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
             unmeasurable(ids[i], why);
         printf("  not measured: %s\n\n", why);
     }
+    char rm[PATH_MAX];
+    snprintf(rm, sizeof rm, "rm -rf '%s/ck'", dir); /* load_command_table's checkpoint */
+    if (dir[0] && system(rm))
+        printf("  could not remove %s/ck\n", dir);
     rmdir(dir);
 }
 
