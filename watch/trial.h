@@ -13,10 +13,10 @@
  * comes TRIAL_RETRY windows later (the other program may have ended),
  * twice as late after each trial that changed nothing, up to
  * TRIAL_RETRY_MAX. Running on one thread, the loop tries its full count
- * again only after a window that left TRIAL_SPARE of a core idle,
- * machine-wide (where /proc does not say, regardless): while the other
- * programs take every core, more threads would find none. Any thread
- * count gives the same bits.
+ * again only once the pace's last span of PACE_IDLE_MS or more left
+ * TRIAL_SPARE of a core idle, machine-wide (where /proc does not say,
+ * regardless): while the other programs take every core, more threads
+ * would find none. Any thread count gives the same bits.
  *
  * A caller that can run a redo team (xla_sim.h's xs_set_redo: simulated
  * cores whose programs a waiting thread redoes) offers it in `redo`. A
