@@ -109,14 +109,19 @@ static void report_rates(struct trainer *tr, int step, float loss)
 /* The test loss of this host's share of the eval windows, in chunks of a
  * training micro-batch's windows (--batch, which --grad-accum repeats; a
  * host's share of it), so that an eval holds no more activations than a
- * training step. */
+ * training step. While the redo team runs, the chunks' windows are split
+ * over the board the steps run on (lent or the run's own), each core's
+ * program a unit of the team, as gpt eval's are (cmd/evaluate.c); else
+ * they run on one core. */
 static float test_loss_chunked(struct trainer *tr, double *seconds)
 {
     const struct settings *s = &tr->s;
     struct eval_progress p = {.on = tr->progress, .t0 = now_seconds()};
     Batch share = host_share(&tr->test_batch);
     int chunk = s->batch / comm_size() > 0 ? s->batch / comm_size() : 1;
+    g_set_cores(tr->g, tr->threads.redoing ? tr->model.ncores : 1);
     float loss = eval_loss(&tr->model, tr->g, &share, chunk, eval_progress_tick, &p);
+    g_set_cores(tr->g, 1);
     eval_progress_clear(&p);
     *seconds = now_seconds() - p.t0;
     return pod_mean(loss);

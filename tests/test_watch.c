@@ -584,9 +584,12 @@ static void check_thread_trial(void)
  * so that the scheduler holds threads off it in the middle of a core's
  * program and the others redo it: the checkpoint, every step's loss and
  * the eval lines are the plain run's, bit for bit, and the run says what
- * the team did (8 cores' programs a step for 30 steps). layout: the
- * board's flags; on one core (no --cores) the run lends itself a board of
- * 8 (cmd/train.c, lend_board). */
+ * the team did: 8 cores' programs a step for 30 steps, and a pass for each
+ * of an eval's 16 chunks of 16 windows (its 256, --eval-batch's default)
+ * at 3 evals (cmd/train.c, test_loss_chunked). layout: the board's flags;
+ * on one core (no --cores) the run lends itself a board of 8 (cmd/train.c,
+ * lend_board). */
+enum { TEAM_PROGRAMS = 8 * (30 + 3 * 256 / 16) };
 static void check_redo_team(const char *what, const char *layout, int threads)
 {
     char out[4096], cmd[2048];
@@ -605,12 +608,12 @@ static void check_redo_team(const char *what, const char *layout, int threads)
              ".safetensors " WD "/plain/ckpt-00000030.safetensors && lines " WD "/team > "
              WD "/team.lines && lines " WD "/plain > " WD "/plain.lines && test $(grep -c "
              "test_loss " WD "/team.lines) = 3 && cmp " WD "/team.lines " WD "/plain.lines "
-             "&& grep -h 'the redo team ran 240 ' " WD "/team.out && echo same",
-             layout, threads);
+             "&& grep -h 'the redo team ran %d ' " WD "/team.out && echo same",
+             layout, threads, TEAM_PROGRAMS);
     int rc = t_run(cmd, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "same"), "%s (--redo %d) on one core against the plain run: "
-          "rc %d, want the same checkpoint, step losses and eval lines, and the team's 240 "
-          "programs said: %.600s", what, threads, rc, out);
+          "rc %d, want the same checkpoint, step losses and eval lines, and the team's %d "
+          "programs said: %.600s", what, threads, rc, TEAM_PROGRAMS, out);
 }
 
 /* gpt eval with the redo team given (--redo), every thread on one core:
