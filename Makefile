@@ -310,6 +310,8 @@ check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt gpt-dyn
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt \
 	    --chunk 8 --redo 3
+	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --num-samples 8 \
+	    --bytes 48 --redo 3
 	rm -rf tests/tmp/mem-auto && ./gpt train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
 	head -c 4000 tests/tmp/mem/ckpt-00000010.safetensors > tests/tmp/mem-auto/ckpt-00000010.safetensors
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto

@@ -361,7 +361,8 @@ Tensor *forward_windows(Model *m, Graph *g, const Batch *b, float *wt, int32_t *
 {
     struct model_leaves L;
     param_leaves(m, g, &L, NULL, 0, wt);
-    Tensor *rows = last ? g_leaf(g, TK_INPUT, DT_I32, last, b->B, 1) : NULL; /* i32 [B] */
+    int windows = b->B / g_cores(g); /* a core's */
+    Tensor *rows = last ? g_leaf(g, TK_INPUT, DT_I32, last, windows, 1) : NULL; /* i32 [windows] */
     return forward(m, g, &L, b, 0, rows);
 }
 

@@ -44,8 +44,9 @@ void model_set_accum(Model *m, int n);
 /* The forward passes the sampler (cmd/sample.c) records, without
  * gradients. wt: core 0's weights with every Linear weight stored
  * transposed (sample.c's transposed_weights), or NULL. forward_windows:
- * the logits of b's windows; with last (i32 [B], each window's last row)
- * those rows alone, [B,V], else [B*T,V]. forward_cached: one new byte of
+ * the logits of b's windows, each core its B/cores of them; with last (i32
+ * [B/cores], a core's windows' last rows, the same on every core) those
+ * rows alone, [B/cores,V] a core, else [B/cores*T,V]. forward_cached: one new byte of
  * each of ns passages, tok[s], all at position pos[0], through the KV
  * caches kc and vc ([layers, ns, context, C] each): logits [ns,V]. */
 Tensor *forward_windows(Model *m, Graph *g, const Batch *b, float *wt, int32_t *last);

@@ -326,6 +326,16 @@ const void *g_read_core(Graph *g, Tensor *t, int core)
     return core > 0 ? t->rep[core] : core0;
 }
 
+void g_read_cores(Graph *g, Tensor *t, float *out, size_t n)
+{
+    size_t per_core = (size_t)t->numel;
+    for (int c = 0; c < g->cores && n > 0; c++) {
+        size_t k = n < per_core ? n : per_core;
+        memcpy(out, g_read_core(g, t, c), sizeof(float) * k);
+        out += k, n -= k;
+    }
+}
+
 void g_mark_step(Graph *g, Tensor *const *keep, int n)
 {
     if (!g->lazy)

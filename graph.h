@@ -64,6 +64,10 @@ const void *g_read(Graph *g, Tensor *t);
 /* Core `core`'s values of t, a value the cores each computed on a board of
  * several simulated cores (g_read's are core 0's); core < g_cores(g). */
 const void *g_read_core(Graph *g, Tensor *t, int core);
+/* The first n floats of an f32 value the cores each computed, core 0's
+ * first, then core 1's, ...: a batch split over the cores by rows
+ * (batch_slice_leaf) read back whole, in its own row order. */
+void g_read_cores(Graph *g, Tensor *t, float *out, size_t n);
 
 /* ---- the lazy (xla) device ---- */
 

@@ -66,10 +66,10 @@ static void emit_raw(int c, void *ctx)
 }
 
 /* The thread trial of a sample or an eval, and the redo team it offers
- * (team: an eval's lent board) of a thread more than the cores, as gpt
- * train's: beside busy programs of its own session, the team at once, or
- * without one, one thread (where the first window's trial would go, and
- * a short run would be over first). A team given (--redo: given threads)
+ * (team: a lent board, an eval's or a sample's) of a thread more than the
+ * cores, as gpt train's: beside busy programs of its own session, the
+ * team at once, or without one, one thread (where the first window's
+ * trial would go, and a short run would be over first). A team given (--redo: given threads)
  * runs throughout, with no trial. */
 static void start_threads(ThreadTrial *t, int team, int given)
 {
@@ -82,6 +82,33 @@ static void start_threads(ThreadTrial *t, int team, int given)
         trial_start_team(t, t->redo);
     else if (t->started_shared)
         trial_start_one(t);
+}
+
+/* Why gpt sample's window steps past the context (ns windows each)
+ * cannot run on a lent board (lend_problem, with a step's batch of ns) of
+ * a model of `weights`, or NULL. The decode steps before them write their
+ * KV caches in place: one core, which no team may redo. */
+static const char *sample_lend_problem(const struct settings *s, int ns, size_t weights)
+{
+    if (ns % LEND_CORES)
+        return "its windows, one a passage (--num-samples), do not split evenly over them";
+    struct settings steps = *s;
+    steps.batch = ns;
+    return lend_problem(&steps, 1, weights);
+}
+
+/* gpt sample's own flags, refused with a usage error. */
+static void check_sample_flags(const struct settings *s)
+{
+    check_prompt(s->prompt, MAX_VOCAB);
+    need(s->bytes >= 0 && s->bytes <= 1 << 24, "--bytes must be 0..16777216, got %d", s->bytes);
+    need(s->temperature >= 0, "--temperature must be >= 0, got %g", s->temperature);
+    need(s->top_k >= 0 && s->top_k <= MAX_VOCAB, "--top-k must be 0..%d, got %d", MAX_VOCAB,
+         s->top_k);
+    need(s->seed >= 0 && s->seed == floor(s->seed), "--seed must be a whole number >= 0");
+    need(s->num_samples >= 1 && s->num_samples <= 4096, "--num-samples must be 1..4096, got %d",
+         s->num_samples);
+    need(!(s->naive && s->num_samples > 1), "--naive generates one passage; drop --num-samples");
 }
 
 int cmd_sample(int argc, char **argv)
@@ -100,6 +127,9 @@ int cmd_sample(int argc, char **argv)
         {"metrics", O_FLAG, &s.metrics, "print the XLA metrics and kernel profile at the end"},
         {"naive", O_FLAG, &s.naive, "grow the input a byte at a time, as the reference does"},
         {"threads", O_INT, &s.threads, "OpenMP threads, 0 = the cores this process may use"},
+        {"redo", O_INT, &s.redo, "threads of a team whose idle threads redo the cores' programs "
+         "a descheduled thread holds, each window step past the context on a board of 8 lent "
+         "cores (2-8; --num-samples a multiple of 8); 0 = tried when the machine is busy"},
         {"precision", O_STR, &s.precision, "fp32, bf16 or bf16-pure (default: the checkpoint's)"},
         {"hbm", O_STR, &s.hbm, "HBM of the simulated core, e.g. 16G"},
     };
@@ -107,15 +137,7 @@ int cmd_sample(int argc, char **argv)
                (int)(sizeof o / sizeof *o), NULL);
     if (!is_master())
         return 0; /* in a pod the master alone samples */
-    check_prompt(s.prompt, MAX_VOCAB);
-    need(s.bytes >= 0 && s.bytes <= 1 << 24, "--bytes must be 0..16777216, got %d", s.bytes);
-    need(s.temperature >= 0, "--temperature must be >= 0, got %g", s.temperature);
-    need(s.top_k >= 0 && s.top_k <= MAX_VOCAB, "--top-k must be 0..%d, got %d", MAX_VOCAB,
-         s.top_k);
-    need(s.seed >= 0 && s.seed == floor(s.seed), "--seed must be a whole number >= 0");
-    need(s.num_samples >= 1 && s.num_samples <= 4096, "--num-samples must be 1..4096, got %d",
-         s.num_samples);
-    need(!(s.naive && s.num_samples > 1), "--naive generates one passage; drop --num-samples");
+    check_sample_flags(&s);
     apply_common_flags(&s);
     setup_board(&s, 1);
     Model m;
@@ -129,16 +151,23 @@ int cmd_sample(int argc, char **argv)
         memcpy(text[i], s.prompt, (size_t)n);
         rng_seed(&r[i], (uint64_t)s.seed + (uint64_t)i, RNG_SAMPLE); /* = --seed SEED+i alone */
     }
-    ThreadTrial threads; /* one thread, should other programs hold the cores */
-    start_threads(&threads, 0, 0);
-    SampleOpts so = {(float)s.temperature, s.top_k, ns == 1 ? emit_raw : NULL, NULL, &threads};
+    Graph *g = new_graph(&s);
+    ThreadTrial threads; /* fewer threads, or the redo team, should other programs hold the cores */
+    const char *why = sample_lend_problem(&s, ns, m.nw);
+    if (s.redo && why) /* setup_board has checked what it can of it */
+        die(2, "--redo lends each window step a board of %d cores, but %s", LEND_CORES, why);
+    struct lent_board board = {&m, g, !why && total > m.cfg.context + 1};
+    start_threads(&threads, board.lends, s.redo);
+    SampleOpts so = {(float)s.temperature, s.top_k, ns == 1 ? emit_raw : NULL, NULL, &threads,
+                     board.lends ? &board : NULL};
     if (ns == 1)
         fputs(s.prompt, stdout); /* one passage streams as it grows */
-    Graph *g = new_graph(&s);
     if (s.naive)
         model_generate_naive(&m, g, text[0], n, total, &so, &r[0]);
     else
         model_generate_many(&m, g, text, ns, n, total, &so, r);
+    xs_set_redo(0); /* the team's threads joined */
+    set_board(&m, 1, 0);
     if (ns == 1)
         putchar('\n');
     for (int i = 0; i < ns && ns > 1; i++) { /* every byte, a 0 byte too, as emit_raw does */
@@ -146,6 +175,7 @@ int cmd_sample(int argc, char **argv)
         fwrite(text[i], 1, (size_t)total, stdout);
         putchar('\n');
     }
+    report_redo(stderr, "gpt: ");
     report_metrics(&s);
     g_free(g);
     for (int i = 0; i < ns; i++)
@@ -213,9 +243,9 @@ int cmd_eval(int argc, char **argv)
     const char *why = eval_lend_problem(&s, pass, m.nw);
     if (s.redo && why) /* setup_board has checked what it can of it */
         die(2, "--redo lends each pass a board of %d cores, but %s", LEND_CORES, why);
-    struct eval_board board = {&m, g, !why};
+    struct lent_board board = {&m, g, !why};
     start_threads(&threads, board.lends, s.redo);
-    eval_board_follow(&board, &threads);
+    lent_board_follow(&board, &threads);
     double t0 = now_seconds();
     struct eval_progress p = {.on = tty, .t0 = t0, .threads = &threads, .last = t0,
                               .board = &board};

@@ -19,8 +19,6 @@
 #include "cmd/flags.h"
 #include "compiler/compiler.h"
 #include "compiler/graph_side.h"
-#include "device/board.h"
-#include "xla_sim.h"
 #include "util/util.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,18 +35,6 @@ static void eval_chunk(Batch *c, const Batch *b, int w0)
         memcpy(c->pos + to, b->pos + from, T * sizeof(int32_t));
         memcpy(c->tgt + to, b->tgt + from, T * sizeof(int32_t));
         memcpy(c->row + to, b->row + from, T * sizeof(int32_t));
-    }
-}
-
-/* The first n floats of a pass's logits t, [rows,V] a core, into out:
- * core c computed the c-th rows/cores of them (batch_slice_leaf). */
-static void read_logits(Graph *g, Tensor *t, float *out, size_t n)
-{
-    size_t per_core = (size_t)t->numel;
-    for (int c = 0; c < g_cores(g) && n > 0; c++) {
-        size_t k = n < per_core ? n : per_core;
-        memcpy(out, g_read_core(g, t, c), sizeof(float) * k);
-        out += k, n -= k;
     }
 }
 
@@ -70,8 +56,8 @@ float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, v
         int real = b->B - w0 < chunk ? b->B - w0 : chunk;
         eval_chunk(&c, b, w0);
         g_reset(g);
-        read_logits(g, forward_windows(m, g, &c, NULL, NULL), /* [rows,V] a core */
-                    logits + (size_t)w0 * (size_t)b->T * V, (size_t)real * (size_t)b->T * V);
+        g_read_cores(g, forward_windows(m, g, &c, NULL, NULL), /* [rows,V] a core */
+                     logits + (size_t)w0 * (size_t)b->T * V, (size_t)real * (size_t)b->T * V);
         if (tick)
             tick(w0 + real, b->B, ctx);
     }
@@ -98,21 +84,6 @@ const char *eval_lend_problem(const struct settings *s, int chunk, size_t weight
     return lend_problem(&pass, 1, weights);
 }
 
-void eval_board_follow(struct eval_board *b, ThreadTrial *t)
-{
-    if (b->lends && xs_cores() == LEND_CORES && !xs_redo_fits()) {
-        b->lends = 0; /* the lent board's program has run: its arenas would not fit */
-        if (t->fixed)
-            fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; "
-                    "the passes run on one core without it\n", t->redo);
-        trial_withdraw_team(t);
-    }
-    int lend = b->lends && t->redoing;
-    xs_set_redo(lend ? t->redo : 0);
-    set_board(b->m, lend ? LEND_CORES : 1, lend);
-    g_set_cores(b->g, lend ? LEND_CORES : 1);
-}
-
 /* ---- an eval's progress line ---- */
 
 void eval_progress_tick(int done, int total, void *ctx)
@@ -122,7 +93,7 @@ void eval_progress_tick(int done, int total, void *ctx)
     if (p->threads) { /* the pass just ended: a unit of the thread trial */
         trial_unit(p->threads, 1e3 * (now - p->last));
         if (p->board)
-            eval_board_follow(p->board, p->threads);
+            lent_board_follow(p->board, p->threads);
     }
     p->last = now;
     if (!p->on || t < 2.0)

@@ -14,24 +14,9 @@
 typedef void (*eval_tick)(int done, int total, void *ctx);
 float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, void *ctx);
 
-/* gpt eval's board beside busy programs, as gpt train's one core lends
- * itself one (cmd/train.c): one core, or LEND_CORES lent to the redo team
- * while the thread trial runs it. Each pass's windows are split over the
- * lent cores, each core's program a unit the team may redo when a busy
- * program holds a thread off its core; any board gives the same loss. */
-struct eval_board {
-    Model *m;
-    Graph *g;
-    int lends; /* the team is offered a lent board */
-};
 /* Why passes of `chunk` windows cannot run on a lent board (lend_problem,
  * with a pass for a step's batch) of a model of `weights`, or NULL. */
 const char *eval_lend_problem(const struct settings *s, int chunk, size_t weights);
-/* The board for the next pass: lent while the trial runs the team (or
- * always, the team given: --redo). A lent board whose program the team
- * cannot take (its arenas past the team's memory, known once it has run)
- * goes back, and the team is offered no more (trial_withdraw_team). */
-void eval_board_follow(struct eval_board *b, ThreadTrial *t);
 
 /* An eval's progress line on stderr, once the eval has run 2 s: `on`
  * when a person watches (progress_on_stderr), `before` windows done
@@ -44,7 +29,7 @@ struct eval_progress {
     long before, total;
     ThreadTrial *threads; /* each pass a unit of its trial (watch/trial.h); NULL: none */
     double last;          /* the clock at the last tick, for the trial */
-    struct eval_board *board; /* the board that follows the trial's schedule, or NULL */
+    struct lent_board *board; /* the board that follows the trial's schedule, or NULL */
 };
 void eval_progress_tick(int done, int total, void *ctx); /* an eval_tick; ctx: the struct */
 void eval_progress_clear(struct eval_progress *p);

@@ -460,6 +460,21 @@ void set_board(Model *m, int cores, int lent)
         model_set_cores(m, cores);
 }
 
+void lent_board_follow(struct lent_board *b, ThreadTrial *t)
+{
+    if (b->lends && xs_cores() == LEND_CORES && !xs_redo_fits()) {
+        b->lends = 0; /* the lent board's program has run: its arenas would not fit */
+        if (t->fixed)
+            fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; "
+                    "its passes run on one core without it\n", t->redo);
+        trial_withdraw_team(t);
+    }
+    int lend = b->lends && t->redoing;
+    xs_set_redo(lend ? t->redo : 0);
+    set_board(b->m, lend ? LEND_CORES : 1, lend);
+    g_set_cores(b->g, lend ? LEND_CORES : 1);
+}
+
 /* The device decides how the graph runs: at once, or traced and compiled. */
 Graph *new_graph(const struct settings *s)
 {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include "gpt.h"
 #include "graph.h"
+#include "watch/trial.h"
 
 enum { O_INT, O_REAL, O_STR, O_FLAG };
 
@@ -79,6 +80,22 @@ const char *lend_problem(const struct settings *s, int hosts, size_t weights);
 /* The simulated board of `cores` for m: its own (model_set_cores), or lent
  * to the redo team, its cores sharing core 0's weights (model_lend_cores). */
 void set_board(Model *m, int cores, int lent);
+/* A board beside busy programs for a command's passes (gpt eval's, gpt
+ * sample's window steps past the context), as gpt train's one core lends
+ * itself one (cmd/train.c): one core, or LEND_CORES lent to the redo team
+ * while the thread trial runs it. Each pass's windows are split over the
+ * lent cores, each core's program a unit the team may redo when a busy
+ * program holds a thread off its core; any board gives the same bits. */
+struct lent_board {
+    Model *m;
+    Graph *g;
+    int lends; /* the team is offered a lent board */
+};
+/* The board for the next pass: lent while the trial runs the team (or
+ * always, the team given: --redo). A lent board whose program the team
+ * cannot take (its arenas past the team's memory, known once it has run)
+ * goes back, and the team is offered no more (trial_withdraw_team). */
+void lent_board_follow(struct lent_board *b, ThreadTrial *t);
 /* What the settings ask that the reference model cannot be, or NULL. */
 const char *reference_cannot(const struct settings *s);
 int precision_of(const char *name);                   /* enum precision */

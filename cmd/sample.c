@@ -4,6 +4,7 @@
  * its logits with a temperature and top-k. The reference's own way, every
  * byte re-reading the whole text, is model_generate_naive. */
 #include "cmd/sample.h"
+#include "cmd/flags.h"
 #include "util/fmath.h"
 #include "util/util.h"
 #include <math.h>
@@ -40,6 +41,7 @@ struct decoder {
     float *kc, *vc; /* [layers, ns, context, C] each */
     float *wt;      /* [nw] transposed_weights */
     int32_t *last;  /* [ns] past the context, each window's last row */
+    float *logits;  /* [ns,V] a window step's, gathered from a lent board's cores */
 };
 
 /* One new byte per passage at position d->pos[0] through the cached model:
@@ -55,7 +57,9 @@ static const float *decode_step(Model *m, Graph *g, struct decoder *d)
  * passage, w->B of them, each ending at byte n. With a decoder, only each
  * window's last row leaves the last layer's attention: logits [B,V],
  * passage s's in row s. Without (the naive sampler): logits [B*T,V], every
- * position, as the reference computes them. */
+ * position, as the reference computes them. Windows, unlike the decode
+ * step, write no cache: on a lent board each core takes B/cores of them,
+ * and its program is a unit the redo team may redo. */
 static const float *window_step(Model *m, Graph *g, Batch *w, char *const *text, int n,
                                 const struct decoder *d)
 {
@@ -64,7 +68,11 @@ static const float *window_step(Model *m, Graph *g, Batch *w, char *const *text,
             w->tok[(size_t)s * w->T + t] = (unsigned char)text[s][n - w->T + t];
     batch_finish(w);
     g_reset(g);
-    return g_read(g, forward_windows(m, g, w, d ? d->wt : NULL, d ? d->last : NULL));
+    Tensor *logits = forward_windows(m, g, w, d ? d->wt : NULL, d ? d->last : NULL);
+    if (g_cores(g) == 1)
+        return g_read(g, logits);
+    g_read_cores(g, logits, d->logits, (size_t)w->B * (size_t)m->cfg.vocab);
+    return d->logits;
 }
 
 /* The first of the largest logits: the greedy byte. */
@@ -143,7 +151,8 @@ void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, i
                         .kc = xcalloc(cache, sizeof(float)),
                         .vc = xcalloc(cache, sizeof(float)),
                         .wt = transposed_weights(m),
-                        .last = xcalloc((size_t)ns, sizeof(int32_t))};
+                        .last = xcalloc((size_t)ns, sizeof(int32_t)),
+                        .logits = xcalloc((size_t)ns * (size_t)V, sizeof(float))};
     for (int s = 0; s < ns; s++)
         d.last[s] = (s + 1) * c->context - 1;
     Batch w;
@@ -160,8 +169,11 @@ void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, i
             trial_unit(o->threads, 1e3 * (t1 - t0));
             t0 = t1;
         }
-        if (n > c->context)
+        if (n > c->context) {
+            if (o->board) /* lent while the trial runs the team */
+                lent_board_follow(o->board, o->threads);
             logits = window_step(m, g, &w, text, n, &d);
+        }
         for (int s = 0; s < ns; s++)
             text[s][n] = (char)sample_byte(logits + (size_t)s * V, V, o, &r[s]);
         if (o->emit)
@@ -174,6 +186,7 @@ void model_generate_many(Model *m, Graph *g, char *const *text, int ns, int n, i
     }
     batch_free(&w);
     free(d.last);
+    free(d.logits);
     free(d.wt);
     free(d.tok);
     free(d.pos);

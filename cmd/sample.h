@@ -6,6 +6,8 @@
 #include "util/rng.h"
 #include "watch/trial.h"
 
+struct lent_board;
+
 /* Sampling with a KV cache; each new byte is handed to emit (may be NULL).
  * text must hold total bytes; it starts with the prompt of n bytes.
  * temperature 0 is greedy; top_k 0 keeps all. */
@@ -15,6 +17,9 @@ typedef struct SampleOpts {
     void (*emit)(int byte, void *ctx);
     void *ctx;
     ThreadTrial *threads; /* each byte a unit of this thread trial (watch/trial.h); NULL: none */
+    /* The window steps past the context on this board, lent to the redo
+     * team while `threads` runs it (cmd/flags.h); NULL: one core */
+    struct lent_board *board;
 } SampleOpts;
 void model_generate(Model *m, Graph *g, char *text, int n, int total,
                     const SampleOpts *o, Rng *r);

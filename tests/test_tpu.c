@@ -229,7 +229,7 @@ static void check_eval_board(void)
     }
     xs_set_redo(0);
     omp_set_num_threads(keep);
-    /* the trial's board changes between passes (cmd/evaluate.c, eval_board_follow) */
+    /* the trial's board changes between passes (cmd/flags.c, lent_board_follow) */
     float switched = eval_loss(&m, g, &b, PASS / 2, switch_board, g);
     CHECK(!memcmp(&switched, &want, sizeof switched) && g_cores(g) == 1, "eval whose board "
           "went between 8 cores and 1 as passes ended: loss %.9g, want %.9g; the graph left "

@@ -636,6 +636,28 @@ static void check_eval_redo(void)
           "rc %d, want the same loss and the team's 48 programs said: %.600s", rc, out);
 }
 
+/* gpt sample --redo with every thread on one core: its window steps past
+ * the context, 16 passages' windows split over a lent board of 8 cores
+ * (cmd/sample.c, window_step), give --threads 1's bytes, and the team ran
+ * 8 cores' programs for each of the 71 steps (bytes 129 to 199). */
+enum { SAMPLE_TEAM_PROGRAMS = 8 * (200 - 129) };
+static void check_sample_redo(void)
+{
+    char out[4096], cmd[1024];
+    if (!t_have("taskset -c 0 true")) {
+        SKIP_MISSING("util-linux", "gpt sample --redo on one core not checked: no taskset");
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "run='./gpt sample --ckpt " WD "/trial1 --num-samples 16 --bytes "
+             "200'; taskset -c 0 $run --redo 3 > " WD "/redo-sample 2> " WD "/redo-sample.err "
+             "&& $run --threads 1 | cmp - " WD "/redo-sample && grep -h 'the redo team ran %d ' " WD
+             "/redo-sample.err && echo same", SAMPLE_TEAM_PROGRAMS);
+    int rc = t_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "same"), "gpt sample --num-samples 16 --redo 3 on one core "
+          "against --threads 1: rc %d, want the same bytes and the team's %d programs said: "
+          "%.600s", rc, SAMPLE_TEAM_PROGRAMS, out);
+}
+
 /* A run that starts beside a busy loop of its own session runs the redo
  * team on a lent board from its first step (cmd/train.c, start_team), and
  * says so: the same checkpoint, step losses and eval lines as the plain
@@ -696,7 +718,8 @@ static int process_threads(pid_t pid)
  * streamed past the context (the bigger steps), the process has one
  * thread; and the bytes of --threads 1. gpt eval starts on the redo team
  * and a lent board of 8 cores (its passes replicated programs, which
- * --metrics counts) and gives the loss of --threads 1 on one core. */
+ * --metrics counts) and gives the loss of --threads 1 on one core; so
+ * does a sample of 16 passages, for its window steps past the context. */
 static void check_sample_from_start(void)
 {
     char out[4096];
@@ -713,7 +736,9 @@ static void check_sample_from_start(void)
     int threads = process_threads(run), status = 0;
     waitpid(run, &status, 0);
     int rc = t_run("./gpt eval --ckpt " WD "/trial1 --data " WD "/text.txt --chunk 8 "
-                   "--threads 2 --metrics > " WD "/busy-eval", out, sizeof out);
+                   "--threads 2 --metrics > " WD "/busy-eval && { ./gpt sample --ckpt " WD
+                   "/trial1 --num-samples 16 --bytes 200 --threads 2 > " WD "/busy-sample16 2> "
+                   WD "/busy-sample16.err; }", out, sizeof out);
     kill(busy, SIGKILL);
     waitpid(busy, NULL, 0);
     CHECK(threads == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "gpt sample beside a "
@@ -724,9 +749,12 @@ static void check_sample_from_start(void)
                    "/quiet-sample && cmp " WD "/busy-sample " WD "/quiet-sample && head -1 "
                    WD "/busy-eval | cmp - " WD "/trial-eval1 && grep -A1 "
                    "'^Metric: ExecuteReplicatedTime' " WD "/busy-eval | grep -v ': 0$' | "
-                   "grep -q TotalSamples && echo same", out, sizeof out);
+                   "grep -q TotalSamples && ./gpt sample --ckpt " WD "/trial1 --num-samples "
+                   "16 --bytes 200 --threads 1 > " WD "/quiet-sample16 && cmp " WD
+                   "/busy-sample16 " WD "/quiet-sample16 && grep -q 'the redo team ran' " WD
+                   "/busy-sample16.err && echo same", out, sizeof out);
     CHECK(rc == 0 && strstr(out, "same"), "sample and eval beside a busy loop against "
-          "--threads 1: rc %d: %.400s", rc, out);
+          "--threads 1 (16 passages' window steps on the redo team): rc %d: %.400s", rc, out);
 }
 
 void test_watch(void)
@@ -750,6 +778,7 @@ void test_watch(void)
     check_thread_trial();
     check_sample_from_start();
     check_eval_redo();
+    check_sample_redo();
     check_redo_team("--cores 8 and the redo team", "--cores 8", 4);
     check_redo_team("a board lent to one core's redo team", "", 3);
     check_team_from_start();
