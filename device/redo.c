@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <math.h>
+#include <time.h>
 
 /* Pauses a thread spins on a job's start before it sleeps: about as long
  * as the gap between two programs of a step. */
@@ -34,6 +36,7 @@ static struct {
     void **result;                       /* the newest job's results, the caller's array */
     struct job ring[REDO_RING];
     atomic_long units, redone, given_up;
+    atomic_uint unit_us; /* a winning attempt's time, averaged over the last few */
 } team;
 
 static unsigned next_gen; /* the caller's: the generation redo_begin hands out next */
@@ -52,6 +55,14 @@ static inline void spin_pause(void)
 static void futex_wait(atomic_uint *word, unsigned seen)
 {
     syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+}
+
+/* As futex_wait, for at most `us` microseconds. */
+static void futex_wait_us(atomic_uint *word, unsigned seen, double us)
+{
+    long ns = (long)(us * 1e3);
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
 }
 
 static void futex_wake_all(atomic_uint *word)
@@ -74,6 +85,7 @@ static void attempt(unsigned gen, int unit, int redoing)
      * once its units are finished and its count is back at 0 */
     atomic_fetch_add(&j->running, 1);
     void *r = NULL;
+    double t0 = now_seconds();
     if (!redo_finished(gen, unit)) {
         if (redoing)
             atomic_fetch_add(&team.redone, 1);
@@ -86,9 +98,11 @@ static void attempt(unsigned gen, int unit, int redoing)
         while (f < gen && !(won = atomic_compare_exchange_weak(&team.finished_in[unit], &f, gen)))
             ;
         if (won) {
+            unsigned us = (unsigned)(1e6 * (now_seconds() - t0)), was = atomic_load(&team.unit_us);
+            atomic_store(&team.unit_us, was ? was - was / 4 + us / 4 : us); /* a race loses one */
             team.result[unit] = r;
-            if (atomic_fetch_sub(&team.left, 1) == 1)
-                futex_wake_all(&team.left);
+            atomic_fetch_sub(&team.left, 1);
+            futex_wake_all(&team.left); /* the caller at 0; a sleeping member at each */
         } else {
             j->work->discard(r);
         }
@@ -113,8 +127,14 @@ static void take_part(unsigned gen)
     double since[REDO_MAX_UNITS], t = now_seconds();
     for (int u = 0; u < j->units; u++)
         seen[u] = atomic_load(&team.progress[u]), since[u] = t;
+    /* a held unit is redone once its stall could have run a share of a
+     * whole attempt: a long unit's holder resumes (the scheduler's slice
+     * is milliseconds) long before a fresh attempt would end */
+    double stall = 1e-6 * fmax(REDO_STALL_US, atomic_load(&team.unit_us) / REDO_UNIT_SHARE);
     for (int waiting = 1; waiting && atomic_load(&team.gen) == gen;) {
         waiting = 0;
+        unsigned left = atomic_load(&team.left);
+        double next = INFINITY; /* the time to the first stall that may be due */
         t = now_seconds();
         for (int u = 0; u < j->units; u++) {
             if (redo_finished(gen, u))
@@ -123,12 +143,19 @@ static void take_part(unsigned gen)
             unsigned at = atomic_load_explicit(&team.progress[u], memory_order_relaxed);
             if (at != seen[u]) {
                 seen[u] = at, since[u] = t;
-            } else if (t - since[u] >= REDO_STALL_US * 1e-6) {
+            } else if (t - since[u] >= stall) {
                 attempt(gen, u, 1);
-                since[u] = now_seconds();
+                since[u] = t = now_seconds();
             }
+            next = fmin(next, since[u] + stall - t);
         }
-        spin_pause();
+        /* every unit left runs, on a thread of its own: sleep rather than
+         * spin when no stall may be due for a while, so that their threads
+         * get this one's core (a busy program may share them) */
+        if (waiting && next > 1e-6 * REDO_SLEEP_US)
+            futex_wait_us(&team.left, left, 1e6 * next);
+        else
+            spin_pause();
     }
 }
 

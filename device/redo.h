@@ -6,11 +6,13 @@
  * Beside a busy program the scheduler takes a thread off its core for
  * milliseconds, and whatever unit it holds then would hold the whole step
  * up. Here a thread with no fresh unit left starts another attempt at a
- * unit whose attempts have made no progress for a while; the first attempt
- * to finish is the unit's result, and the others give up at their next
- * check (redo_finished). An attempt computes from inputs that nothing
- * changes while it may run and writes only memory of its own, so a unit's
- * result is the same whichever attempt wins: the same bits.
+ * unit whose attempts have made no progress for a while (longer for long
+ * units, whose held thread resumes long before a fresh attempt would end;
+ * until then it sleeps, leaving its core to the units' threads); the
+ * first attempt to finish is the unit's result, and the others give up at
+ * their next check (redo_finished). An attempt computes from inputs that
+ * nothing changes while it may run and writes only memory of its own, so
+ * a unit's result is the same whichever attempt wins: the same bits.
  *
  * A job's attempts may outlive redo_run (a held thread resumes after its
  * unit was finished by another): the caller keeps a job's inputs in an
@@ -22,7 +24,12 @@
 #define REDO_RING 16       /* jobs whose late attempts may still be running */
 #define REDO_MAX_UNITS 64  /* units a job (XS_MAX_CORES) */
 #define REDO_MAX_THREADS 8
-#define REDO_STALL_US 100  /* a unit without progress this long is redone */
+/* A unit without progress this long is redone, or, for longer units, for
+ * a 1/REDO_UNIT_SHARE part of a winning attempt's time; a member with no
+ * stall due for REDO_SLEEP_US sleeps until one may be, or a unit ends. */
+#define REDO_STALL_US 100
+#define REDO_UNIT_SHARE 32
+#define REDO_SLEEP_US 1000
 /* Fewer units than this leave a team little to share out: a redone unit
  * would repeat too large a part of the job. */
 #define REDO_MIN_UNITS 4

@@ -17,7 +17,11 @@
 #include "cmd/evaluate.h"
 #include "compiler/graph_side.h"
 #include "xla_sim.h"
+#include "device/redo.h"
+#include "util/threads.h"
+#include "watch/pace.h"
 #include "test.h"
+#include <time.h>
 
 static const Config cfg = {.vocab = VOCAB, .context = 32, .embed = 32, .mlp = 64, .heads = 4, .layers = 2};
 
@@ -293,6 +297,69 @@ static void check_precisions(void)
     model_free(&p);
 }
 
+/* ---- the redo team's members with no unit to attempt (device/redo.h) ---- */
+
+enum { LONG_UNIT_MS = 100 };
+
+static double cpu_seconds(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A unit of LONG_UNIT_MS of its thread's CPU time, a piece each quarter
+ * millisecond of it: as long as a core's program at embed 256. */
+static void *long_unit(unsigned gen, int unit)
+{
+    static char done;
+    double t0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID), piece = t0;
+    for (double t; (t = cpu_seconds(CLOCK_THREAD_CPUTIME_ID)) - t0 < 1e-3 * LONG_UNIT_MS;) {
+        if (t - piece < 0.25e-3)
+            continue;
+        if (redo_finished(gen, unit))
+            return NULL;
+        redo_progressed(unit);
+        piece = t;
+    }
+    return &done;
+}
+
+static void keep_result(void *result) { (void)result; }
+
+/* Jobs of 2 long units on a team of 3 on two idle cores: once the team
+ * knows their length, the third member sleeps while the two run, rather
+ * than spin or redo a unit whose thread runs between pieces: the
+ * process's CPU time is the units' own. (Beside busy programs a unit's
+ * thread may be held long enough for a redo to be right.) */
+static void check_redo_member_sleeps(void)
+{
+    int same, apart;
+    pace_others_now(&same, &apart);
+    if (affinity_cores() < 2 || same + apart > 0) {
+        SKIP_MACHINE("the redo team's waiting member not checked: this process may run on one "
+                     "core, or other programs' threads are runnable (%d), which may hold a "
+                     "unit's thread long enough to redo it", same + apart);
+        return;
+    }
+    static const RedoWork work = {long_unit, keep_result};
+    void *result[2];
+    int threads = redo_threads();
+    double cpu = 0;
+    redo_set_threads(3);
+    for (int job = 0; job < 3; job++) { /* the first two teach the team the units' length */
+        double c0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+        redo_run(redo_begin(), 2, &work, result);
+        redo_quiesce();
+        cpu = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    }
+    redo_set_threads(threads);
+    double units = 2e-3 * LONG_UNIT_MS;
+    CHECK(cpu < 1.2 * units, "a job of 2 units of %d ms on a team of 3 took %.0f ms of CPU, "
+          "want under 1.2x the units' %.0f ms (the third member asleep)", LONG_UNIT_MS,
+          1e3 * cpu, 1e3 * units);
+}
+
 void test_tpu(void)
 {
     check_layouts(PREC_FP32, "fp32");
@@ -304,5 +371,6 @@ void test_tpu(void)
     check_shared_write_refused();
     check_program();
     check_eval_board();
+    check_redo_member_sleeps();
     check_precisions();
 }
