@@ -69,8 +69,8 @@ static void emit_raw(int c, void *ctx)
  * (team: a lent board, an eval's or a sample's) of a thread more than the
  * cores, as gpt train's: beside busy programs of its own session, the
  * team at once, or without one, one thread (where the first window's
- * trial would go, and a short run would be over first). A team given (--redo: given threads)
- * runs throughout, with no trial. */
+ * trial would go, and a short run would be over first). A team given
+ * (--redo: given threads) runs throughout, with no trial. */
 static void start_threads(ThreadTrial *t, int team, int given)
 {
     trial_start(t);
