@@ -294,28 +294,58 @@ MEMRUN := --embed 16 --heads 2 --layers 1 --context 32 --seq 32 --batch 4 \
 VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
             --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect
 
-# The sanitized suites (tests/run-debug, last) start ./gpt and ./gpt-mpi;
-# slower under the sanitizers, each gets an hour rather than 10 minutes.
-check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt gpt-dyn
-	rm -rf tests/tmp/mem tests/tmp/mem-cpu tests/tmp/mem-bf16 tests/tmp/mem-pure tests/tmp/mem-lent && mkdir -p tests/tmp
+# Each valgrind run is a target of its own (mem-*), so that make -j2 runs
+# two at a time: valgrind runs a program's threads one after another, on
+# one core. Side by side, each run sees the other busy and its trial goes
+# on with one thread, or the redo team (the busy machine's paths, under
+# valgrind too); `make -j1 mem-runs` keeps two threads throughout, some
+# four times slower (2 spinning threads on valgrind's one). The sanitized suites (tests/run-debug) run after them, alone:
+# they start ./gpt and ./gpt-mpi, and some checks skip beside busy
+# programs; slower under the sanitizers, each gets an hour, not 10 minutes.
+MEM_RUNS := mem-train mem-cpu mem-bf16 mem-pure mem-lent mem-sample mem-eval mem-eval-lent \
+            mem-sample-lent mem-resume mem-shards
+check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt mem-runs
+	GPT_TEST_TIMEOUT=3600 ./tests/run-debug
+mem-runs: $(MEM_RUNS)
+$(MEM_RUNS): gpt-dyn
+mem-data:
+	mkdir -p tests/tmp
 	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | head -c 20000 > tests/tmp/mem.txt
+mem-train: mem-data
+	rm -rf tests/tmp/mem
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --out tests/tmp/mem
+mem-cpu: mem-data
+	rm -rf tests/tmp/mem-cpu
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --device cpu --out tests/tmp/mem-cpu
+mem-bf16: mem-data
+	rm -rf tests/tmp/mem-bf16
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --cores 2 --precision bf16 \
 	    --out tests/tmp/mem-bf16
+mem-pure: mem-data
+	rm -rf tests/tmp/mem-pure
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --cores 4 --precision bf16-pure \
 	    --out tests/tmp/mem-pure
+mem-lent: mem-data
+	rm -rf tests/tmp/mem-lent
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --batch 8 --redo 3 --out tests/tmp/mem-lent
+mem-sample: mem-train
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --bytes 48
+mem-eval: mem-train
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt
+mem-eval-lent: mem-train
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt \
 	    --chunk 8 --redo 3
+mem-sample-lent: mem-train
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --num-samples 8 \
 	    --bytes 48 --redo 3
+# a run resumed from a torn checkpoint, then from its own
+mem-resume: mem-train gpt
 	rm -rf tests/tmp/mem-auto && ./gpt train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
 	head -c 4000 tests/tmp/mem/ckpt-00000010.safetensors > tests/tmp/mem-auto/ckpt-00000010.safetensors
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
+# streamed tar shards, then resumed mid-shard
+mem-shards: mem-data gpt
 	rm -rf tests/tmp/mem-in tests/tmp/mem-sh tests/tmp/mem-st && mkdir -p tests/tmp/mem-in
 	split -b 4000 tests/tmp/mem.txt tests/tmp/mem-in/part-
 	./gpt shard --out tests/tmp/mem-sh --max-bytes 9K tests/tmp/mem-in > /dev/null
@@ -324,22 +354,25 @@ check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt gpt-dyn
 	rm tests/tmp/mem-st/ckpt-00000010.safetensors
 	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --data 'pipe:cat tests/tmp/mem-sh/train-00000{0..3}.tar' \
 	    --test-data tests/tmp/mem.txt --resume --out tests/tmp/mem-st
-	GPT_TEST_TIMEOUT=3600 ./tests/run-debug
 
-# libFuzzer on the checkpoint loader, then on the tar reader, each for
+# libFuzzer on the checkpoint loader and on the tar reader, each for
 # FUZZ_SECONDS. New inputs go to tests/tmp/fuzz*; the seeds are committed.
 # The kernels, which no fuzzed input reaches, are the seed tool's plain
 # objects: instrumented, the vector code takes clang many minutes to build.
 FUZZ_SECONDS ?= 60
 FUZZ_CC := clang -O1 -g -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I.
-fuzz: $(DYNOBJ) $(DYNKOBJ) $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c tests/fuzz_tar.c
-	mkdir -p tests/tmp/fuzz tests/fuzz-corpus tests/tmp/fuzz-tar
+fuzz: fuzz-ckpt fuzz-tar
+# libFuzzer runs on one core: make -j2 runs the two side by side
+fuzz-ckpt: $(DYNOBJ) $(DYNKOBJ) $(SRC) $(HDR) tests/fuzz_ckpt.c tests/fuzz_seed.c
+	mkdir -p tests/tmp/fuzz tests/fuzz-corpus
 	$(DYNCC) -o tests/tmp/fuzz-seed $(DYNOBJ) tests/fuzz_seed.c $(DYNKOBJ) $(LDLIBS)
 	./tests/tmp/fuzz-seed
 	$(FUZZ_CC) -fopenmp=libgomp -o tests/tmp/fuzz-ckpt $(SRC) tests/fuzz_ckpt.c $(DYNKOBJ) $(LDLIBS)
 	./tests/tmp/fuzz-ckpt -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -timeout=60 \
 	    -artifact_prefix=tests/tmp/ \
 	    tests/tmp/fuzz tests/fuzz-corpus
+fuzz-tar: data/data.c util/util.c tests/fuzz_tar.c $(HDR)
+	mkdir -p tests/tmp/fuzz-tar
 	$(FUZZ_CC) -o tests/tmp/fuzz_tar data/data.c util/util.c tests/fuzz_tar.c
 	./tests/tmp/fuzz_tar -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 \
 	    -artifact_prefix=tests/tmp/tar- \
@@ -406,13 +439,16 @@ plain-path: $(COVDIR)/gpt
 # user-mode qemu cannot pass, the house and plain suites, which read the
 # native builds, and three about processes and files rather than arithmetic: the
 # run directory's lock, --config files and tests/run's own harness;
-# tests/arm64.sh says why), in about 5 minutes.
+# tests/arm64.sh says why), in about 5 minutes. ARM64_JOBS=2 runs the
+# suites in two lanes side by side (only suites that write no file in
+# common: each lane's suites share the folder's tests/tmp).
 ARM64_CC     := aarch64-linux-gnu-gcc
 ARM64_NM     := aarch64-linux-gnu-nm
 ARM64_OBJCOPY := aarch64-linux-gnu-objcopy
 ARM64_CFLAGS  = $(CFLAGS) $(WARN) -fopenmp -static
 ARM64_KOBJ   := build/arm64/tensor-neon.o build/arm64/tensor-scalar.o
 ARM64_SUITES ?=
+ARM64_JOBS   ?= 1
 ARM64_SKIP   ?= cli homework house plain lock config harness
 build/arm64/tensor-%.o: tensor.c $(HDR) kernels/backend-names.sh
 	@mkdir -p build/arm64
@@ -431,7 +467,7 @@ bench/bench-arm64: $(ARM64_OBJ) build/arm64/bench/bench.o $(ARM64_KOBJ)
 	$(ARM64_CC) $(ARM64_CFLAGS) -o $@ $^ -lm
 arm64: gpt-arm64 tests/run-arm64 bench/bench-arm64
 test-arm64: gpt-arm64 tests/run-arm64
-	ARM64_SKIP='$(ARM64_SKIP)' tests/arm64.sh $(ARM64_SUITES)
+	ARM64_SKIP='$(ARM64_SKIP)' ARM64_JOBS='$(ARM64_JOBS)' tests/arm64.sh $(ARM64_SUITES)
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]: the binary (and gpt-mpi
 # when built) and the man page.
@@ -448,4 +484,5 @@ clean:
 	rm -rf tests/tmp build
 
 .PHONY: all mpi docs gen test mutate test-netns bench bench-mpi bench-flavours debug check-mem fuzz install \
+        mem-runs mem-data $(MEM_RUNS) fuzz-ckpt fuzz-tar \
         clean FORCE arm64 test-arm64 plain-path

@@ -84,19 +84,6 @@ static void start_threads(ThreadTrial *t, int team, int given)
         trial_start_one(t);
 }
 
-/* Why gpt sample's window steps past the context (ns windows each)
- * cannot run on a lent board (lend_problem, with a step's batch of ns) of
- * a model of `weights`, or NULL. The decode steps before them write their
- * KV caches in place: one core, which no team may redo. */
-static const char *sample_lend_problem(const struct settings *s, int ns, size_t weights)
-{
-    if (ns % LEND_CORES)
-        return "its windows, one a passage (--num-samples), do not split evenly over them";
-    struct settings steps = *s;
-    steps.batch = ns;
-    return lend_problem(&steps, 1, weights);
-}
-
 /* gpt sample's own flags, refused with a usage error. */
 static void check_sample_flags(const struct settings *s)
 {
@@ -153,7 +140,11 @@ int cmd_sample(int argc, char **argv)
     }
     Graph *g = new_graph(&s);
     ThreadTrial threads; /* fewer threads, or the redo team, should other programs hold the cores */
-    const char *why = sample_lend_problem(&s, ns, m.nw);
+    /* past the context each passage's window is fed afresh: a step of ns
+     * windows; the decode steps before write their KV caches in place, on
+     * one core, which no team may redo */
+    const char *why = windows_lend_problem(
+        &s, ns, m.nw, "its windows, one a passage (--num-samples), do not split evenly over them");
     if (s.redo && why) /* setup_board has checked what it can of it */
         die(2, "--redo lends each window step a board of %d cores, but %s", LEND_CORES, why);
     struct lent_board board = {&m, g, !why && total > m.cfg.context + 1};
@@ -240,7 +231,9 @@ int cmd_eval(int argc, char **argv)
     int tty = progress_on_stderr("auto");
     int pass = eval_chunk_size(chunk, trained, s.batch);
     ThreadTrial threads; /* fewer threads, or the redo team, should other programs hold the cores */
-    const char *why = eval_lend_problem(&s, pass, m.nw);
+    const char *why = windows_lend_problem(&s, pass, m.nw,
+                                           "a pass's windows (--chunk, else the checkpoint's "
+                                           "training --batch) do not split evenly over them");
     if (s.redo && why) /* setup_board has checked what it can of it */
         die(2, "--redo lends each pass a board of %d cores, but %s", LEND_CORES, why);
     struct lent_board board = {&m, g, !why};

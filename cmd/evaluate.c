@@ -72,18 +72,6 @@ float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, v
     return loss;
 }
 
-/* ---- gpt eval's board, lent to the redo team ---- */
-
-const char *eval_lend_problem(const struct settings *s, int chunk, size_t weights)
-{
-    if (chunk % LEND_CORES)
-        return "a pass's windows (--chunk, else the checkpoint's training --batch) do not "
-               "split evenly over them";
-    struct settings pass = *s;
-    pass.batch = chunk; /* a pass's windows split over the lent cores as a step's batch */
-    return lend_problem(&pass, 1, weights);
-}
-
 /* ---- an eval's progress line ---- */
 
 void eval_progress_tick(int done, int total, void *ctx)

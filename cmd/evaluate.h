@@ -14,10 +14,6 @@
 typedef void (*eval_tick)(int done, int total, void *ctx);
 float eval_loss(Model *m, Graph *g, const Batch *b, int chunk, eval_tick tick, void *ctx);
 
-/* Why passes of `chunk` windows cannot run on a lent board (lend_problem,
- * with a pass for a step's batch) of a model of `weights`, or NULL. */
-const char *eval_lend_problem(const struct settings *s, int chunk, size_t weights);
-
 /* An eval's progress line on stderr, once the eval has run 2 s: `on`
  * when a person watches (progress_on_stderr), `before` windows done
  * before the batch that ticks, of `total` (0: the batch's own). With

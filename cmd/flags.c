@@ -449,6 +449,16 @@ const char *lend_problem(const struct settings *s, int hosts, size_t weights)
     return NULL;
 }
 
+const char *windows_lend_problem(const struct settings *s, int windows, size_t weights,
+                                 const char *uneven)
+{
+    if (windows % LEND_CORES)
+        return uneven;
+    struct settings step = *s;
+    step.batch = windows; /* the windows split over the lent cores as a step's batch */
+    return lend_problem(&step, 1, weights);
+}
+
 void set_board(Model *m, int cores, int lent)
 {
     if (xs_cores() == cores)

@@ -77,6 +77,11 @@ void check_train_flags(const struct settings *s);
  * (xs_redo_fits). */
 #define LEND_CORES 8 /* the eighth round's best board beside busy programs */
 const char *lend_problem(const struct settings *s, int hosts, size_t weights);
+/* The same for gpt eval's passes and gpt sample's window steps, each of
+ * `windows` windows run as one step's batch: `uneven`, the reason given
+ * when they do not split over LEND_CORES, else lend_problem's. */
+const char *windows_lend_problem(const struct settings *s, int windows, size_t weights,
+                                 const char *uneven);
 /* The simulated board of `cores` for m: its own (model_set_cores), or lent
  * to the redo team, its cores sharing core 0's weights (model_lend_cores). */
 void set_board(Model *m, int cores, int lent);

@@ -9,8 +9,9 @@
 # a two-line script that runs gpt-arm64 under qemu. (A child that the test
 # binary starts is an arm64 ELF that the kernel cannot run without a
 # binfmt_misc entry, which containers often lack; the script works with or
-# without one.) Each suite runs alone and is timed; the summary line
-# closes the output, and the exit status is 1 if any suite failed.
+# without one.) Each suite is timed; ARM64_JOBS=N runs them in N lanes
+# side by side. The summary line closes the output, and the exit status is
+# 1 if any suite failed.
 #
 # With no SUITE, every suite runs (as `tests/run` does natively) but those
 # named in ARM64_SKIP (space-separated), which `make test-arm64` sets to
@@ -71,13 +72,41 @@ if [ $# -eq 0 ]; then
 fi
 
 cd "$root" || exit 2
-pass=0 fail=0 bad="" start=$(date +%s)
-for s in "$@"; do
+start=$(date +%s)
+
+# One suite under qemu: its output to log-SUITE.txt, its exit status to
+# log-SUITE.txt.rc and its seconds to log-SUITE.txt.s.
+run_suite() {
     t0=$(date +%s)
+    "$QEMU" "$top/tests/run-arm64" "$1" > "$root/log-$1.txt" 2>&1
+    echo $? > "$root/log-$1.txt.rc"
+    echo $(($(date +%s) - t0)) > "$root/log-$1.txt.s"
+}
+
+# ARM64_JOBS lanes (default 1) each run their share of the suites one
+# after another, the suites dealt to the lanes in turn. A suite under qemu
+# keeps about 1.5 of 2 cores busy, so two lanes finish sooner; each
+# suite's output is printed whole, in order, once all have run.
+jobs=${ARM64_JOBS:-1}
+case $jobs in '' | *[!0-9]* | 0) echo "arm64.sh: ARM64_JOBS must be a count of lanes, got '$jobs'" >&2; exit 2 ;; esac
+lane=0
+while [ $lane -lt "$jobs" ]; do
+    (
+        i=0
+        for s in "$@"; do
+            [ $((i % jobs)) -eq $lane ] && run_suite "$s"
+            i=$((i + 1))
+        done
+    ) &
+    lane=$((lane + 1))
+done
+wait
+
+pass=0 fail=0 bad=""
+for s in "$@"; do
     log=$root/log-$s.txt
-    { "$QEMU" "$top/tests/run-arm64" "$s" 2>&1; echo $? > "$log.rc"; } | tee "$log"
-    rc=$(cat "$log.rc")
-    t1=$(date +%s)
+    cat "$log"
+    rc=$(cat "$log.rc" 2>/dev/null || echo 1)
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log" | tail -1)
     p=${line%% passed*}
     f=${line#*passed, }
@@ -90,8 +119,8 @@ for s in "$@"; do
     [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
     pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + k))
     [ "$f" -ne 0 ] && bad="$bad $s"
-    echo "arm64 suite $s: $p passed, $f failed, $k skipped, exit $rc, $((t1 - t0)) s"
+    echo "arm64 suite $s: $p passed, $f failed, $k skipped, exit $rc, $(cat "$log.s") s"
 done
-echo "arm64 (qemu, $(($(date +%s) - start)) s):${bad:+ failed:$bad}"
+echo "arm64 (qemu, $jobs lane(s), $(($(date +%s) - start)) s):${bad:+ failed:$bad}"
 echo "arm64: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
