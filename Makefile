@@ -439,9 +439,9 @@ plain-path: $(COVDIR)/gpt
 # user-mode qemu cannot pass, the house and plain suites, which read the
 # native builds, and three about processes and files rather than arithmetic: the
 # run directory's lock, --config files and tests/run's own harness;
-# tests/arm64.sh says why), in about 5 minutes. ARM64_JOBS=2 runs the
-# suites in two lanes side by side (only suites that write no file in
-# common: each lane's suites share the folder's tests/tmp).
+# tests/arm64.sh says why), in some 20 minutes on 2 cores. ARM64_JOBS=2
+# runs the suites in two lanes side by side (only suites that write no
+# file in common: the lanes share the folder's tests/tmp).
 ARM64_CC     := aarch64-linux-gnu-gcc
 ARM64_NM     := aarch64-linux-gnu-nm
 ARM64_OBJCOPY := aarch64-linux-gnu-objcopy
