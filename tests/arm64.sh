@@ -29,6 +29,10 @@
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 QEMU=${QEMU:-qemu-aarch64-static}
+# A suite's time limit (tests/run's is 10 minutes): under qemu golden
+# alone takes 8-9 minutes, and longer in a lane beside another suite.
+GPT_TEST_TIMEOUT=${GPT_TEST_TIMEOUT:-1800}
+export GPT_TEST_TIMEOUT
 root=$top/build/arm64/root
 
 command -v "$QEMU" >/dev/null 2>&1 || { echo "arm64.sh: $QEMU not found (Debian: qemu-user-static)" >&2; exit 2; }
