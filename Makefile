@@ -299,11 +299,18 @@ VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
 # one core. Side by side, each run sees the other busy and its trial goes
 # on with one thread, or the redo team (the busy machine's paths, under
 # valgrind too); `make -j1 mem-runs` keeps two threads throughout, some
-# four times slower (2 spinning threads on valgrind's one). The sanitized suites (tests/run-debug) run after them, alone:
-# they start ./gpt and ./gpt-mpi, and some checks skip beside busy
-# programs; slower under the sanitizers, each gets an hour, not 10 minutes.
-MEM_RUNS := mem-train mem-cpu mem-bf16 mem-pure mem-lent mem-sample mem-eval mem-eval-lent \
-            mem-sample-lent mem-resume mem-shards
+# four times slower (2 spinning threads on valgrind's one). The sanitized
+# suites (tests/run-debug) run after them, alone: they start ./gpt and
+# ./gpt-mpi, and some checks skip beside busy programs; slower under the
+# sanitizers, each gets an hour, not 10 minutes.
+MEMGPT := OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn
+# the training runs, each with its flags beyond $(MEMRUN), into tests/tmp/<target>
+MEM_TRAINS := mem-train mem-cpu mem-bf16 mem-pure mem-lent
+MEMFLAGS_mem-cpu  := --device cpu
+MEMFLAGS_mem-bf16 := --cores 2 --precision bf16
+MEMFLAGS_mem-pure := --cores 4 --precision bf16-pure
+MEMFLAGS_mem-lent := --batch 8 --redo 3
+MEM_RUNS := $(MEM_TRAINS) mem-sample mem-eval mem-eval-lent mem-sample-lent mem-resume mem-shards
 check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt mem-runs
 	GPT_TEST_TIMEOUT=3600 ./tests/run-debug
 mem-runs: $(MEM_RUNS)
@@ -311,49 +318,34 @@ $(MEM_RUNS): gpt-dyn
 mem-data:
 	mkdir -p tests/tmp
 	yes "the cat sat on the mat, and Holmes said: elementary, my dear Watson." | head -c 20000 > tests/tmp/mem.txt
-mem-train: mem-data
-	rm -rf tests/tmp/mem
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --out tests/tmp/mem
-mem-cpu: mem-data
-	rm -rf tests/tmp/mem-cpu
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --device cpu --out tests/tmp/mem-cpu
-mem-bf16: mem-data
-	rm -rf tests/tmp/mem-bf16
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --cores 2 --precision bf16 \
-	    --out tests/tmp/mem-bf16
-mem-pure: mem-data
-	rm -rf tests/tmp/mem-pure
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --cores 4 --precision bf16-pure \
-	    --out tests/tmp/mem-pure
-mem-lent: mem-data
-	rm -rf tests/tmp/mem-lent
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --batch 8 --redo 3 --out tests/tmp/mem-lent
+$(MEM_TRAINS): mem-data
+	rm -rf tests/tmp/$@
+	$(MEMGPT) train $(MEMRUN) $(MEMFLAGS_$@) --out tests/tmp/$@
+# mem-train's checkpoint, sampled and evaluated, on one core and on a lent board
+MEMCKPT := --ckpt tests/tmp/mem-train
 mem-sample: mem-train
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --bytes 48
+	$(MEMGPT) sample $(MEMCKPT) --bytes 48
 mem-eval: mem-train
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt
+	$(MEMGPT) eval $(MEMCKPT) --data tests/tmp/mem.txt
 mem-eval-lent: mem-train
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn eval --ckpt tests/tmp/mem --data tests/tmp/mem.txt \
-	    --chunk 8 --redo 3
+	$(MEMGPT) eval $(MEMCKPT) --data tests/tmp/mem.txt --chunk 8 --redo 3
 mem-sample-lent: mem-train
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn sample --ckpt tests/tmp/mem --num-samples 8 \
-	    --bytes 48 --redo 3
+	$(MEMGPT) sample $(MEMCKPT) --num-samples 8 --bytes 48 --redo 3
 # a run resumed from a torn checkpoint, then from its own
 mem-resume: mem-train gpt
 	rm -rf tests/tmp/mem-auto && ./gpt train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
-	head -c 4000 tests/tmp/mem/ckpt-00000010.safetensors > tests/tmp/mem-auto/ckpt-00000010.safetensors
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
+	head -c 4000 tests/tmp/mem-train/ckpt-00000010.safetensors > tests/tmp/mem-auto/ckpt-00000010.safetensors
+	$(MEMGPT) train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
+	$(MEMGPT) train $(MEMRUN) --ckpt-every 5 --auto-resume --out tests/tmp/mem-auto
 # streamed tar shards, then resumed mid-shard
+MEMSHARDS := --data 'pipe:cat tests/tmp/mem-sh/train-00000{0..3}.tar' --test-data tests/tmp/mem.txt
 mem-shards: mem-data gpt
 	rm -rf tests/tmp/mem-in tests/tmp/mem-sh tests/tmp/mem-st && mkdir -p tests/tmp/mem-in
 	split -b 4000 tests/tmp/mem.txt tests/tmp/mem-in/part-
 	./gpt shard --out tests/tmp/mem-sh --max-bytes 9K tests/tmp/mem-in > /dev/null
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --data 'pipe:cat tests/tmp/mem-sh/train-00000{0..3}.tar' \
-	    --test-data tests/tmp/mem.txt --shuffle-buffer 16 --ckpt-every 5 --out tests/tmp/mem-st
+	$(MEMGPT) train $(MEMRUN) $(MEMSHARDS) --shuffle-buffer 16 --ckpt-every 5 --out tests/tmp/mem-st
 	rm tests/tmp/mem-st/ckpt-00000010.safetensors
-	OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn train $(MEMRUN) --data 'pipe:cat tests/tmp/mem-sh/train-00000{0..3}.tar' \
-	    --test-data tests/tmp/mem.txt --resume --out tests/tmp/mem-st
+	$(MEMGPT) train $(MEMRUN) $(MEMSHARDS) --resume --out tests/tmp/mem-st
 
 # libFuzzer on the checkpoint loader and on the tar reader, each for
 # FUZZ_SECONDS. New inputs go to tests/tmp/fuzz*; the seeds are committed.

@@ -78,19 +78,20 @@ fi
 cd "$root" || exit 2
 start=$(date +%s)
 
-# One suite under qemu: its output to log-SUITE.txt, its exit status to
-# log-SUITE.txt.rc and its seconds to log-SUITE.txt.s.
+# One suite under qemu: its output to log-SUITE.txt (with one lane, to the
+# terminal too, as it runs), its exit status to log-SUITE.txt.rc and its
+# seconds to log-SUITE.txt.s.
 run_suite() {
     t0=$(date +%s)
-    "$QEMU" "$top/tests/run-arm64" "$1" > "$root/log-$1.txt" 2>&1
-    echo $? > "$root/log-$1.txt.rc"
+    { "$QEMU" "$top/tests/run-arm64" "$1" 2>&1; echo $? > "$root/log-$1.txt.rc"; } |
+        if [ "$jobs" -eq 1 ]; then tee "$root/log-$1.txt"; else cat > "$root/log-$1.txt"; fi
     echo $(($(date +%s) - t0)) > "$root/log-$1.txt.s"
 }
 
 # ARM64_JOBS lanes (default 1) each run their share of the suites one
 # after another, the suites dealt to the lanes in turn. A suite under qemu
-# keeps about 1.5 of 2 cores busy, so two lanes finish sooner; each
-# suite's output is printed whole, in order, once all have run.
+# keeps about 1.5 of 2 cores busy, so two lanes finish sooner; with more
+# than one, each suite's output is printed whole, in order, once all have run.
 jobs=${ARM64_JOBS:-1}
 case $jobs in '' | *[!0-9]* | 0) echo "arm64.sh: ARM64_JOBS must be a count of lanes, got '$jobs'" >&2; exit 2 ;; esac
 lane=0
@@ -109,7 +110,7 @@ wait
 pass=0 fail=0 bad=""
 for s in "$@"; do
     log=$root/log-$s.txt
-    cat "$log"
+    [ "$jobs" -gt 1 ] && cat "$log"
     rc=$(cat "$log.rc" 2>/dev/null || echo 1)
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log" | tail -1)
     p=${line%% passed*}
