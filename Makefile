@@ -309,7 +309,7 @@ MEM_TRAINS := mem-train mem-cpu mem-bf16 mem-pure mem-lent
 MEMFLAGS_mem-cpu  := --device cpu
 MEMFLAGS_mem-bf16 := --cores 2 --precision bf16
 MEMFLAGS_mem-pure := --cores 4 --precision bf16-pure
-MEMFLAGS_mem-lent := --batch 8 --redo 3
+MEMFLAGS_mem-lent := --batch 8 --redo 3 --metrics
 MEM_RUNS := $(MEM_TRAINS) mem-sample mem-eval mem-eval-lent mem-sample-lent mem-resume mem-shards
 check-mem: gpt $(MPI_BIN) debug $(COVDIR)/gpt mem-runs
 	GPT_TEST_TIMEOUT=3600 ./tests/run-debug

@@ -26,7 +26,8 @@ static void exec_on_core(const struct kinstr *k, int core)
     }
     double t0 = now_seconds();
     xs_dispatch(k);
-    xs_kernel_ran(k, core, t0, now_seconds());
+    struct kernel_run r = xs_kernel_run(k, t0, now_seconds());
+    xs_kernel_ran(&r, core);
 }
 
 void xs_exec(const struct kinstr *k) { exec_on_core(k, 0); }
@@ -213,7 +214,9 @@ _Static_assert(XS_MAX_CORES <= REDO_MAX_UNITS, "a redo job has a unit a core");
 struct attempt_arena {
     unsigned char *at;
     size_t cap;
-    double seconds; /* the attempt's time, for the core's busy time */
+    double seconds;          /* the attempt's time, for the core's busy time */
+    struct kernel_run *runs; /* [nruns] its kernels, while metrics.c records them */
+    int nruns, runs_cap;
 };
 
 /* One stretch of the cores, kept in the ring while its attempts may run. */
@@ -257,8 +260,19 @@ static void arena_give(void *arena)
     pthread_mutex_unlock(&pool_lock);
     if (!kept) {
         free(a->at);
+        free(a->runs);
         free(a);
     }
+}
+
+/* An attempt's kernel, kept until the attempt wins (xs_kernel_ran). */
+static void attempt_keep_run(struct attempt_arena *a, struct kernel_run r)
+{
+    if (a->nruns == a->runs_cap) {
+        a->runs_cap = a->runs_cap ? 2 * a->runs_cap : 256;
+        a->runs = xrealloc(a->runs, sizeof *a->runs * (size_t)a->runs_cap);
+    }
+    a->runs[a->nruns++] = r;
 }
 
 static void *core_attempt(unsigned gen, int core)
@@ -268,14 +282,19 @@ static void *core_attempt(unsigned gen, int core)
     double t0 = now_seconds();
     struct attempt_arena *a = arena_take(p->arena_bytes);
     void *const *slots = j->slots + (size_t)core * (size_t)p->nslots;
+    int watched = xs_watching();
     transfer(p->tin, p->nin, a->at, slots, 1);
+    a->nruns = 0;
     for (int i = j->i0; i < j->i1; i++) {
         if (redo_finished(gen, core)) {
             arena_give(a);
             return NULL;
         }
         struct kinstr k = bind(&p->ins[i], a->at, slots, core);
+        double k0 = watched ? now_seconds() : 0;
         xs_dispatch(&k);
+        if (watched)
+            attempt_keep_run(a, xs_kernel_run(&k, k0, now_seconds()));
         redo_progressed(core);
     }
     a->seconds = now_seconds() - t0;
@@ -397,6 +416,8 @@ static double redo_stretch(const Program *p, int i1, int n, unsigned char **aren
         const struct attempt_arena *a = won[c];
         arena[c] = a->at;
         xs_core_ran(c, a->seconds);
+        for (int r = 0; r < a->nruns; r++) /* the winner's kernels, when watched */
+            xs_kernel_ran(&a->runs[r], c);
     }
     return t1;
 }
@@ -416,8 +437,7 @@ void xs_run_replicated(const Program *p, int n, void *const *const *slots)
         fit_for = p;
         last_fit = redo_fits(p, first, n, slots);
     }
-    int redo = n > 1 && first > 0 && redo_threads() && !xs_watching() && redo_safe(p, 0, first) &&
-               last_fit;
+    int redo = n > 1 && first > 0 && redo_threads() && redo_safe(p, 0, first) && last_fit;
     double t0;
     if (redo) {
         t0 = redo_stretch(p, first, n, arena, won, slots);

@@ -118,19 +118,23 @@ static int cores_seen = 1;
 
 int xs_watching(void) { return prof_on || tl_on; }
 
-void xs_kernel_ran(const struct kinstr *k, int core, double t0, double t1)
+struct kernel_run xs_kernel_run(const struct kinstr *k, double t0, double t1)
 {
-    double fl = kop_flops(k);
+    return (struct kernel_run){k->op, k->attr, t0, t1, kop_flops(k)};
+}
+
+void xs_kernel_ran(const struct kernel_run *r, int core)
+{
     if (tl_on)
-        tl_add(core, &(struct tl_event){k->op, NULL, t0, t1, k->attr, fl});
+        tl_add(core, &(struct tl_event){r->op, NULL, r->t0, r->t1, r->attr, r->flops});
     if (!prof_on)
         return;
-    struct kstat *s = &prof[k->op];
+    struct kstat *s = &prof[r->op];
 #pragma omp critical(xs_profile)
     {
-        s->seconds += t1 - t0;
+        s->seconds += r->t1 - r->t0;
         s->calls++;
-        s->flops += fl;
+        s->flops += r->flops;
     }
 }
 

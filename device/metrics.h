@@ -41,7 +41,18 @@ int xs_timeline_write(const char *path);
 
 /* What the device (xla_sim.c) tells metrics.c as it runs. */
 int xs_watching(void); /* a profile or a timeline is recording kernels */
-void xs_kernel_ran(const struct kinstr *k, int core, double t0, double t1);
+/* One kernel's run, what the profile and the timeline keep of it. A redo
+ * team's attempt (xla_sim.c) holds its runs until it wins: only the
+ * winners' are reported, so the profile counts each kernel once however
+ * many attempts ran it. */
+struct kernel_run {
+    int op; /* enum kop */
+    union kattr attr;
+    double t0, t1; /* seconds, monotonic */
+    double flops;
+};
+struct kernel_run xs_kernel_run(const struct kinstr *k, double t0, double t1);
+void xs_kernel_ran(const struct kernel_run *r, int core);
 void xs_core_ran(int core, double seconds); /* a stretch of kernels, one core */
 void xs_arena_grew(int core, size_t bytes);
 

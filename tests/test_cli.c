@@ -635,6 +635,33 @@ static void check_quota(void)
     CHECK(rmdir(dir) == 0, "the test's cgroup %s could not be removed", dir);
 }
 
+/* --metrics and --profile while the redo team runs the cores' programs
+ * (--redo 3 on 8 cores): only a winning attempt's kernels are reported,
+ * so the profile's calls and each core's timeline events are those of a
+ * run without the team, however many attempts were redone. The team's
+ * run has every thread on one core, where it redoes units most steps. */
+static void check_metrics_on_team(void)
+{
+    char out[4096];
+    if (!t_have("taskset -c 0 true")) {
+        SKIP_MISSING("util-linux", "--metrics on the redo team not checked: no taskset");
+        return;
+    }
+    int rc = t_run("rm -rf tests/tmp/mr0 tests/tmp/mr3 && for r in 0 3; do m=tests/tmp/mr$r; "
+                   "one=$([ $r = 0 ] || echo taskset -c 0); $one ./gpt train " SMALL " --batch 8 "
+                   "--steps 60 --cores 8 --redo $r --metrics --profile $m.json --out $m > $m.txt"
+                   " 2>&1 || exit 1; sed -n '/^Kernel profile/,$p' $m.txt | awk '{print $1, $2}' "
+                   "> $m.calls; /usr/bin/python3 -c \"import json, collections, sys; e = json."
+                   "load(open(sys.argv[1]))['traceEvents']; print(sorted(collections.Counter("
+                   "x['tid'] for x in e if x['ph'] == 'X' and x['tid'] > 0).items()))\" $m.json "
+                   "> $m.events || exit 1; done; m=tests/tmp/mr; grep -h 'the redo team ran' "
+                   "${m}3.txt && grep -q '^matmul ' ${m}3.calls && cmp ${m}0.calls ${m}3.calls && "
+                   "cmp ${m}0.events ${m}3.events && echo same", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "same"), "--metrics and --profile on the redo team: the "
+          "kernel profile's calls or the cores' timeline events differ from a run without "
+          "it, or the team did not run (rc %d): %.400s", rc, out);
+}
+
 void test_cli(void)
 {
     make_data();
@@ -648,6 +675,7 @@ void test_cli(void)
     check_sample_eval();
     check_refusals();
     check_tpu();
+    check_metrics_on_team();
     check_grad_accum();
     check_activation();
     check_threads_said();
