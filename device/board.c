@@ -46,7 +46,8 @@ static struct {
 
 void xs_set_device(const char *name, int cores, size_t hbm_bytes)
 {
-    snprintf(board.name, sizeof board.name, "%s", name);
+    if (name != board.name) /* a board resized keeps its name (cmd/flags.c, set_board) */
+        snprintf(board.name, sizeof board.name, "%s", name);
     board.cores = cores < 1 ? 1 : cores > XS_MAX_CORES ? XS_MAX_CORES : cores;
     board.hbm = hbm_bytes;
 }

@@ -93,13 +93,18 @@ int xs_timeline_write(const char *path)
             "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
             "\"host %d (%s)\"}},\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,"
             "\"tid\":0,\"args\":{\"name\":\"host\"}}", pid, pid, xs_device_name(), pid);
-    for (int c = 0; c < xs_cores(); c++)
+    /* the board's cores, and those of a board lent to the redo team
+     * (model_lend_cores) that ran while recording */
+    int tracks = xs_cores();
+    for (int c = tracks; c < XS_MAX_CORES; c++)
+        tracks = tl_track[c].n > 0 ? c + 1 : tracks;
+    for (int c = 0; c < tracks; c++)
         fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                 "\"args\":{\"name\":\"xla:%d\"}}", pid, c + 1, pid * xs_cores() + c);
     first = 0;
     for (long i = 0; i < tl_track[TL_HOST].n; i++)
         tl_write_event(f, &tl_track[TL_HOST].e[i], pid, 0, &first);
-    for (int c = 0; c < xs_cores(); c++)
+    for (int c = 0; c < tracks; c++)
         for (long i = 0; i < tl_track[c].n; i++)
             tl_write_event(f, &tl_track[c].e[i], pid, c + 1, &first);
     fputs("\n]}\n", f);

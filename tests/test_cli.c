@@ -660,6 +660,16 @@ static void check_metrics_on_team(void)
     CHECK(rc == 0 && strstr(out, "same"), "--metrics and --profile on the redo team: the "
           "kernel profile's calls or the cores' timeline events differ from a run without "
           "it, or the team did not run (rc %d): %.400s", rc, out);
+    /* one core that lends the team a board of 8: the lent cores are on the
+     * timeline, and the device keeps its name */
+    rc = t_run("m=tests/tmp/mrl; rm -rf $m && taskset -c 0 ./gpt train " SMALL " --batch 8 "
+               "--steps 20 --redo 3 --metrics --profile $m.json --out $m > $m.txt 2>&1 && grep "
+               "-a 'Device: xla:7 (xla)' $m.txt && /usr/bin/python3 -c \"import json, sys; e = "
+               "json.load(open(sys.argv[1]))['traceEvents']; sys.exit(sorted({x['tid'] for x in "
+               "e if x['ph'] == 'X'}) != list(range(9)))\" $m.json && echo lent", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "lent"), "--metrics and --profile on a board lent to the redo "
+          "team: want 'Device: xla:7 (xla)' and events on the host and 8 cores' tracks (rc "
+          "%d): %.400s", rc, out);
 }
 
 void test_cli(void)
