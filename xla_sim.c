@@ -26,7 +26,7 @@ static void exec_on_core(const struct kinstr *k, int core)
     }
     double t0 = now_seconds();
     xs_dispatch(k);
-    struct kernel_run r = xs_kernel_run(k, t0, now_seconds());
+    struct kernel_run r = xs_kernel_run_of(k, t0, now_seconds());
     xs_kernel_ran(&r, core);
 }
 
@@ -294,7 +294,7 @@ static void *core_attempt(unsigned gen, int core)
         double k0 = watched ? now_seconds() : 0;
         xs_dispatch(&k);
         if (watched)
-            attempt_keep_run(a, xs_kernel_run(&k, k0, now_seconds()));
+            attempt_keep_run(a, xs_kernel_run_of(&k, k0, now_seconds()));
         redo_progressed(core);
     }
     a->seconds = now_seconds() - t0;

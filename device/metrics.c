@@ -123,7 +123,7 @@ static int cores_seen = 1;
 
 int xs_watching(void) { return prof_on || tl_on; }
 
-struct kernel_run xs_kernel_run(const struct kinstr *k, double t0, double t1)
+struct kernel_run xs_kernel_run_of(const struct kinstr *k, double t0, double t1)
 {
     return (struct kernel_run){k->op, k->attr, t0, t1, kop_flops(k)};
 }

@@ -51,7 +51,8 @@ struct kernel_run {
     double t0, t1; /* seconds, monotonic */
     double flops;
 };
-struct kernel_run xs_kernel_run(const struct kinstr *k, double t0, double t1);
+/* k's run from t0 to t1, and its report for core `core` */
+struct kernel_run xs_kernel_run_of(const struct kinstr *k, double t0, double t1);
 void xs_kernel_ran(const struct kernel_run *r, int core);
 void xs_core_ran(int core, double seconds); /* a stretch of kernels, one core */
 void xs_arena_grew(int core, size_t bytes);
