@@ -268,7 +268,7 @@ Tensor *g_xent(Graph *g, Tensor *logits, Tensor *targets)
     n->attr.xent = (struct xent_attr){.n = logits->rows, .v = logits->cols, .seg = g->seg};
     Tensor *y = add_out(g, n, DT_F32, 1, 1, 1);
     run_if_eager(g, n);
-    return as_stored(g, y);
+    return as_stored_partial(g, y); /* a mean over rows: a core's part, in training */
 }
 
 static Tensor *build_xent_bwd(Graph *g, const Node *xe, Tensor *dy)
@@ -347,6 +347,7 @@ void g_mark_step(Graph *g, Tensor *const *keep, int n)
 }
 
 void g_set_lazy(Graph *g, int lazy) { g->lazy = lazy; }
+int g_is_lazy(const Graph *g) { return g->lazy; }
 
 /* ---- reverse-mode autodiff ---- */
 
