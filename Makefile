@@ -19,7 +19,7 @@ MAIN    := cmd/main.c
 KONCE   := kernels/entry.c kernels/entry_gen.c kernels/isa.c kernels/reading.c kernels/tensor_ref.c kernels/fused_ref.c kernels/dropout.c kernels/tensor_seg.c \
            kernels/tensor_decode.c kernels/tensor_bf16.c kernels/base.c kernels/bf16_model.c
 SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd/rundir.c \
-           gpt.c model/accum.c cmd/sample.c model/replicas.c cmd/ckpt.c cmd/evaluate.c \
+           gpt.c model/accum.c model/eager_board.c cmd/sample.c model/replicas.c cmd/ckpt.c cmd/evaluate.c \
            graph.c compiler/graph_side.c compiler/remat.c compiler/record.c compiler/precision.c compiler/compile.c \
            compiler/trace.c compiler/cache.c compiler/fuse.c compiler/plan.c compiler/lower.c \
            compiler/dump.c compiler/explain.c \
@@ -305,8 +305,9 @@ VALGRIND := valgrind --error-exitcode=1 --leak-check=full \
 # sanitizers, each gets an hour, not 10 minutes.
 MEMGPT := OMP_NUM_THREADS=2 $(VALGRIND) ./gpt-dyn
 # the training runs, each with its flags beyond $(MEMRUN), into tests/tmp/<target>
-MEM_TRAINS := mem-train mem-cpu mem-bf16 mem-pure mem-lent
+MEM_TRAINS := mem-train mem-cpu mem-cpu-lent mem-bf16 mem-pure mem-lent
 MEMFLAGS_mem-cpu  := --device cpu
+MEMFLAGS_mem-cpu-lent := --device cpu --batch 8 --redo 3 --metrics
 MEMFLAGS_mem-bf16 := --cores 2 --precision bf16
 MEMFLAGS_mem-pure := --cores 4 --precision bf16-pure
 MEMFLAGS_mem-lent := --batch 8 --redo 3 --metrics

@@ -5,8 +5,9 @@
  *   the training step  the loss, backward, the all-reduce and Adam, with
  *                      gradient accumulation's micro-batches
  * Below it, read second (model/): the model's data (model.h), the per-core
- * replicas and batch shards of data parallelism (replicas.c) and gradient
- * accumulation's micro-batches (accum.c), kept out of the model's way.
+ * replicas and batch shards of data parallelism (replicas.c), gradient
+ * accumulation's micro-batches (accum.c) and the eager device's lent board
+ * (eager_board.c), kept out of the model's way.
  * Above it, using it: the sampler (cmd/sample.c: the KV-cache decoder,
  * temperature and top-k), the checkpoints (cmd/ckpt.c), the training run
  * (cmd/train.c) and the other commands (cmd/). Batches: data/batch.c. */
@@ -454,13 +455,14 @@ static void gradients(Model *m, Graph *g, const Batch *mb, Tensor **leaf, Tensor
 }
 
 /* The last micro-batch (or the only one): the all-reduces after the whole
- * backward pass, as one bucket, then Adam. Returns the step's loss. */
-static float update(Model *m, Graph *g, Tensor **leaf, Tensor **sum, float lr)
+ * backward pass, as one bucket, then Adam; sum[0..np] adds up `micro`
+ * passes. Returns the step's loss. */
+static float update(Model *m, Graph *g, Tensor **leaf, Tensor **sum, float lr, int micro)
 {
     Tensor *grad[MAX_PARAMS];
     for (int i = 0; i < m->np; i++)
-        grad[i] = mean_over_replicas(m, g, sum[i], i, micro_batches(m));
-    Tensor *loss = mean_over_replicas(m, g, sum[m->np], m->np, micro_batches(m));
+        grad[i] = mean_over_replicas(m, g, sum[i], i, micro);
+    Tensor *loss = mean_over_replicas(m, g, sum[m->np], m->np, micro);
     adam_update(m, g, leaf, grad, lr);
     if (m->shards > 1)
         gather_shards(m, g, leaf, loss); /* the updated shards back whole on every core */
@@ -471,14 +473,30 @@ static float update(Model *m, Graph *g, Tensor **leaf, Tensor **sum, float lr)
     return l;
 }
 
+/* The eager device on a lent board (model/eager_board.c): the cores'
+ * passes by the redo team, each like a micro-batch, then one update. */
+static float eager_board_step(Model *m, Graph *g, const Batch *b, float lr)
+{
+    Tensor *leaf[MAX_PARAMS], *sum[MAX_PARAMS + 1];
+    struct core_pass *won[XS_MAX_CORES];
+    eager_board_gradients(m, g, b, gradients, sum, won);
+    for (int i = 0; i < m->np; i++) /* the weights the lent cores share, for Adam */
+        leaf[i] = g_leaf(g, TK_PARAM, DT_F32, m->w + m->p[i].off, m->p[i].rows, m->p[i].cols);
+    float loss = update(m, g, leaf, sum, lr, m->ncores);
+    eager_board_release(won, m->ncores);
+    return loss;
+}
+
 float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
 {
     Tensor *leaf[MAX_PARAMS], *sum[MAX_PARAMS + 1];
     int n = micro_batches(m), cores = m->ncores > 1 ? m->ncores : 1;
     drop_key(m, m->t + 1); /* this step's masks; a resumed run has the same t */
+    if (m->lent && !g_is_lazy(g))
+        return eager_board_step(m, g, b, lr);
     if (n == 1) {
         gradients(m, g, b, leaf, sum);
-        return update(m, g, leaf, sum, lr);
+        return update(m, g, leaf, sum, lr, 1);
     }
     Batch mb;
     batch_alloc(&mb, b->B / n, b->T);
@@ -491,7 +509,7 @@ float model_train_step(Model *m, Graph *g, const Batch *b, float lr)
     micro_batch(&mb, b, n - 1, n, cores);
     gradients(m, g, &mb, leaf, sum);
     add_levels(m, g, sum, n - 1, 0, 1);
-    float loss = update(m, g, leaf, sum, lr); /* reads mb: free it after */
+    float loss = update(m, g, leaf, sum, lr, n); /* reads mb: free it after */
     batch_free(&mb);
     return loss;
 }

@@ -74,6 +74,7 @@ void g_read_cores(Graph *g, Tensor *t, float *out, size_t n);
 /* Lazy mode records nodes without running them; g_read and g_mark_step
  * run them as compiled programs. Eager (the default) runs each at once. */
 void g_set_lazy(Graph *g, int lazy);
+int g_is_lazy(const Graph *g);
 /* Ends a step: compiles and runs everything pending, keeping the values of
  * keep[0..n) for the host. In eager mode it does nothing. */
 void g_mark_step(Graph *g, Tensor *const *keep, int n);

@@ -30,8 +30,6 @@ static void exec_on_core(const struct kinstr *k, int core)
     xs_kernel_ran(&r, core);
 }
 
-void xs_exec(const struct kinstr *k) { exec_on_core(k, 0); }
-
 /* ---- compiled programs ---- */
 
 /* Each core's memory: one arena, grown to the largest plan it has run. A
@@ -420,6 +418,71 @@ static double redo_stretch(const Program *p, int i1, int n, unsigned char **aren
             xs_kernel_ran(&a->runs[r], c);
     }
     return t1;
+}
+
+/* ---- the eager device's attempts ----
+ * An eager kernel runs where the model's graph records it. On a lent
+ * board (model/eager_board.c) the graph is an attempt's at a core, run by
+ * a member of the redo team: this thread's attempt, while one is on. */
+static _Thread_local struct attempt_arena *eager_run;
+static _Thread_local unsigned eager_gen;
+static _Thread_local int eager_core, eager_gave_up;
+static _Thread_local double eager_t0;
+
+void xs_attempt_begin(unsigned gen, int core)
+{
+    eager_run = arena_take(0); /* its kernels' records; the graph holds the values */
+    eager_run->nruns = 0;
+    eager_gen = gen, eager_core = core, eager_gave_up = 0;
+    eager_t0 = now_seconds();
+}
+
+XsAttempt *xs_attempt_end(void)
+{
+    struct attempt_arena *a = eager_run;
+    eager_run = NULL;
+    a->seconds = now_seconds() - eager_t0;
+    if (eager_gave_up) {
+        arena_give(a);
+        return NULL;
+    }
+    return a;
+}
+
+void xs_attempt_report(const XsAttempt *a, int core)
+{
+    xs_core_ran(core, a->seconds);
+    for (int r = 0; r < a->nruns; r++)
+        xs_kernel_ran(&a->runs[r], core);
+}
+
+void xs_attempt_free(XsAttempt *a)
+{
+    if (a)
+        arena_give(a);
+}
+
+/* A kernel of this thread's attempt: skipped, and every one after it,
+ * once another attempt has the core's result (what the graph records
+ * from then on is never read). */
+static void attempt_exec(struct attempt_arena *a, const struct kinstr *k)
+{
+    if (eager_gave_up || (eager_gave_up = redo_finished(eager_gen, eager_core)))
+        return;
+    int watched = xs_watching();
+    double k0 = watched ? now_seconds() : 0;
+    xs_dispatch(k);
+    if (watched)
+        attempt_keep_run(a, xs_kernel_run_of(k, k0, now_seconds()));
+    redo_progressed(eager_core);
+}
+
+void xs_exec(const struct kinstr *k)
+{
+    if (eager_run)
+        attempt_exec(eager_run, k);
+    else
+        exec_on_core(k, 0);
 }
 
 void xs_set_redo(int threads) { redo_set_threads(threads); }

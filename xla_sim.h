@@ -75,10 +75,24 @@ void xs_run_replicated(const Program *p, int n, void *const *const *slots);
 /* Beside busy programs: the cores' programs up to the first all-reduce
  * run by a team of `threads` that redoes a core's program a descheduled
  * thread holds (device/redo.h); 0 (the default) runs them as above. The
- * same bits either way. A profile or timeline that is recording waits
- * for the plain schedule: it times each core's kernels once. */
+ * same bits either way. A profile or timeline counts each core's kernels
+ * once, the winning attempt's. */
 void xs_set_redo(int threads);
 /* Whether the last program run on several cores was small enough for the
  * team (its arenas and copies within 1 GiB); 0 before one. */
 int xs_redo_fits(void);
+
+/* The eager device's attempts (model/eager_board.c): between begin and
+ * end, the kernels xs_exec runs on this thread are attempt `gen` at core
+ * `core`'s, a unit of the redo team. Once another attempt has finished
+ * the core they are skipped (the attempt gives up), and while metrics.c
+ * records they are kept, not reported. end returns the attempt's record,
+ * or NULL if it gave up; report gives the winner's time and kernels to
+ * core `core` (the caller's thread, after redo_run), free takes a record
+ * back. */
+typedef struct attempt_arena XsAttempt;
+void xs_attempt_begin(unsigned gen, int core);
+XsAttempt *xs_attempt_end(void);
+void xs_attempt_report(const XsAttempt *a, int core);
+void xs_attempt_free(XsAttempt *a);
 #endif

@@ -1872,8 +1872,9 @@ static double cores_given(int busy, int own_session)
     return ok && wall > 0 ? cpu / wall : -1;
 }
 
-/* The models timed: the default, and a larger one, fewer steps (--quick
- * gives each one layer). */
+/* The models timed: the default, a larger one (fewer steps), and the
+ * default on a board and on the eager device (--quick gives each one
+ * layer). */
 static const struct load_shape {
     const char *name, *flags;
     int steps, quick_steps;
@@ -1882,6 +1883,7 @@ static const struct load_shape {
     {"embed 256, 8 heads, mlp 1024, 4 layers", "--embed 256 --heads 8 --mlp 1024 --layers 4", 12,
      2},
     {"--tpu v3-8 (8 simulated cores), default config", "--tpu v3-8", 300, 20},
+    {"the eager device (--device cpu), default config", "--device cpu", 200, 20},
 };
 
 static int load_rounds(void) { return opt.quick ? 1 : 5; }

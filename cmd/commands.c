@@ -74,7 +74,7 @@ static void emit_raw(int c, void *ctx)
 static void start_threads(ThreadTrial *t, int team, int given)
 {
     trial_start(t);
-    t->redo = team && t->full > 1 ? t->full + 1 : 0;
+    t->redo = team && t->full > 1 ? trial_team(t, REDO_MAX_THREADS) : 0;
     if (given) {
         trial_start_team(t, given);
         t->fixed = 1;

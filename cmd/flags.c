@@ -432,8 +432,6 @@ void setup_board(const struct settings *s, int hosts)
 
 const char *lend_problem(const struct settings *s, int hosts, size_t weights)
 {
-    if (strcmp(s->device, "xla"))
-        return "--device cpu runs no compiled programs";
     if (hosts > 1)
         return "a pod's ranks share their steps";
     if (s->shard_optimizer)
@@ -452,6 +450,8 @@ const char *lend_problem(const struct settings *s, int hosts, size_t weights)
 const char *windows_lend_problem(const struct settings *s, int windows, size_t weights,
                                  const char *uneven)
 {
+    if (strcmp(s->device, "xla"))
+        return "--device cpu lends a board to training steps only";
     if (windows % LEND_CORES)
         return uneven;
     struct settings step = *s;

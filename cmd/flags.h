@@ -74,7 +74,8 @@ void check_train_flags(const struct settings *s);
  * (model_lend_cores), but the team copies the weights for each job of its
  * ring: weights, the model's (0 before it is made), are checked against
  * REDO_MAX_BYTES. The programs' arenas are judged once one has run
- * (xs_redo_fits). */
+ * (xs_redo_fits); the eager device runs no programs, its cores' passes
+ * each a graph of its own (model/eager_board.c). */
 #define LEND_CORES 8 /* the eighth round's best board beside busy programs */
 const char *lend_problem(const struct settings *s, int hosts, size_t weights);
 /* The same for gpt eval's passes and gpt sample's window steps, each of

@@ -119,7 +119,8 @@ static float test_loss_chunked(struct trainer *tr, double *seconds)
     struct eval_progress p = {.on = tr->progress, .t0 = now_seconds()};
     Batch share = host_share(&tr->test_batch);
     int chunk = s->batch / comm_size() > 0 ? s->batch / comm_size() : 1;
-    g_set_cores(tr->g, tr->threads.redoing ? tr->model.ncores : 1);
+    /* the eager device's board lends its team to training steps only */
+    g_set_cores(tr->g, tr->threads.redoing && g_is_lazy(tr->g) ? tr->model.ncores : 1);
     float loss = eval_loss(&tr->model, tr->g, &share, chunk, eval_progress_tick, &p);
     g_set_cores(tr->g, 1);
     eval_progress_clear(&p);
@@ -656,7 +657,7 @@ static void offer_lent_team(struct trainer *tr)
 {
     tr->lends = tr->cores == 1 && !lend_problem(&tr->s, comm_size(), tr->model.nw);
     if (tr->lends && tr->threads.full > 1)
-        tr->threads.redo = tr->threads.full + 1;
+        tr->threads.redo = trial_team(&tr->threads, REDO_MAX_THREADS);
 }
 
 /* After the first step, which compiled the program: the redo team for the
@@ -666,13 +667,13 @@ static void offer_lent_team(struct trainer *tr)
 static void offer_redo(struct trainer *tr)
 {
     const struct settings *s = &tr->s;
-    if (s->redo && !xs_redo_fits() && is_master())
+    if (s->redo && !xs_redo_fits() && g_is_lazy(tr->g) && is_master())
         fprintf(stderr, "gpt: --redo %d: the team's arenas and copies would pass 1 GiB; the "
                 "cores' programs run without it\n", s->redo);
     /* a lent board's program has not run yet: withdraw_lent_team judges it once it has */
     if (!s->redo && !tr->lends && tr->cores >= REDO_MIN_UNITS && xs_redo_fits() &&
         tr->threads.full > 1)
-        tr->threads.redo = tr->threads.full + 1;
+        tr->threads.redo = trial_team(&tr->threads, REDO_MAX_THREADS);
 }
 
 /* A run that starts beside busy programs of its own session runs the
@@ -702,7 +703,8 @@ static void start_team(struct trainer *tr)
  * offered no more, and the board returns. */
 static void withdraw_lent_team(struct trainer *tr)
 {
-    if (!tr->lends || xs_cores() != LEND_CORES || xs_redo_fits())
+    /* the eager device's board compiles nothing: lend_problem judged its copies */
+    if (!tr->lends || xs_cores() != LEND_CORES || xs_redo_fits() || !g_is_lazy(tr->g))
         return;
     tr->lends = 0;
     if (tr->threads.fixed && is_master())

@@ -56,6 +56,7 @@ void g_set_cores(Graph *g, int n)
 int g_cores(const Graph *g) { return g->cores; }
 void g_set_example_rows(Graph *g, int rows) { g->seg = rows; }
 void g_set_precision(Graph *g, int precision) { g->prec = precision; }
+int g_precision(const Graph *g) { return g->prec; }
 
 Tensor *g_all_reduce(Graph *g, Tensor *x) { return g_all_reduce_micro(g, x, 1); }
 

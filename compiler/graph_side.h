@@ -61,6 +61,7 @@ void g_store(Graph *g, Tensor *dst, Tensor *x);
 void g_set_example_rows(Graph *g, int rows);
 /* enum precision for the ops recorded from now on. */
 void g_set_precision(Graph *g, int precision);
+int g_precision(const Graph *g);
 
 /* What the last new compile produced, for tests and the debug line. */
 struct compile_stats {

@@ -110,4 +110,16 @@ void micro_batch(Batch *mb, const Batch *b, int k, int n, int cores);
 int add_levels(Model *m, Graph *g, Tensor **sum, int k, int j, int to_top);
 void store_partial_sums(Model *m, Graph *g, Tensor **sum, int k);
 
+/* eager_board.c: the eager device's step on a lent board of m->ncores,
+ * each core's pass (gpt.c's forward and backward on its windows) a unit
+ * of the redo team on a graph of its own. Gradients sets sum[0..np] on g
+ * to the cores' gradients and losses added in gradient accumulation's
+ * tree, reading won[0..ncores), the winning passes; release gives them
+ * back once the step has read them. */
+typedef void (*CorePass)(Model *m, Graph *g, const Batch *mb, Tensor **leaf, Tensor **sum);
+struct core_pass;
+void eager_board_gradients(Model *m, Graph *g, const Batch *b, CorePass pass, Tensor **sum,
+                           struct core_pass **won);
+void eager_board_release(struct core_pass **won, int n);
+
 #endif

@@ -113,6 +113,9 @@ static void check_refusals(void)
         {"./gpt eval --ckpt tests/tmp/t1 --data tests/tmp/d.txt --redo 3 --chunk 4", 2,
          "--redo lends each pass a board of 8 cores, but a pass's windows (--chunk"},
         {"./gpt eval --ckpt tests/tmp/t1 --redo 9", 2, "--redo must be 0"},
+        {"./gpt eval --ckpt tests/tmp/t1 --data tests/tmp/d.txt --device cpu --redo 3", 2,
+         "--redo lends each pass a board of 8 cores, but --device cpu lends a board to "
+         "training steps only"},
         {"./gpt sample --ckpt tests/tmp/t1 --redo 3", 2, "--redo lends each window step a board "
                                                          "of 8 cores, but its windows, one a "
                                                          "passage (--num-samples)"},

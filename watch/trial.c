@@ -36,6 +36,7 @@ void trial_start(ThreadTrial *t)
     t->started_one = t->full > 1 && same == 0 && apart > 0;
     /* on one core the team's threads would only take turns */
     t->started_shared = t->full > 1 && t->cores > 1 && same > 0;
+    t->shared_threads = same;
     if (t->started_one)
         run_schedule(t, RUN_ONE);
 }
@@ -48,6 +49,12 @@ void trial_start_team(ThreadTrial *t, int redo)
      * show the team too little CPU time (trial_next would try one thread
      * for a whole window): the next window's end judges it instead */
     t->since = t->every - 2;
+}
+
+int trial_team(const ThreadTrial *t, int most)
+{
+    int team = t->full + (t->shared_threads > 1 ? t->shared_threads : 1);
+    return team < most ? team : most;
 }
 
 void trial_start_one(ThreadTrial *t)

@@ -67,6 +67,7 @@ typedef struct ThreadTrial {
     int started_shared; /* other programs ran in this process's scheduling
                          * group as it started, on two cores or more (the
                          * caller may start the team at once: trial_start_team) */
+    int shared_threads; /* their runnable threads then */
 } ThreadTrial;
 
 /* What one unit's end brought (trial_unit's result). */
@@ -90,6 +91,14 @@ void trial_start(ThreadTrial *t);
  * try the team next and a short run would spend its start on the way. The
  * second window's end judges it as any window on the team (trial_next). */
 void trial_start_team(ThreadTrial *t, int redo);
+
+/* The redo team's threads for the caller to offer, at most `most`: a
+ * thread more than the full count for each busy thread of its scheduling
+ * group as it started, one at least. In a group the kernel shares the
+ * cores out by thread, and a team that takes its share leaves its held
+ * units fewer threads to wait for (bench/README.md, "Under load",
+ * nineteenth round). */
+int trial_team(const ThreadTrial *t, int most);
 
 /* Runs one thread from the next unit, without a trial: for a caller with
  * no redo team to offer that started beside busy programs of its own
