@@ -66,8 +66,8 @@ static void emit_raw(int c, void *ctx)
 }
 
 /* The thread trial of a sample or an eval, and the redo team it offers
- * (team: a lent board, an eval's or a sample's) of a thread more than the
- * cores, as gpt train's: beside busy programs of its own session, the
+ * (team: a lent board, an eval's or a sample's) of trial_team's threads,
+ * as gpt train's: beside busy programs of its own session, the
  * team at once, or without one, one thread (where the first window's
  * trial would go, and a short run would be over first). A team given
  * (--redo: given threads) runs throughout, with no trial. */
