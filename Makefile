@@ -27,7 +27,7 @@ SRC     := cmd/train.c cmd/schedule.c cmd/sweep.c cmd/commands.c cmd/flags.c cmd
            device/board.c device/ops.c device/ops_gen.c device/flops.c device/redo.c \
            $(KONCE) cmd/pod.c pod/comm.c \
            data/batch.c data/data.c data/loader.c data/text.c watch/watch.c watch/pace.c watch/trial.c \
-           safetensors/safetensors.c util/util.c pod/error.c util/rng.c util/fmath.c util/threads.c
+           safetensors/safetensors.c util/util.c pod/error.c util/rng.c util/fmath.c util/threads.c util/pool.c
 HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/flags.h \
            cmd/rundir.h cmd/schedule.h cmd/sample.h cmd/ckpt.h cmd/evaluate.h compiler/compiler.h compiler/record.h compiler/node.h compiler/graph_side.h \
            device/ops.h device/ops_gen.h device/flops.h device/exec.h device/exec_side.h device/board.h \
@@ -35,7 +35,7 @@ HDR     := gpt.h model/model.h graph.h xla_sim.h tensor.h cmd/commands.h cmd/fla
            kernels/tiles.h kernels/attention_layout.h kernels/bf16_sim.h \
            kernels/kernels.h kernels/kernels_gen.h kernels/base.h kernels/tensor_ref.h kernels/dropout.h kernels/gelu.h kernels/vec.h cmd/pod.h \
            pod/comm.h data/batch.h data/data.h data/loader.h data/text.h \
-           watch/watch.h watch/pace.h watch/trial.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h util/threads.h
+           watch/watch.h watch/pace.h watch/trial.h safetensors/safetensors.h util/util.h pod/error.h util/rng.h util/fmath.h util/threads.h util/pool.h
 TESTSRC := tests/main.c tests/test_kernels.c tests/test_grads.c tests/test_model.c \
            tests/test_ckpt.c tests/test_xla.c tests/test_tpu.c tests/test_cli.c \
            tests/test_mpi.c tests/test_tour.c tests/test_data.c \

@@ -16,6 +16,7 @@
 #include "util/rng.h"
 #include "util/util.h"
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -474,16 +475,22 @@ static float update(Model *m, Graph *g, Tensor **leaf, Tensor **sum, float lr, i
 }
 
 /* The eager device on a lent board (model/eager_board.c): the cores'
- * passes by the redo team, each like a micro-batch, then one update. */
+ * passes by the redo team, each like a micro-batch, then one update. The
+ * sums and Adam run on this thread alone: the team runs beside busy
+ * programs, where a parallel region's threads wait at its end for one
+ * the scheduler holds. */
 static float eager_board_step(Model *m, Graph *g, const Batch *b, float lr)
 {
     Tensor *leaf[MAX_PARAMS], *sum[MAX_PARAMS + 1];
     struct core_pass *won[XS_MAX_CORES];
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
     eager_board_gradients(m, g, b, gradients, sum, won);
     for (int i = 0; i < m->np; i++) /* the weights the lent cores share, for Adam */
         leaf[i] = g_leaf(g, TK_PARAM, DT_F32, m->w + m->p[i].off, m->p[i].rows, m->p[i].cols);
     float loss = update(m, g, leaf, sum, lr, m->ncores);
     eager_board_release(won, m->ncores);
+    omp_set_num_threads(threads);
     return loss;
 }
 

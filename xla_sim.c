@@ -10,11 +10,11 @@
 #include "device/exec.h"
 #include "device/redo.h"
 #include "pod/error.h"
+#include "util/pool.h"
 #include "util/util.h"
 #include <string.h>
 #include <stdlib.h>
 #include <omp.h>
-#include <pthread.h>
 
 /* One instruction on one core, timed only when metrics.c is recording, so
  * that an unprofiled run pays nothing for it. */
@@ -227,17 +227,13 @@ struct core_job {
 };
 
 static struct core_job core_jobs[REDO_RING];
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct attempt_arena *pool[2 * REDO_MAX_UNITS];
-static int pooled;
+/* Arenas of finished attempts, for the next ones. */
+static void *kept_arenas[2 * REDO_MAX_UNITS];
+static Pool arena_pool = POOL_OF(kept_arenas);
 
 static struct attempt_arena *arena_take(size_t bytes)
 {
-    struct attempt_arena *a = NULL;
-    pthread_mutex_lock(&pool_lock);
-    if (pooled > 0)
-        a = pool[--pooled];
-    pthread_mutex_unlock(&pool_lock);
+    struct attempt_arena *a = pool_take(&arena_pool);
     if (!a)
         a = xcalloc(1, sizeof *a);
     if (a->cap < bytes) {
@@ -251,12 +247,7 @@ static struct attempt_arena *arena_take(size_t bytes)
 static void arena_give(void *arena)
 {
     struct attempt_arena *a = arena;
-    pthread_mutex_lock(&pool_lock);
-    int kept = pooled < (int)(sizeof pool / sizeof *pool);
-    if (kept)
-        pool[pooled++] = a;
-    pthread_mutex_unlock(&pool_lock);
-    if (!kept) {
+    if (!pool_give(&arena_pool, a)) {
         free(a->at);
         free(a->runs);
         free(a);

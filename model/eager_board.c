@@ -18,10 +18,9 @@
  * xs_attempt_*). */
 #include "model/model.h"
 #include "device/redo.h"
+#include "util/pool.h"
 #include "util/util.h"
 #include "xla_sim.h"
-#include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,20 +42,14 @@ struct board_job {
 };
 
 static struct board_job jobs[REDO_RING];
-static int threads_before; /* OpenMP's, while a step's update runs alone */
 
 /* Finished passes and their graphs, for the next attempts. */
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct core_pass *pool[2 * REDO_MAX_UNITS];
-static int pooled;
+static void *kept_passes[2 * REDO_MAX_UNITS];
+static Pool pass_pool = POOL_OF(kept_passes);
 
 static struct core_pass *pass_take(void)
 {
-    struct core_pass *p = NULL;
-    pthread_mutex_lock(&pool_lock);
-    if (pooled > 0)
-        p = pool[--pooled];
-    pthread_mutex_unlock(&pool_lock);
+    struct core_pass *p = pool_take(&pass_pool);
     if (!p) {
         p = xcalloc(1, sizeof *p);
         p->g = g_new();
@@ -69,12 +62,7 @@ static void pass_give(void *pass)
     struct core_pass *p = pass;
     xs_attempt_free(p->run);
     p->run = NULL;
-    pthread_mutex_lock(&pool_lock);
-    int kept = pooled < (int)(sizeof pool / sizeof *pool);
-    if (kept)
-        pool[pooled++] = p;
-    pthread_mutex_unlock(&pool_lock);
-    if (!kept) {
+    if (!pool_give(&pass_pool, p)) {
         g_free(p->g);
         free(p);
     }
@@ -140,11 +128,6 @@ void eager_board_gradients(Model *m, Graph *g, const Batch *b, CorePass pass, Te
     unsigned gen = redo_begin();
     board_job_set(&jobs[gen % REDO_RING], m, g, b, pass, n);
     redo_run(gen, n, &pass_work, (void **)won);
-    /* the sums and Adam on this thread alone, until release: the team
-     * runs on a busy machine, where a parallel region's threads wait at
-     * its end for one the scheduler holds */
-    threads_before = omp_get_max_threads();
-    omp_set_num_threads(1);
     g_reset(g);
     g_set_example_rows(g, b->T); /* the sums stay partial, in fp32, until the all-reduce */
     for (int c = 0; c < n; c++)
@@ -163,6 +146,5 @@ void eager_board_release(struct core_pass **won, int n)
 {
     for (int c = 0; c < n; c++)
         pass_give(won[c]);
-    omp_set_num_threads(threads_before);
 }
 
