@@ -440,6 +440,11 @@ const char *lend_problem(const struct settings *s, int hosts, size_t weights)
         return "--grad-accum keeps partial sums a core";
     if (s->batch % LEND_CORES)
         return "--batch does not split evenly over them";
+    /* --hbm judges one core's program: a lent core's, 1/LEND_CORES of the
+     * batch, would fit budgets the run's own overflows, so whether a run
+     * were refused would hang on how busy the machine was */
+    if (s->hbm && !strcmp(s->device, "xla"))
+        return "--hbm is a budget for one core's program, not a lent core's";
     /* the cores share the weights, but the team copies them for each job
      * its late attempts may still read (xla_sim.c's core_job_set) */
     if ((double)REDO_RING * (double)weights * sizeof(float) > (double)REDO_MAX_BYTES)

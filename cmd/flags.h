@@ -73,7 +73,8 @@ void check_train_flags(const struct settings *s);
  * cannot, or NULL. The lent cores share core 0's weights and moments
  * (model_lend_cores), but the team copies the weights for each job of its
  * ring: weights, the model's (0 before it is made), are checked against
- * REDO_MAX_BYTES. The programs' arenas are judged once one has run
+ * REDO_MAX_BYTES. A run given --hbm keeps its one core: the budget is
+ * for that core's program. The programs' arenas are judged once one has run
  * (xs_redo_fits); the eager device runs no programs, its cores' passes
  * each a graph of its own (model/eager_board.c). */
 #define LEND_CORES 8 /* the eighth round's best board beside busy programs */

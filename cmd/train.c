@@ -61,6 +61,7 @@ struct trainer {
     int cores;               /* the board's cores the run asked for (xs_cores(), but
                               * while one core lends the redo team a board: lend_board) */
     int lends;               /* one core that lends the redo team LEND_CORES */
+    int own_board_steps;     /* steps run on the run's own board, not a lent one */
 };
 
 static void emit_escaped(int c, void *ctx)
@@ -745,6 +746,7 @@ static void train_loop(struct trainer *tr)
         next_batch(tr, &share);
         double t0 = now_seconds();
         double lr = rate_at(s, step);
+        tr->own_board_steps += xs_cores() == tr->cores;
         float loss = model_train_step(&tr->model, tr->g, &share, (float)lr);
         double dt = now_seconds() - t0;
         tr->t_steps += dt;
@@ -989,12 +991,23 @@ static void open_run_log(struct trainer *tr)
 }
 
 /* --metrics: the memory plan's peak, the biggest program's arena per
- * core (the training step's), and what --remat does or would do to it. */
+ * core (the training step's), and what --remat does or would do to it.
+ * The plan is the run's own board's: a lent core's program holds
+ * 1/LEND_CORES of the batch, so a run whose every step was lent never
+ * planned its own step, and says so rather than give a figure that its own
+ * board would pass (the figure --hbm is chosen by). */
 static void report_plan_peak(const struct trainer *tr)
 {
     struct compile_stats st;
     if (!tr->s.metrics || !g_compile_stats(tr->g, &st))
         return;
+    if (!tr->own_board_steps && tr->start < tr->s.steps) {
+        printf("gpt: memory plan: every step ran on a board of %d cores lent to the redo "
+               "team (%d of the batch's %d windows a core), so the plan of the run's own core "
+               "was not made (--threads 1 makes it)\n", LEND_CORES, tr->s.batch / LEND_CORES,
+               tr->s.batch);
+        return;
+    }
     printf("gpt: memory plan: peak arena %.2f MiB per core, --remat %s", st.peak_arena / 1048576.0,
            tr->s.remat ? "on\n" : "off");
     if (!tr->s.remat && st.peak_remat_arena)

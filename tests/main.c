@@ -105,7 +105,12 @@ int t_run(const char *cmd, char *out, size_t n)
 {
     char full[2048];
     snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *p = popen(full, "r");
+    return t_run_stdout(full, out, n);
+}
+
+int t_run_stdout(const char *cmd, char *out, size_t n)
+{
+    FILE *p = popen(cmd, "r");
     size_t got = p ? fread(out, 1, n - 1, p) : 0;
     out[got] = 0;
     for (size_t i = 0; i < got; i++) /* a sampled passage may hold 0 bytes: keep strstr going */

@@ -53,6 +53,10 @@ double max_rel_err(const float *a, const float *b, size_t n, double floor);
 /* Runs cmd through the shell; returns its exit code, output in out (0
  * bytes in it read as '?', so that the string goes on). */
 int t_run(const char *cmd, char *out, size_t n);
+/* The same, with only cmd's standard output in out: its standard error goes
+ * to the suite's, for a test that holds the printed text to an exact want
+ * (gpt eval and gpt sample may say on stderr how a busy machine ran them). */
+int t_run_stdout(const char *cmd, char *out, size_t n);
 /* Starts cmd (a shell line) in the background; returns its pid. */
 pid_t t_spawn(const char *cmd);
 /* A whole file in memory, NUL-terminated (NULL if unreadable); *n its size

@@ -256,7 +256,7 @@ static void check_eval_loss(void)
                      "torch for /usr/bin/python3");
         return;
     }
-    int rc = t_run("./gpt eval --ckpt " BD "/g --data " TEXT, ours, sizeof ours);
+    int rc = t_run_stdout("./gpt eval --ckpt " BD "/g --data " TEXT, ours, sizeof ours);
     CHECK(rc == 0 && strstr(ours, "loss "), "gpt eval --vocab 256: rc %d: %s", rc, ours);
     rc = t_run("/usr/bin/python3 tests/torch_check.py " BD "/g/ckpt-00000001.safetensors " TEXT,
                out, sizeof out);

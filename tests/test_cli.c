@@ -59,23 +59,24 @@ static void check_sample_eval(void)
 {
     char a[4096], b[4096], out[4096];
     const char *s = "./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 80 --seed 5";
-    CHECK(t_run(s, a, sizeof a) == 0 && t_run(s, b, sizeof b) == 0 && !strcmp(a, b) &&
+    CHECK(t_run_stdout(s, a, sizeof a) == 0 && t_run_stdout(s, b, sizeof b) == 0 && !strcmp(a, b) &&
               !strncmp(a, "the cat", 7) && strlen(a) == 81,
           "sampling is not reproducible or has the wrong length: '%s'", a);
     char two[8192], want[sizeof a + sizeof two], c6[4096];
-    CHECK(t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 --seed 5 "
-                "--num-samples 2", two, sizeof two) == 0 &&
-              t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 --seed 5", a,
-                    sizeof a) == 0 &&
-              t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 --seed 6", c6,
-                    sizeof c6) == 0,
+    CHECK(t_run_stdout("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 "
+                       "--seed 5 --num-samples 2", two, sizeof two) == 0 &&
+              t_run_stdout("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 "
+                           "--seed 5", a, sizeof a) == 0 &&
+              t_run_stdout("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 "
+                           "--seed 6", c6, sizeof c6) == 0,
           "--num-samples 2 failed: %s", two);
     snprintf(want, sizeof want, "==== passage 1 of 2 (seed 5) ====\n%s\n==== passage 2 of 2 "
              "(seed 6) ====\n%s", a, c6);
     CHECK(!strcmp(two, want), "--num-samples 2 --seed 5 is not --seed 5's and --seed 6's "
           "passages: '%s'", two);
-    CHECK(t_run("./gpt sample --ckpt tests/tmp/t3 --prompt 'the' --temperature 0 --bytes 40", a,
-              sizeof a) == 0 && strlen(a) == 41, "greedy sampling failed: %s", a);
+    CHECK(t_run_stdout("./gpt sample --ckpt tests/tmp/t3 --prompt 'the' --temperature 0 "
+                       "--bytes 40", a, sizeof a) == 0 && strlen(a) == 41,
+          "greedy sampling failed: %s", a);
     CHECK(t_run("./gpt eval --ckpt tests/tmp/t3/ckpt-00000300.safetensors --data tests/tmp/d.txt",
               out, sizeof out) == 0 && strstr(out, "loss ") && strstr(out, "bpb "),
           "eval failed: %s", out);
@@ -509,10 +510,10 @@ static void check_activation(void)
               eval_loss("tests/tmp/act-bad.safetensors") < 0,
           "eval accepts a checkpoint whose activation is unknown");
     char a[4096], b[4096];
-    CHECK(t_run("./gpt sample --ckpt " ACT("act-gelu") " --prompt 'the' --temperature 0 "
-                "--bytes 200", a, sizeof a) == 0 &&
-              t_run("./gpt sample --ckpt tests/tmp/act-old.safetensors --prompt 'the' "
-                    "--temperature 0 --bytes 200", b, sizeof b) == 0 && strcmp(a, b),
+    CHECK(t_run_stdout("./gpt sample --ckpt " ACT("act-gelu") " --prompt 'the' --temperature 0 "
+                       "--bytes 200", a, sizeof a) == 0 &&
+              t_run_stdout("./gpt sample --ckpt tests/tmp/act-old.safetensors --prompt 'the' "
+                           "--temperature 0 --bytes 200", b, sizeof b) == 0 && strcmp(a, b),
           "sampling the gelu checkpoint and it without the key gave the same text: %s", a);
 #undef ACT
 }

@@ -119,7 +119,7 @@ static void check_vocab(void)
     /* PyTorch's reference, built with 256, loads it and agrees (when installed) */
     char ours[256];
     if (t_run("/usr/bin/python3 -c 'import torch' 2>/dev/null", out, sizeof out) == 0) {
-        t_run("./gpt eval --ckpt " LD "/u256 --data " LD "/utf8.txt", ours, sizeof ours);
+        t_run_stdout("./gpt eval --ckpt " LD "/u256 --data " LD "/utf8.txt", ours, sizeof ours);
         rc = t_run("/usr/bin/python3 tests/torch_check.py " LD "/u256/ckpt-00000030.safetensors "
                    LD "/utf8.txt", out, sizeof out);
         CHECK(rc == 0 && !strcmp(out, ours), "PyTorch on the vocab-256 checkpoint: rc %d: %s "

@@ -245,6 +245,11 @@ static void check_hbm(void)
     CHECK(rc == 1 && strstr(out, "with --remat it would still not fit") &&
               strstr(out, "--grad-accum"),
           "--hbm 3M: want a refusal that says --remat does not fit either (rc %d): %s", rc, out);
+    /* a lent core's program, an eighth of the batch, fits 12M: the board
+     * the busy machine's trial would lend (lend_problem, as --redo asks
+     * for it) is refused, so a busy machine refuses the run as an idle one */
+    t_expect_one_line(BIG "--out tests/tmp/rm-h4 --hbm 12M --redo 3", 2,
+                      "--hbm is a budget for one core's program, not a lent core's");
 }
 
 /* The arena --metrics reports for a run, in MiB (-1: no such line). */
@@ -267,6 +272,14 @@ static void check_metrics(void)
            remat = reported_peak("--out tests/tmp/rm-m2 --remat");
     CHECK(plain > 0 && remat > 0 && remat < plain, "--metrics' peak arena: %.2f MiB plain, "
           "%.2f MiB with --remat (-1: no line)", plain, remat);
+    /* steps on a lent board (--redo, as a busy machine's trial lends it)
+     * plan a lent core's eighth of the batch: no figure for the run's core */
+    char out[65536];
+    int rc = t_run(RUN "--batch 8 --steps 2 --metrics --redo 3 --out tests/tmp/rm-m3", out,
+                   sizeof out);
+    CHECK(rc == 0 && !strstr(out, "peak arena") && strstr(out, "memory plan: every step ran on "
+          "a board of 8 cores lent to the redo team (1 of the batch's 8 windows a core)"), "--metrics on a lent "
+          "board: want no peak arena, and why (rc %d): %s", rc, out);
 }
 
 void test_remat(void)

@@ -419,8 +419,17 @@ static void check_pace_others(void)
     trial_start(&one);
     trial_start_one(&one); /* a sample's or an eval's start (cmd/commands.c) */
     int one_omp = omp_get_max_threads();
+    ThreadTrial kept; /* OMP_DYNAMIC=false: the count as chosen, no trial */
+    setenv("OMP_DYNAMIC", "false", 1);
+    omp_set_num_threads(2);
+    trial_start(&kept);
+    unsetenv("OMP_DYNAMIC");
     omp_set_num_threads(keep);
     t_run("kill $(cat " WD "/busy.pid)", out, sizeof out);
+    CHECK(kept.fixed && kept.now == 2 && !kept.started_shared && !kept.started_one,
+          "OMP_DYNAMIC=false beside a busy loop of this session: the trial said fixed %d, "
+          "%d threads, started_shared %d, started_one %d; want 1, 2, 0, 0", kept.fixed,
+          kept.now, kept.started_shared, kept.started_one);
     CHECK(!near.started_one && near.now == 2 && near.started_shared, "a busy loop of this "
           "session: the trial started on %d threads, want 2, and said %d for started_shared, "
           "want 1", near.now, near.started_shared);
@@ -666,7 +675,8 @@ static void check_sample_redo(void)
  * says so: the same checkpoint, step losses and eval lines as the plain
  * run, and at least the steps up to the first window's end on the team.
  * The team is a thread more than 2 for each busy thread of the session
- * (trial_team): 3 beside the loop, more while other suites run too. */
+ * (trial_team): 3 beside the loop, more while other suites run too.
+ * With OMP_DYNAMIC=false beside the same loop: no team, the same bits. */
 static void check_team_from_start(void)
 {
     char out[4096], cmd[2048];
@@ -675,9 +685,12 @@ static void check_team_from_start(void)
              "100000 --final-bytes 0 --live off --batch 16 --threads 2'; lines() { grep -oE "
              "'\"kind\":\"(step|eval)\",\"step\":[0-9]*,\"[a-z_]*loss\":[^,]*"
              "(,\"test_loss\":[^,]*)?' $1/metrics.jsonl; }; "
-             "rm -rf " WD "/start " WD "/alone && "
+             "rm -rf " WD "/start " WD "/alone " WD "/kept && "
              "sh -c 'while :; do :; done' & busy=$!; sleep 0.2; "
-             "$run --out " WD "/start > " WD "/start.out 2>&1; rc=$?; kill $busy; "
+             "$run --out " WD "/start > " WD "/start.out 2>&1; rc=$?; "
+             "OMP_DYNAMIC=false $run --out " WD "/kept > " WD "/kept.out 2>&1 || rc=1; kill $busy; "
+             "! grep -E 'redo team|starting on' " WD "/kept.out && cmp " WD
+             "/kept/ckpt-00000030.safetensors " WD "/start/ckpt-00000030.safetensors && "
              "test $rc = 0 && $run --out " WD "/alone > /dev/null 2>&1 && cmp " WD
              "/start/ckpt-00000030.safetensors " WD "/alone/ckpt-00000030.safetensors && lines "
              WD "/start > " WD "/start.lines && lines " WD "/alone > " WD "/alone.lines && cmp "
@@ -688,8 +701,8 @@ static void check_team_from_start(void)
     int rc = t_run(cmd, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "same"), "a run started beside a busy loop of its session: "
           "rc %d, want the team from the first step (said, and %d programs at least) and the "
-          "plain run's checkpoint, step losses and eval lines: %.600s", rc, 8 * (1 + PACE_FIRST),
-          out);
+          "plain run's checkpoint, step losses and eval lines; with OMP_DYNAMIC=false no team "
+          "and the same checkpoint: %.600s", rc, 8 * (1 + PACE_FIRST), out);
 }
 
 /* Bytes in the file at path (0: none yet), a progress for t_wait_for. */

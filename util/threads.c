@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---- how idle threads wait ----
  *
@@ -211,4 +212,10 @@ void thread_budget(struct thread_budget *b, int user, int ranks_on_host)
     if (snprintf(b->why, sizeof b->why, "%d thread%s: %s", usable, usable > 1 ? "s" : "",
                  reason) >= (int)sizeof b->why)
         b->why[sizeof b->why - 1] = 0; /* cut short: still a banner */
+}
+
+int threads_dynamic(void)
+{
+    const char *e = getenv("OMP_DYNAMIC");
+    return !(e && (!strcasecmp(e, "false") || !strcmp(e, "0")));
 }

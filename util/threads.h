@@ -35,4 +35,11 @@ int affinity_cores(void);
  * 1), divided among the ranks on this host (at least 1 each). */
 void thread_budget(struct thread_budget *b, int user, int ranks_on_host);
 
+/* 0 when the user set OMP_DYNAMIC to false (or 0): OpenMP's "the runtime
+ * may not change the thread count", so the threads stay as chosen however
+ * busy the machine is (no trial, no redo team unless --redo asks), and a
+ * run takes the same path as on an idle machine (for a profile, or the
+ * plain path's listing). Unset, the count adapts: 1. */
+int threads_dynamic(void);
+
 #endif

@@ -25,6 +25,10 @@ void trial_start(ThreadTrial *t)
     t->cores = affinity_cores();
     t->since = t->every = TRIAL_RETRY; /* the first trial may come at once */
     t->failed = -1;
+    if (!threads_dynamic()) { /* OMP_DYNAMIC=false: the count as chosen, no trials */
+        t->fixed = 1;
+        return;
+    }
     /* Beside busy programs of other scheduling groups only, the kernel
      * gives this process its group's share whatever its thread count
      * (pace_others): one thread from the first unit, as a trial would find

@@ -54,7 +54,7 @@ typedef struct ThreadTrial {
     int cores;     /* the cores this process may run on (its affinity) */
     int redo;      /* the redo team's threads the caller offers; 0: none */
     int redoing;   /* the redo team runs (now is 1, unless fixed) */
-    int fixed;     /* the schedule was given (train --redo): no trials */
+    int fixed;     /* the schedule was given (--redo, or OMP_DYNAMIC=false): no trials */
     int before;    /* the schedule before the last trial (enum trial_schedule) */
     int failed;    /* the schedule the last trial found no faster, or -1 */
     int trying;    /* this window tries the schedule against ref_ms */
