@@ -59,8 +59,8 @@ static void check_sample_eval(void)
 {
     char a[4096], b[4096], out[4096];
     const char *s = "./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 80 --seed 5";
-    CHECK(t_run_stdout(s, a, sizeof a) == 0 && t_run_stdout(s, b, sizeof b) == 0 && !strcmp(a, b) &&
-              !strncmp(a, "the cat", 7) && strlen(a) == 81,
+    CHECK(t_run_stdout(s, a, sizeof a) == 0 && t_run_stdout(s, b, sizeof b) == 0 &&
+              !strcmp(a, b) && !strncmp(a, "the cat", 7) && strlen(a) == 81,
           "sampling is not reproducible or has the wrong length: '%s'", a);
     char two[8192], want[sizeof a + sizeof two], c6[4096];
     CHECK(t_run_stdout("./gpt sample --ckpt tests/tmp/t3 --prompt 'the cat' --bytes 200 "

@@ -277,9 +277,10 @@ static void check_metrics(void)
     char out[65536];
     int rc = t_run(RUN "--batch 8 --steps 2 --metrics --redo 3 --out tests/tmp/rm-m3", out,
                    sizeof out);
-    CHECK(rc == 0 && !strstr(out, "peak arena") && strstr(out, "memory plan: every step ran on "
-          "a board of 8 cores lent to the redo team (1 of the batch's 8 windows a core)"), "--metrics on a lent "
-          "board: want no peak arena, and why (rc %d): %s", rc, out);
+    CHECK(rc == 0 && !strstr(out, "peak arena") &&
+              strstr(out, "memory plan: every step ran on a board of 8 cores lent to the redo "
+                          "team (1 of the batch's 8 windows a core)"),
+          "--metrics on a lent board: want no peak arena, and why (rc %d): %s", rc, out);
 }
 
 void test_remat(void)

@@ -688,7 +688,8 @@ static void check_team_from_start(void)
              "rm -rf " WD "/start " WD "/alone " WD "/kept && "
              "sh -c 'while :; do :; done' & busy=$!; sleep 0.2; "
              "$run --out " WD "/start > " WD "/start.out 2>&1; rc=$?; "
-             "OMP_DYNAMIC=false $run --out " WD "/kept > " WD "/kept.out 2>&1 || rc=1; kill $busy; "
+             "OMP_DYNAMIC=false $run --out " WD "/kept > " WD "/kept.out 2>&1 || rc=1; "
+             "kill $busy; "
              "! grep -E 'redo team|starting on' " WD "/kept.out && cmp " WD
              "/kept/ckpt-00000030.safetensors " WD "/start/ckpt-00000030.safetensors && "
              "test $rc = 0 && $run --out " WD "/alone > /dev/null 2>&1 && cmp " WD
