@@ -3,6 +3,7 @@
  * rounds, has the measurements behind it. */
 #include "device/redo.h"
 #include "pod/error.h"
+#include "util/threads.h"
 #include "util/util.h"
 #include <linux/futex.h>
 #include <omp.h>
@@ -163,6 +164,7 @@ static void *worker(void *arg)
 {
     unsigned seen = (unsigned)(uintptr_t)arg;
     omp_set_num_threads(1); /* a unit's kernels on this thread alone */
+    thread_request_slice(REDO_SLICE_US);
     for (;;) {
         unsigned gen;
         for (int spins = 0; (gen = atomic_load(&team.gen)) == seen && !atomic_load(&team.stop);
@@ -191,6 +193,7 @@ void redo_set_threads(int threads)
         atomic_store(&team.stop, 0);
     }
     team.threads = threads;
+    thread_request_slice(threads ? REDO_SLICE_US : 0); /* the caller is a member too */
     for (int t = 1; t < threads; t++)
         if (pthread_create(&team.worker[t], NULL, worker,
                            (void *)(uintptr_t)atomic_load(&team.gen)))

@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "util/rng.h"
@@ -369,6 +372,77 @@ static void check_redo_member_sleeps(void)
           1e3 * cpu, 1e3 * units);
 }
 
+/* A thread's time slice as the kernel shows it (se.slice in
+ * /proc/self/task/TID/sched, ns); -1 where it shows none. */
+static long long task_slice_ns(const char *tid)
+{
+    char path[300], line[256];
+    long long ns = -1;
+    snprintf(path, sizeof path, "/proc/self/task/%s/sched", tid);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "se.slice", 8))
+            sscanf(strchr(line, ':') + 1, "%lld", &ns);
+    if (f)
+        fclose(f);
+    return ns;
+}
+
+/* The threads of this process whose slice is `ns`. */
+static int tasks_with_slice(long long ns)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.' && task_slice_ns(e->d_name) == ns;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The redo team's members ask the scheduler for a slice of REDO_SLICE_US
+ * (device/redo.h): the caller and the 2 threads of a team of 3 show it
+ * while the team is on, and the caller its default again once it stops;
+ * a thread's nice value stays as it was (a user's `nice gpt train`).
+ * Kernels before Linux 6.12 take no slice from a program: skipped. */
+static void check_redo_slices(void)
+{
+    char self[32];
+    snprintf(self, sizeof self, "%d", (int)gettid());
+    long long before = task_slice_ns(self), asked = 1000LL * REDO_SLICE_US;
+    int threads = redo_threads();
+    redo_set_threads(0);
+    thread_request_slice(REDO_SLICE_US);
+    int takes = task_slice_ns(self) == asked;
+    thread_request_slice(0);
+    if (before < 0 || !takes) {
+        SKIP_MACHINE("the redo team's slices not checked: this kernel %s", before < 0 ?
+                     "shows no thread's slice" : "takes no slice from a program (Linux 6.12+)");
+        redo_set_threads(threads);
+        return;
+    }
+    redo_set_threads(3);
+    int members = tasks_with_slice(asked);
+    redo_set_threads(0);
+    long long after = task_slice_ns(self);
+    redo_set_threads(threads);
+    CHECK(members == 3 && after == before, "a team of 3: %d threads with a slice of %lld ns, "
+          "want 3; the caller's after the team %lld ns, want its default %lld", members, asked,
+          after, before);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int niced = setpriority(PRIO_PROCESS, 0, 5) == 0;
+        thread_request_slice(REDO_SLICE_US);
+        snprintf(self, sizeof self, "%d", (int)gettid());
+        _exit(niced && getpriority(PRIO_PROCESS, 0) == 5 && task_slice_ns(self) == asked ? 0 : 1);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    CHECK(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "a thread of nice 5 asking for a slice: want nice 5 kept and the slice taken (status %d)",
+          status);
+}
+
 void test_tpu(void)
 {
     check_layouts(PREC_FP32, "fp32");
@@ -381,5 +455,6 @@ void test_tpu(void)
     check_program();
     check_eval_board();
     check_redo_member_sleeps();
+    check_redo_slices();
     check_precisions();
 }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* ---- how idle threads wait ----
  *
@@ -218,4 +220,38 @@ int threads_dynamic(void)
 {
     const char *e = getenv("OMP_DYNAMIC");
     return !(e && (!strcasecmp(e, "false") || !strcmp(e, "0")));
+}
+
+/* ---- a thread's time slice ----
+ *
+ * Since Linux 6.12 (the EEVDF scheduler) a thread of the fair policies
+ * may ask how long it runs before a peer of equal weight takes its core:
+ * sched_setattr's sched_runtime, 0.1 to 100 ms, 0 for the default of a
+ * few milliseconds. Its share of the cores over time is unchanged; it is
+ * cut less often, and waits longer once cut. Older kernels ignore the
+ * field. glibc before 2.41 declares neither the call nor its structure:
+ * this is its first, fixed-size version (SCHED_ATTR_SIZE_VER0). */
+#define SCHED_RESET_ON_FORK_FLAG 0x01 /* sched_setattr's SCHED_FLAG_RESET_ON_FORK */
+struct slice_attr {
+    unsigned size, policy;
+    unsigned long long flags;
+    int nice;
+    unsigned priority;
+    unsigned long long runtime_ns, deadline_ns, period_ns;
+};
+
+void thread_request_slice(unsigned us)
+{
+#if defined(__linux__) && defined(SYS_sched_setattr)
+    struct slice_attr a = {0};
+    if (syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) ||
+        (a.policy != SCHED_OTHER && a.policy != SCHED_BATCH))
+        return; /* a real-time thread has no fair slice to ask for */
+    a.size = sizeof a;
+    a.flags &= SCHED_RESET_ON_FORK_FLAG;
+    a.runtime_ns = 1000ull * us; /* the nice value and policy as they were */
+    syscall(SYS_sched_setattr, 0, &a, 0);
+#else
+    (void)us;
+#endif
 }

@@ -42,4 +42,9 @@ void thread_budget(struct thread_budget *b, int user, int ranks_on_host);
  * plain path's listing). Unset, the count adapts: 1. */
 int threads_dynamic(void);
 
+/* Asks the scheduler to run the calling thread `us` microseconds before
+ * it hands the core to another fair thread (0: the default), keeping its
+ * policy and nice value; a no-op where the kernel cannot (threads.c). */
+void thread_request_slice(unsigned us);
+
 #endif
