@@ -421,8 +421,10 @@ static void check_redo_slices(void)
         redo_set_threads(threads);
         return;
     }
+    /* threads started while the caller held the slice inherited it */
+    int others = tasks_with_slice(asked);
     redo_set_threads(3);
-    int members = tasks_with_slice(asked);
+    int members = tasks_with_slice(asked) - others;
     redo_set_threads(0);
     long long after = task_slice_ns(self);
     redo_set_threads(threads);
