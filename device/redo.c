@@ -164,7 +164,6 @@ static void *worker(void *arg)
 {
     unsigned seen = (unsigned)(uintptr_t)arg;
     omp_set_num_threads(1); /* a unit's kernels on this thread alone */
-    thread_request_slice(REDO_SLICE_US);
     for (;;) {
         unsigned gen;
         for (int spins = 0; (gen = atomic_load(&team.gen)) == seen && !atomic_load(&team.stop);
@@ -193,7 +192,8 @@ void redo_set_threads(int threads)
         atomic_store(&team.stop, 0);
     }
     team.threads = threads;
-    thread_request_slice(threads ? REDO_SLICE_US : 0); /* the caller is a member too */
+    /* the caller is a member too; the others inherit its slice */
+    thread_request_slice(threads ? REDO_SLICE_US : 0);
     for (int t = 1; t < threads; t++)
         if (pthread_create(&team.worker[t], NULL, worker,
                            (void *)(uintptr_t)atomic_load(&team.gen)))

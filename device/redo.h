@@ -33,9 +33,9 @@
 /* The time slice each member asks of the scheduler (util/threads.h): a
  * member runs a step's units between its sleeps, 10-20 ms of the default
  * config's step beside a busy program; cut at the kernel's default slice
- * (1.4 ms on 2 cores), nearly every unit stalled once and the team redid 580 of 2,600 in
- * 300 steps, against 400 with this (bench/README.md, "Under load",
- * twenty-second round). */
+ * (1.4 ms on 2 cores), nearly every unit stalled once, and the team
+ * redid 580 of 2,600 units in 300 steps, against 400 with this
+ * (bench/README.md, "Under load", twenty-second round). */
 #define REDO_SLICE_US 20000
 /* Fewer units than this leave a team little to share out: a redone unit
  * would repeat too large a part of the job. */
