@@ -185,7 +185,12 @@ void redo_set_threads(int threads)
     if (threads == team.threads)
         return;
     if (team.threads) {
+        /* the stop moves the word the members sleep on: a member between
+         * its look at the flag and its sleep finds the word changed and
+         * looks again, where a wake-up alone would come before its sleep
+         * (the job's entry of this generation is never used) */
         atomic_store(&team.stop, 1);
+        atomic_store(&team.gen, ++next_gen);
         futex_wake_all(&team.gen);
         for (int t = 1; t < team.threads; t++)
             pthread_join(team.worker[t], NULL);

@@ -5,6 +5,9 @@
  * does too; bf16 modes do what they say and keep the devices and layouts
  * in agreement. */
 #include <math.h>
+#include <sys/mman.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -372,6 +375,57 @@ static void check_redo_member_sleeps(void)
           1e3 * cpu, 1e3 * units);
 }
 
+/* Stops of the team at STOP_CYCLES moments, STOP_STEP_NS apart, from its
+ * start to STOP_CYCLES * STOP_STEP_NS = 100 us after: across the moment
+ * its members, having spun on the next job's word, go to sleep on it
+ * (about 30-45 us here). */
+enum { STOP_CYCLES = 10000, STOP_STEP_NS = 10, STOP_WAIT_S = 30 };
+
+/* Every stop of the team ends every member, even a member between its
+ * look at the stop flag and its sleep: if the stop's wake-up came in
+ * between, a member that slept on an unchanged word slept for good, and
+ * `gpt sample` hung at its end (beside a busy loop, where a member is
+ * more often taken off its core in between). The team started and
+ * stopped STOP_CYCLES times, in a child given STOP_WAIT_S. */
+static void check_redo_stops(void)
+{
+    int threads = redo_threads();
+    redo_set_threads(0); /* a forked child has no members of the parent's */
+    atomic_int *done_cycles = mmap(NULL, sizeof(atomic_int), PROT_READ | PROT_WRITE,
+                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pid = done_cycles == MAP_FAILED ? -1 : fork();
+    if (pid == 0) {
+        for (int i = 0; i < STOP_CYCLES; i++) {
+            redo_set_threads(3);
+            double until = cpu_seconds(CLOCK_MONOTONIC) + 1e-9 * STOP_STEP_NS * i;
+            while (cpu_seconds(CLOCK_MONOTONIC) < until)
+                ;
+            redo_set_threads(0);
+            atomic_store(done_cycles, i + 1);
+        }
+        _exit(0);
+    }
+    int status = -1, done = 0;
+    for (int ms = 0; pid > 0 && ms < 1000 * STOP_WAIT_S && !done; ms += 10) {
+        done = waitpid(pid, &status, WNOHANG) == pid;
+        if (!done)
+            usleep(10000);
+    }
+    if (pid > 0 && !done) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    redo_set_threads(threads);
+    CHECK(done && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the redo team started and stopped %d times: %s after %d", STOP_CYCLES,
+          pid < 0    ? "could not fork"
+          : done     ? "the child failed"
+                     : "a stop hung (a member slept through its wake-up)",
+          pid < 0 ? 0 : atomic_load(done_cycles));
+    if (done_cycles != MAP_FAILED)
+        munmap(done_cycles, sizeof(atomic_int));
+}
+
 /* A thread's time slice as the kernel shows it (se.slice in
  * /proc/self/task/TID/sched, ns); -1 where it shows none. */
 static long long task_slice_ns(const char *tid)
@@ -458,5 +512,6 @@ void test_tpu(void)
     check_eval_board();
     check_redo_member_sleeps();
     check_redo_slices();
+    check_redo_stops();
     check_precisions();
 }
