@@ -229,8 +229,9 @@ int threads_dynamic(void)
  * sched_setattr's sched_runtime, 0.1 to 100 ms, 0 for the kernel's
  * default (1.4 ms on a 2-core Linux 6.18, more with more cores). Its
  * share of the cores over time is unchanged; it is cut less often, and
- * waits longer once cut. Older kernels ignore the field. glibc before 2.41 declares neither the call nor its structure:
- * this is its first, fixed-size version (SCHED_ATTR_SIZE_VER0). */
+ * waits longer once cut. Older kernels ignore the field. glibc before
+ * 2.41 declares neither the call nor its structure: this is its first,
+ * fixed-size version (SCHED_ATTR_SIZE_VER0). */
 #define SCHED_RESET_ON_FORK_FLAG 0x01 /* sched_setattr's SCHED_FLAG_RESET_ON_FORK */
 struct slice_attr {
     unsigned size, policy;
