@@ -1888,6 +1888,15 @@ static const struct load_shape {
 
 static int load_rounds(void) { return opt.quick ? 1 : 5; }
 
+/* The i-th of n contenders to run in round r: in order in even rounds,
+ * in reverse in odd ones. Each pair of contenders then runs as often
+ * first as second (with an even count of rounds; with 5, nearly so), so
+ * what a run leaves the next (a busy process just stopped, the page
+ * cache, the VM's host) does not side with one of them: two runs of the
+ * same program, as gpt's one thread against --threads 1, had come out
+ * above 1.00 in all 5 rounds of a table, 1.01-1.06, always run second. */
+static int in_round_order(int i, int n, int r) { return r % 2 ? n - 1 - i : i; }
+
 /* The number a /proc file starts with; -1 where it cannot be read. */
 static double proc_number(const char *path)
 {
@@ -1971,7 +1980,8 @@ static int load_shape_table(const struct load_shape *sh, const char *gpt, const 
     double ms[NLOAD][MAX_ROUNDS], over[NLOAD][MAX_ROUNDS], vs_t1[3][MAX_ROUNDS];
     char flags[256], threads[160] = "?";
     for (int r = 0; r < rounds; r++) {
-        for (int c = 0; c < NLOAD; c++) {
+        for (int i = 0; i < NLOAD; i++) {
+            int c = in_round_order(i, NLOAD, r);
             snprintf(flags, sizeof flags, "%s%s %s", sh->flags, opt.quick ? " --layers 1" : "",
                      load_runs[c].flags);
             ms[c][r] = beside_busy_ms("", gpt, flags, load_runs[c].busy, load_runs[c].own_session,
@@ -1979,8 +1989,9 @@ static int load_shape_table(const struct load_shape *sh, const char *gpt, const 
                                 c == ALONE ? threads : NULL, c == ALONE ? sizeof threads : 0);
             if (ms[c][r] <= 0)
                 return 0;
-            over[c][r] = ms[c][r] / ms[ALONE][r];
         }
+        for (int c = 0; c < NLOAD; c++)
+            over[c][r] = ms[c][r] / ms[ALONE][r];
         vs_t1[0][r] = ms[BESIDE1][r] / ms[T1_BESIDE1][r];
         vs_t1[1][r] = ms[BESIDE2][r] / ms[T1_BESIDE2][r];
         vs_t1[2][r] = ms[BESIDE1_SESSION][r] / ms[T1_BESIDE1_SESSION][r];
@@ -2123,7 +2134,8 @@ static int load_command_table(const char *gpt, const char *dir)
         double ms[3][MAX_ROUNDS], over[MAX_ROUNDS], vs_t1[MAX_ROUNDS];
         int runs = 0;
         for (int r = 0; r < rounds; r++) {
-            for (int k = 0; k < 3; k++) { /* alone, beside 1 busy, --threads 1 beside it */
+            for (int j = 0; j < 3; j++) { /* alone, beside 1 busy, --threads 1 beside it */
+                int k = in_round_order(j, 3, r);
                 snprintf(cmd, sizeof cmd, "'%s' %s --ckpt '%s/ck'%s%s%s%s > /dev/null 2>&1", gpt,
                          c->args, dir, c->with_data ? " --data '" : "",
                          c->with_data ? opt.data : "", c->with_data ? "'" : "",
