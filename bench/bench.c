@@ -1892,9 +1892,9 @@ static int load_rounds(void) { return opt.quick ? 1 : 5; }
  * in reverse in odd ones. Each pair of contenders then runs as often
  * first as second (with an even count of rounds; with 5, nearly so), so
  * what a run leaves the next (a busy process just stopped, the page
- * cache, the VM's host) does not side with one of them: two runs of the
- * same program, as gpt's one thread against --threads 1, had come out
- * above 1.00 in all 5 rounds of a table, 1.01-1.06, always run second. */
+ * cache, the VM's host) does not side with one of them. Two runs of the
+ * same program (gpt's one thread, then --threads 1) had come out with
+ * gpt's the slower in all 5 rounds of a table, by 1-6%. */
 static int in_round_order(int i, int n, int r) { return r % 2 ? n - 1 - i : i; }
 
 /* The number a /proc file starts with; -1 where it cannot be read. */
